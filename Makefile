@@ -1,0 +1,39 @@
+# The two commands of the README: `make serve` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: serve test bench lint system-deps clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+## Install into .venv and start the embedded gateway on 127.0.0.1:9092.
+serve: $(VENV)/.installed
+	$(BIN)/tidegate serve
+
+## Debian packages the tests drive (kcat, zookeeper), installed when missing and root.
+system-deps:
+	./scripts/system-deps.sh
+
+## Install what the tests need and run the whole suite through tox.
+test: system-deps | $(BIN)/python
+	$(BIN)/python -m pip install -q "tox>=4.11"
+	$(BIN)/tox
+
+## Benchmarks against the peer broker and the machine's limits.
+bench: $(VENV)/.installed
+	$(BIN)/python -m pip install -q -e ".[bench]"
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+lint: | $(BIN)/python
+	$(BIN)/python -m pip install -q "tox>=4.11"
+	$(BIN)/tox -e lint
+
+clean:
+	rm -rf $(VENV) .tox tidegate-data

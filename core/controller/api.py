@@ -1,0 +1,255 @@
+"""The controller as its callers (gateway, REST, gRPC) see it.
+
+The controller owns scopes and streams: each stream's configuration, its epochs (each a
+set of segments covering the key space ``[0, 1)`` exactly and disjointly), its state,
+its truncation point and its transactions. Segment data lives in the segment store; the
+controller creates, seals, truncates, merges and deletes segments there, and keeps its
+own metadata in table segments.
+
+Every mutating call is a workflow of idempotent steps: it returns once the stream is in
+its new state durably; after a crash mid-way the workflow is completed (or rolled back)
+when the controller starts again.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+# ---------------------------------------------------------------------------------------
+# Errors
+
+
+class ControllerError(Exception):
+    pass
+
+
+class ScopeNotFoundError(ControllerError):
+    pass
+
+
+class ScopeExistsError(ControllerError):
+    pass
+
+
+class ScopeNotEmptyError(ControllerError):
+    pass
+
+
+class StreamNotFoundError(ControllerError):
+    pass
+
+
+class StreamExistsError(ControllerError):
+    pass
+
+
+class InvalidArgumentError(ControllerError):
+    """A request that can never succeed as given (bad key ranges, bad policy, ...)."""
+
+
+class ConflictError(ControllerError):
+    """A request not allowed in the stream's current state (e.g. deleting an unsealed
+    stream, a scale while another runs, truncating backwards)."""
+
+
+class TransactionNotFoundError(ControllerError):
+    pass
+
+
+# ---------------------------------------------------------------------------------------
+# Model
+
+
+class ScalingType(enum.Enum):
+    FIXED_NUM_SEGMENTS = "FIXED_NUM_SEGMENTS"
+    BY_RATE_IN_KBYTES_PER_SEC = "BY_RATE_IN_KBYTES_PER_SEC"
+    BY_RATE_IN_EVENTS_PER_SEC = "BY_RATE_IN_EVENTS_PER_SEC"
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingPolicy:
+    type: ScalingType = ScalingType.FIXED_NUM_SEGMENTS
+    target_rate: int = 0
+    scale_factor: int = 2
+    min_segments: int = 1
+
+
+class RetentionType(enum.Enum):
+    TIME = "TIME"  # value in milliseconds
+    SIZE = "SIZE"  # value in bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    type: RetentionType
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamConfig:
+    scaling: ScalingPolicy = ScalingPolicy()
+    retention: RetentionPolicy | None = None
+    tags: tuple[str, ...] = ()
+
+
+class StreamState(enum.Enum):
+    CREATING = "CREATING"
+    ACTIVE = "ACTIVE"
+    UPDATING = "UPDATING"
+    SCALING = "SCALING"
+    TRUNCATING = "TRUNCATING"
+    SEALING = "SEALING"
+    SEALED = "SEALED"
+    DELETING = "DELETING"
+
+
+def segment_id(epoch: int, number: int) -> int:
+    """64-bit segment id: high 32 bits the creation epoch, low 32 bits the number."""
+    return (epoch << 32) | number
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRange:
+    start: float
+    end: float
+
+    def contains(self, key: float) -> bool:
+        return self.start <= key < self.end
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRecord:
+    id: int
+    creation_time_ms: int
+    key_start: float
+    key_end: float
+
+    @property
+    def epoch(self) -> int:
+        return self.id >> 32
+
+    @property
+    def number(self) -> int:
+        return self.id & 0xFFFFFFFF
+
+    @property
+    def key_range(self) -> KeyRange:
+        return KeyRange(self.key_start, self.key_end)
+
+
+@dataclass(frozen=True, slots=True)
+class EpochRecord:
+    epoch: int
+    creation_time_ms: int
+    segments: tuple[SegmentRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamInfo:
+    scope: str
+    stream: str
+    config: StreamConfig
+    state: StreamState
+    current_epoch: int
+    creation_time_ms: int
+
+
+#: A StreamCut: segment id -> offset within that segment.
+StreamCut = Mapping[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionInfo:
+    id: str
+    scope: str
+    stream: str
+    epoch: int
+    segments: tuple[SegmentRecord, ...]
+    lease_expiry_ms: int
+    state: str = "OPEN"
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+def qualified_segment_name(scope: str, stream: str, seg_id: int) -> str:
+    """The segment store name of a stream segment (``scope/stream/number.#epoch.E``)."""
+    return f"{scope}/{stream}/{seg_id & 0xFFFFFFFF}.#epoch.{seg_id >> 32}"
+
+
+# ---------------------------------------------------------------------------------------
+# The API
+
+
+class Controller(Protocol):
+    async def start(self) -> None:
+        """Load metadata, finish interrupted workflows, start policy workers."""
+        ...
+
+    async def close(self) -> None: ...
+
+    # -- scopes ------------------------------------------------------------------------
+    async def create_scope(self, scope: str) -> None: ...
+
+    async def delete_scope(self, scope: str) -> None: ...
+
+    async def list_scopes(self) -> list[str]: ...
+
+    # -- streams -----------------------------------------------------------------------
+    async def create_stream(
+        self,
+        scope: str,
+        stream: str,
+        config: StreamConfig,
+        key_ranges: Sequence[KeyRange] | None = None,
+    ) -> StreamInfo:
+        """Create with the given initial key ranges (which must cover [0, 1) exactly) or,
+        if None, ``config.scaling.min_segments`` equal ranges. Raises
+        ``StreamExistsError``, ``ScopeNotFoundError``, ``InvalidArgumentError``."""
+        ...
+
+    async def get_stream(self, scope: str, stream: str) -> StreamInfo: ...
+
+    async def list_streams(self, scope: str, tag: str | None = None) -> list[str]: ...
+
+    async def update_stream(self, scope: str, stream: str, config: StreamConfig) -> StreamInfo: ...
+
+    async def seal_stream(self, scope: str, stream: str) -> None: ...
+
+    async def delete_stream(self, scope: str, stream: str) -> None:
+        """Only a sealed stream may be deleted (``ConflictError`` otherwise)."""
+        ...
+
+    # -- segments and epochs -----------------------------------------------------------
+    async def get_current_segments(self, scope: str, stream: str) -> list[SegmentRecord]: ...
+
+    async def get_head_segments(self, scope: str, stream: str) -> dict[int, int]:
+        """The stream's head StreamCut (after truncation): segment id -> start offset."""
+        ...
+
+    async def get_segment_for_key(self, scope: str, stream: str, key: float) -> SegmentRecord: ...
+
+    async def get_successors(
+        self, scope: str, stream: str, seg_id: int
+    ) -> dict[SegmentRecord, list[int]]:
+        """Successor segments, each with the ids of all its predecessors."""
+        ...
+
+    async def get_epochs(self, scope: str, stream: str) -> list[EpochRecord]:
+        """The scaling history, oldest first."""
+        ...
+
+    # -- workflows ---------------------------------------------------------------------
+    async def scale(
+        self,
+        scope: str,
+        stream: str,
+        sealed_segments: Sequence[int],
+        new_ranges: Sequence[KeyRange],
+    ) -> EpochRecord:
+        """Seal ``sealed_segments`` and create successors for ``new_ranges``, which must
+        cover exactly the union of the sealed ranges. Returns the new epoch."""
+        ...
+
+    async def truncate(self, scope: str, stream: str, cut: StreamCut) -> None: ...

@@ -1,0 +1,86 @@
+"""The Tier-2 storage contract: the final resting place of segment data.
+
+Tier-2 is high-throughput but not necessarily low-latency. The segment store's storage
+writer is its only writer; readers are the read index (cache misses) and recovery.
+
+Contract, for every implementation:
+
+- A segment is a sequence of bytes addressed by offsets that never shift. Truncation
+  raises the start offset (data below it may be physically deleted, whole chunks at a
+  time) but never renumbers what remains.
+- ``write`` only appends: the offset given must equal the current length, otherwise
+  ``BadOffsetError`` and nothing is written. A write either lands whole and durably
+  (data and metadata synced before it returns) or raises and leaves the segment as it was
+  before the call, as far as any later ``get_info``/``read`` can see.
+- ``concat`` appends a sealed source segment to the target at ``target_offset`` (which
+  must equal the target's length) and deletes the source, atomically from a reader's view.
+- Reading a range whose bytes should exist but are missing behind the store's back
+  raises ``DataMissingError``; it never returns zeros.
+- Calls are blocking and thread-safe per segment name; the segment store calls them from
+  worker threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class StorageError(Exception):
+    """Base class of every Tier-2 error; carries the segment name."""
+
+    def __init__(self, segment: str, message: str = "") -> None:
+        super().__init__(f"{segment}: {message}" if message else segment)
+        self.segment = segment
+
+
+class SegmentNotFoundError(StorageError):
+    pass
+
+
+class SegmentExistsError(StorageError):
+    pass
+
+
+class SegmentSealedError(StorageError):
+    pass
+
+
+class BadOffsetError(StorageError):
+    """A write or concat at an offset other than the current length, or a read/truncate
+    outside ``[start_offset, length]``."""
+
+
+class DataMissingError(StorageError):
+    """Bytes that metadata says exist cannot be found (a chunk deleted or cut short)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentInfo:
+    name: str
+    length: int
+    start_offset: int
+    sealed: bool
+
+
+class Storage(Protocol):
+    def create(self, name: str) -> SegmentInfo: ...
+
+    def exists(self, name: str) -> bool: ...
+
+    def get_info(self, name: str) -> SegmentInfo: ...
+
+    def write(self, name: str, offset: int, data: bytes | memoryview) -> None: ...
+
+    def read(self, name: str, offset: int, length: int) -> bytes: ...
+
+    def seal(self, name: str) -> None: ...
+
+    def concat(self, target: str, target_offset: int, source: str) -> None: ...
+
+    def truncate(self, name: str, offset: int) -> None: ...
+
+    def delete(self, name: str) -> None: ...
+
+    def list_segments(self) -> Iterator[str]: ...
