@@ -14,8 +14,21 @@ Contract, for every implementation:
   before the call, as far as any later ``get_info``/``read`` can see.
 - ``concat`` appends a sealed source segment to the target at ``target_offset`` (which
   must equal the target's length) and deletes the source, atomically from a reader's view.
+  The target must not be sealed (``SegmentSealedError``); the source must be sealed
+  (``SegmentNotSealedError``) and never truncated (``BadOffsetError``); source offset
+  ``x`` becomes target offset ``target_offset + x``.
+- ``read(name, offset, length)`` returns exactly ``length`` bytes: the whole range must
+  lie in ``[start_offset, length]`` or it raises ``BadOffsetError`` (no short reads).
 - Reading a range whose bytes should exist but are missing behind the store's back
   raises ``DataMissingError``; it never returns zeros.
+- ``truncate(name, offset)`` with ``offset > length`` raises ``BadOffsetError``; with
+  ``offset <= start_offset`` it is a no-op (already satisfied), so retries are safe. A
+  sealed segment may be truncated. ``seal`` is idempotent. ``write`` to a sealed segment
+  raises ``SegmentSealedError``. ``create`` of an existing name raises
+  ``SegmentExistsError``; every other call on a missing name ``SegmentNotFoundError``.
+- ``list_segments`` yields every existing segment name, sorted.
+- Transient failures (I/O errors that a retry may cure) surface as a plain
+  ``StorageError``; the subclasses above are deterministic answers, not worth retrying.
 - Calls are blocking and thread-safe per segment name; the segment store calls them from
   worker threads.
 """
@@ -47,6 +60,10 @@ class SegmentSealedError(StorageError):
     pass
 
 
+class SegmentNotSealedError(StorageError):
+    """A concat whose source segment is not sealed."""
+
+
 class BadOffsetError(StorageError):
     """A write or concat at an offset other than the current length, or a read/truncate
     outside ``[start_offset, length]``."""
@@ -54,6 +71,17 @@ class BadOffsetError(StorageError):
 
 class DataMissingError(StorageError):
     """Bytes that metadata says exist cannot be found (a chunk deleted or cut short)."""
+
+
+def check_read_range(
+    segment: str, offset: int, length: int, start_offset: int, segment_length: int
+) -> None:
+    """Raise ``BadOffsetError`` unless ``[offset, offset + length)`` is readable."""
+    if length < 0 or offset < start_offset or offset + length > segment_length:
+        raise BadOffsetError(
+            segment,
+            f"read [{offset}, {offset + length}) outside [{start_offset}, {segment_length}]",
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,15 +10,32 @@ Contract, for every implementation:
   is durable (on local disk: written and ``fdatasync``ed). Completions happen in append
   order. If an append is completed, all appends prior to it have also completed. If an
   append fails, all subsequent appends fail and the log closes (``DataLogClosedError``).
+- Append order is the order of the ``append`` calls themselves: an entry takes its place
+  in the log before the coroutine first suspends, so ``asyncio.ensure_future(log.append(a))``
+  followed by ``log.append(b)`` puts ``a`` before ``b``. The caller must not mutate the
+  entry's buffer until its append completes (implementations avoid copying it).
 - Implementations group-commit: one sync covers every entry written before it, and many
   appends may be in flight at once. The number of bytes in flight is bounded
-  (``max_in_flight_bytes``); ``append`` waits for room rather than growing memory.
+  (``in_flight_bytes_max``): entries beyond the bound wait, in order, rather than being
+  handed to the writer; a single entry larger than the bound is admitted alone.
 - ``open`` fences out any earlier owner (increments and durably records an epoch) and
   discards a torn last entry (detected by its length and CRC), so a later ``read`` yields
-  exactly the entries whose appends could have been acknowledged, in order.
-- ``truncate(address)`` discards every entry strictly before ``address``; a crash during
-  truncation leaves either the old or the new start, never a gap.
+  exactly the entries whose appends could have been acknowledged, in order. An entry
+  that fails its CRC but is followed by valid entries is not a torn tail: ``open``
+  raises ``DataLogCorruptError``. An earlier owner's next append after being fenced
+  fails with ``DataLogFencedError`` (and its log closes); until then it may still
+  complete appends it had already made durable.
+- ``read(start)`` yields ``(address, entry)`` for every kept entry with address
+  ``>= start``; call it after ``open`` (recovery) and before new appends.
+- ``truncate(address)`` discards every entry strictly before ``address`` (which need not
+  be an entry's address); a crash during truncation leaves either the old or the new
+  start, never a gap. Implementations may keep entries below ``address`` physically
+  (whole files are deleted), but ``read`` never yields them.
+- ``close`` completes (makes durable) every append already made, then refuses new ones
+  with ``DataLogClosedError``. It is idempotent.
 - Addresses are totally ordered: ``(file/ledger id, position)``, compared as tuples.
+  ``position`` is implementation-defined (a byte offset in a file, an index in a
+  ledger); only the order is meaningful to callers.
 """
 
 from __future__ import annotations

@@ -1,0 +1,179 @@
+"""The Tier-1 ``DurableDataLog`` contract, run against every implementation.
+
+Each implementation is described by a ``LogMaker``: ``make()`` returns a new log object
+over the same durable state (a directory, a shared backing), as a restarted process or
+a competing owner would see it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from core.segmentstore.logs.api import (
+    DataLogClosedError,
+    DataLogError,
+    DataLogFencedError,
+    DurableDataLog,
+    LogAddress,
+)
+from core.segmentstore.logs.faults import FaultyDurableDataLog
+from core.segmentstore.logs.inmemory import InMemoryDurableDataLog, InMemoryLogBacking
+
+LogMaker = Callable[..., DurableDataLog]
+
+
+def _inmemory(tmp: Path) -> LogMaker:
+    backing = InMemoryLogBacking()
+
+    def make(**kw: int) -> DurableDataLog:
+        return InMemoryDurableDataLog(
+            backing,
+            in_flight_bytes_max=kw.get("in_flight_bytes_max", 1 << 20),
+            file_entries_max=kw.get("roll", 5),
+        )
+
+    return make
+
+
+MAKERS: dict[str, Callable[[Path], LogMaker]] = {"inmemory": _inmemory}
+
+
+@pytest.fixture(params=sorted(MAKERS))
+def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> LogMaker:
+    return MAKERS[request.param](tmp_path / "t1")
+
+
+async def _read_all(log: DurableDataLog, start: LogAddress | None = None) -> list[tuple[LogAddress, bytes]]:
+    return [item async for item in log.read(start)]
+
+
+async def test_append_read_roundtrip(make_log: LogMaker) -> None:
+    log = make_log()
+    await log.open()
+    assert log.epoch >= 1
+    entries = [bytes([i]) * (i * 7 + 1) for i in range(23)] + [b""]
+    addrs = [await log.append(e) for e in entries]
+    assert addrs == sorted(addrs) and len(set(addrs)) == len(addrs)
+    await log.close()
+    log2 = make_log()
+    await log2.open()
+    got = await _read_all(log2)
+    assert got == list(zip(addrs, entries, strict=True))
+    await log2.close()
+
+
+async def test_concurrent_appends_complete_in_order(make_log: LogMaker) -> None:
+    log = make_log()
+    await log.open()
+    completed: list[int] = []
+
+    async def one(i: int) -> LogAddress:
+        addr = await log.append(i.to_bytes(4, "big") * (i % 13 + 1))
+        completed.append(i)
+        return addr
+
+    tasks = [asyncio.ensure_future(one(i)) for i in range(200)]
+    addrs = await asyncio.gather(*tasks)
+    assert completed == list(range(200))
+    assert list(addrs) == sorted(addrs)
+    await log.close()
+    log2 = make_log()
+    await log2.open()
+    got = await _read_all(log2)
+    assert [d for _, d in got] == [i.to_bytes(4, "big") * (i % 13 + 1) for i in range(200)]
+
+
+async def test_in_flight_bound_keeps_order(make_log: LogMaker) -> None:
+    log = make_log(in_flight_bytes_max=1000)
+    await log.open()
+    payloads = [bytes([i % 256]) * (300 + i) for i in range(40)] + [b"x" * 5000]
+    addrs = await asyncio.gather(*(log.append(p) for p in payloads))
+    assert list(addrs) == sorted(addrs)
+    await log.close()
+    log2 = make_log()
+    await log2.open()
+    assert [d for _, d in await _read_all(log2)] == payloads
+
+
+async def test_read_from_address(make_log: LogMaker) -> None:
+    log = make_log()
+    await log.open()
+    addrs = [await log.append(b"e%d" % i) for i in range(12)]
+    await log.close()
+    log2 = make_log()
+    await log2.open()
+    got = await _read_all(log2, addrs[7])
+    assert got == [(a, b"e%d" % i) for i, a in enumerate(addrs) if i >= 7]
+
+
+async def test_truncate(make_log: LogMaker) -> None:
+    log = make_log()
+    await log.open()
+    addrs = [await log.append(b"e%d" % i) for i in range(17)]
+    await log.truncate(addrs[9])
+    assert [d for _, d in await _read_all(log)] == [b"e%d" % i for i in range(9, 17)]
+    more = await log.append(b"after")
+    await log.close()
+    log2 = make_log()
+    await log2.open()
+    got = await _read_all(log2)
+    assert got == [(a, b"e%d" % i) for i, a in enumerate(addrs) if i >= 9] + [(more, b"after")]
+    # Truncating at an address between entries keeps the entry at or after it.
+    await log2.truncate(LogAddress(addrs[11].file_id, addrs[11].position + 1))
+    assert (await _read_all(log2))[0] == (addrs[12], b"e12")
+    await log2.close()
+
+
+async def test_open_bumps_epoch_and_fences(make_log: LogMaker) -> None:
+    old = make_log()
+    await old.open()
+    await old.append(b"before")
+    new = make_log()
+    await new.open()
+    assert new.epoch > old.epoch
+    with pytest.raises(DataLogFencedError):
+        await old.append(b"zombie")
+    with pytest.raises(DataLogClosedError):
+        await old.append(b"zombie-2")
+    await new.append(b"after")
+    await new.close()
+    await old.close()
+    check = make_log()
+    await check.open()
+    assert [d for _, d in await _read_all(check)] == [b"before", b"after"]
+    await check.close()
+
+
+async def test_closed_log_refuses(make_log: LogMaker) -> None:
+    log = make_log()
+    with pytest.raises(DataLogClosedError):
+        await log.append(b"not open")
+    await log.open()
+    await log.append(b"x")
+    await log.close()
+    await log.close()
+    with pytest.raises(DataLogClosedError):
+        await log.append(b"closed")
+
+
+async def test_failed_append_closes_log(make_log: LogMaker) -> None:
+    inner = make_log()
+    log = FaultyDurableDataLog(inner, fail_after_appends=5)
+    await log.open()
+    results = await asyncio.gather(
+        *(log.append(b"f%d" % i) for i in range(9)), return_exceptions=True
+    )
+    assert all(isinstance(r, LogAddress) for r in results[:5])
+    assert isinstance(results[5], DataLogError)
+    assert all(isinstance(r, DataLogClosedError) for r in results[6:])
+    with pytest.raises(DataLogClosedError):
+        await log.append(b"later")
+    await log.close()
+    check = make_log()
+    await check.open()
+    assert [d for _, d in await _read_all(check)] == [b"f%d" % i for i in range(5)]
+    await check.close()
