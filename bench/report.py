@@ -1,0 +1,259 @@
+"""Medians over runs, the goal ratios of issue 6, and the Markdown / JSON / PNG outputs.
+
+A measurement is a flat dict: `run`, `system`, `workload` (e.g. `produce-1024B-p16`,
+`consume-1024B-p16`, `latency-1024B-p1`, `server`), and numeric metrics. Medians are
+taken per (system, workload) over the runs that succeeded; failures are listed apart.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+TIDEGATE = "tidegate"
+PEER = "tansu-memory"
+
+# Goals of issue 6, each (metric key in `ratios`, comparison, threshold).
+GOALS: dict[str, tuple[str, float]] = {
+    "produce_1k_vs_tansu_memory": (">=", 1.0),
+    "produce_1k_vs_disk_fdatasync": (">=", 0.75),
+    "produce_100b_records_per_s": (">=", 300_000.0),
+    "consume_vs_tansu_memory": (">=", 1.2),
+    "produce_p99_ms_at_rate": ("<=", 5.0),
+}
+
+_NOT_METRICS = {"run", "system", "workload", "kind"}
+
+
+def medians(measurements: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """{system: {workload: {metric: median}}} plus `runs`, the count of samples."""
+    samples: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for m in measurements:
+        samples[(m["system"], m["workload"])].append(m)
+    out: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
+    for (system, workload), ms in samples.items():
+        keys = {
+            k
+            for m in ms
+            for k, v in m.items()
+            if k not in _NOT_METRICS and isinstance(v, int | float)
+        }
+        row = {k: statistics.median(m[k] for m in ms if k in m) for k in sorted(keys)}
+        row["runs"] = len(ms)
+        out[system][workload] = row
+    return dict(out)
+
+
+def _metric(med: dict[str, Any], system: str, workload: str, key: str) -> float | None:
+    value = med.get(system, {}).get(workload, {}).get(key)
+    return None if value is None else float(value)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def goal_ratios(
+    med: dict[str, Any], large: int, small: int, partitions: int, latency_workload: str
+) -> dict[str, Any]:
+    """The figures the issue's goals are stated in (None where a side is missing)."""
+    p1k, p100 = f"produce-{large}B-p{partitions}", f"produce-{small}B-p{partitions}"
+    c1k = f"consume-{large}B-p{partitions}"
+    tg_1k = _metric(med, TIDEGATE, p1k, "mb_per_s")
+    ratios: dict[str, Any] = {
+        "produce_1k_vs_tansu_memory": _ratio(tg_1k, _metric(med, PEER, p1k, "mb_per_s")),
+        "produce_1k_vs_disk_fdatasync": _ratio(
+            tg_1k, _metric(med, "baseline", "disk-fdatasync-1MiB", "mb_per_s")
+        ),
+        "produce_100b_records_per_s": _metric(med, TIDEGATE, p100, "records_per_s"),
+        "consume_vs_tansu_memory": _ratio(
+            _metric(med, TIDEGATE, c1k, "mb_per_s"), _metric(med, PEER, c1k, "mb_per_s")
+        ),
+        "produce_p99_ms_at_rate": _metric(med, TIDEGATE, latency_workload, "produce_p99_ms"),
+        "tidegate_peak_rss_mb": _metric(med, TIDEGATE, "server", "peak_rss_mb"),
+        "tidegate_mb_through_per_instance": _metric(med, TIDEGATE, "server", "mb_through"),
+    }
+    met: dict[str, bool | None] = {}
+    for key, (op, threshold) in GOALS.items():
+        v = ratios[key]
+        met[key] = None if v is None else (v >= threshold if op == ">=" else v <= threshold)
+    ratios["goals_met"] = met
+    ratios["basis"] = {
+        "produce": p1k,
+        "produce_small": p100,
+        "consume": c1k,
+        "latency": latency_workload,
+    }
+    return ratios
+
+
+def _fmt(v: float | None, digits: int = 1) -> str:
+    if v is None:
+        return "–"
+    if abs(v) >= 10_000:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}f}"
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    med: dict[str, Any] = doc["medians"]
+    systems = [s for s in doc["systems"] if s in med]
+    lines = [f"# tidegate benchmark — {doc['started_utc']}", ""]
+    lines += [f"- {s}: {doc['versions'].get(s, '?')}" for s in doc["systems"]]
+    lines += [
+        f"- runs: {doc['args']['runs']} (alternated {' / '.join(doc['systems'])}), "
+        f"medians quoted; producers: {doc['args']['producers']} processes",
+        f"- machine: {doc['machine']}",
+        "",
+    ]
+    for note in doc["skipped"]:
+        lines.append(f"- skipped: {note}")
+    lines.append("")
+    workloads = sorted(
+        {w for s in systems for w in med[s] if w.startswith(("produce-", "consume-"))},
+        key=lambda w: (w.split("-")[0] != "produce", w),
+    )
+    lines += [
+        "## Throughput (acks=all)",
+        "",
+        "| workload | "
+        + " | ".join(f"{s} MB/s | {s} rec/s | {s} CPU s/GB" for s in systems)
+        + " |",
+        "|---|" + "---|" * (3 * len(systems)),
+    ]
+    for w in workloads:
+        cells = []
+        for s in systems:
+            row = med[s].get(w, {})
+            cells += [
+                _fmt(row.get("mb_per_s")),
+                _fmt(row.get("records_per_s"), 0),
+                _fmt(row.get("cpu_s_per_gb")),
+            ]
+        lines.append(f"| {w} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Latency at a fixed rate (ms)",
+        "",
+        "| system | offered MB/s | achieved MB/s | produce p50 | p99 | p99.9 | "
+        "end-to-end p50 | p99 | p99.9 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in systems:
+        for w, row in med[s].items():
+            if w.startswith("latency-"):
+                lines.append(
+                    f"| {s} ({w}) | {_fmt(row.get('offered_mb_per_s'))} | "
+                    f"{_fmt(row.get('achieved_mb_per_s'))} | "
+                    + " | ".join(
+                        _fmt(row.get(k), 2)
+                        for k in (
+                            "produce_p50_ms",
+                            "produce_p99_ms",
+                            "produce_p99.9_ms",
+                            "e2e_p50_ms",
+                            "e2e_p99_ms",
+                            "e2e_p99.9_ms",
+                        )
+                    )
+                    + " |"
+                )
+    lines += [
+        "",
+        "## Server memory",
+        "",
+        "| system | peak RSS MB | MB through it |",
+        "|---|---|---|",
+    ]
+    for s in systems:
+        row = med[s].get("server", {})
+        lines.append(f"| {s} | {_fmt(row.get('peak_rss_mb'))} | {_fmt(row.get('mb_through'))} |")
+    base = med.get("baseline", {})
+    lines += ["", "## Machine baselines", "", "| baseline | MB/s |", "|---|---|"]
+    for w, row in sorted(base.items()):
+        lines.append(f"| {w} | {_fmt(row.get('mb_per_s'))} |")
+    lines += ["", "## Goals (issue 6)", "", "| goal | figure | target | met |", "|---|---|---|---|"]
+    ratios = doc["ratios"]
+    for key, (op, threshold) in GOALS.items():
+        met = ratios["goals_met"][key]
+        lines.append(
+            f"| {key} | {_fmt(ratios[key], 2)} | {op} {_fmt(threshold, 2)} | "
+            f"{'–' if met is None else ('yes' if met else 'no')} |"
+        )
+    lines.append(
+        f"| tidegate_peak_rss_mb | {_fmt(ratios['tidegate_peak_rss_mb'])} | "
+        f"cache + fixed overhead | see note |"
+    )
+    if doc["failures"]:
+        lines += ["", "## Failures", ""]
+        lines += [
+            f"- run {f['run']} {f['system']} {f['workload']}: {f['error']}" for f in doc["failures"]
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def plot(doc: dict[str, Any], path: Path) -> None:
+    """Throughput per workload and latency percentiles, one colour per system."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    med: dict[str, Any] = doc["medians"]
+    systems = [s for s in doc["systems"] if s in med]
+    workloads = sorted(
+        {w for s in systems for w in med[s] if w.startswith(("produce-", "consume-"))},
+        key=lambda w: (w.split("-")[0] != "produce", w),
+    )
+    fig, (ax_t, ax_l) = plt.subplots(1, 2, figsize=(14, 5.5))
+    width = 0.8 / max(1, len(systems))
+    for i, s in enumerate(systems):
+        xs = [j + i * width for j in range(len(workloads))]
+        ax_t.bar(xs, [med[s].get(w, {}).get("mb_per_s", 0.0) for w in workloads], width, label=s)
+    for label, row in sorted(med.get("baseline", {}).items()):
+        ax_t.axhline(row["mb_per_s"], linestyle="--", linewidth=1, color="grey")
+        ax_t.annotate(
+            label,
+            (len(workloads) - 0.5, row["mb_per_s"]),
+            fontsize=7,
+            ha="right",
+            va="bottom",
+            color="grey",
+        )
+    ax_t.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(workloads))])
+    ax_t.set_xticklabels(workloads, rotation=30, ha="right", fontsize=8)
+    ax_t.set_ylabel("MB/s (median)")
+    ax_t.set_title("Throughput, acks=all")
+    ax_t.legend()
+    pcts = ["p50", "p99", "p99.9"]
+    keys = [f"produce_{p}_ms" for p in pcts] + [f"e2e_{p}_ms" for p in pcts]
+    labels = [f"produce {p}" for p in pcts] + [f"end-to-end {p}" for p in pcts]
+    for i, s in enumerate(systems):
+        row = next((r for w, r in med[s].items() if w.startswith("latency-")), {})
+        xs = [j + i * width for j in range(len(keys))]
+        ax_l.bar(xs, [row.get(k, 0.0) for k in keys], width, label=s)
+    ax_l.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(keys))])
+    ax_l.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+    ax_l.set_ylabel("ms (median over runs)")
+    ax_l.set_yscale("log")
+    ax_l.set_title(f"Latency at {doc['args']['latency_mbps']} MB/s offered")
+    ax_l.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_outputs(doc: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "json": out_dir / "results.json",
+        "markdown": out_dir / "results.md",
+        "plot": out_dir / "throughput_latency.png",
+    }
+    paths["json"].write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    paths["markdown"].write_text(markdown(doc))
+    plot(doc, paths["plot"])
+    return paths

@@ -1,0 +1,376 @@
+"""`make bench`: tidegate against Tansu (memory engine) and the machine's limits, one run.
+
+Per round, the baselines are measured, then every system in turn (A B A B … across
+rounds, the machine being shared and noisy) is started fresh on a free loopback port
+and driven through the same workloads with the same clients:
+
+- produce `--large-bytes` and `--small-bytes` records, acks=all, to topics of each of
+  `--partitions`, from `--producers` processes, then consume the same data from the start;
+- one producer at `--latency-mbps` into one partition with a consumer tailing it.
+
+Output: `bench/results/<UTC time>/results.{md,json}`, `throughput_latency.png`, the
+servers' logs, and last on stdout a line `RESULT {json}` with the goal ratios of issue 6.
+The exit status is 1 if any phase failed (its error is in the outputs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from bench import report, systems, workloads
+from bench.procstat import peak_rss_bytes
+from bench.workloads import ClientTuning
+
+RESULTS_DIR = systems.REPO_ROOT / "bench" / "results"
+ALL_SYSTEMS = (report.PEER, report.TIDEGATE)
+MIB = 1024 * 1024
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--runs", type=int, default=3, help="rounds; medians are quoted")
+    p.add_argument(
+        "--systems",
+        default=",".join(ALL_SYSTEMS),
+        help=f"comma-separated, from {', '.join(ALL_SYSTEMS)}",
+    )
+    p.add_argument("--large-bytes", type=int, default=1024, help="the '1 KB' record size")
+    p.add_argument("--small-bytes", type=int, default=100, help="the '100 B' record size")
+    p.add_argument(
+        "--large-mb", type=float, default=256.0, help="MiB produced per large-record case"
+    )
+    p.add_argument(
+        "--small-records",
+        type=int,
+        default=2_000_000,
+        help="records produced per small-record case",
+    )
+    p.add_argument("--partitions", default="1,16", help="partition counts to test")
+    p.add_argument("--producers", type=int, default=2, help="producer processes per case")
+    p.add_argument("--linger-ms", type=int, default=5)
+    p.add_argument("--batch-bytes", type=int, default=1_000_000)
+    p.add_argument("--latency-mbps", type=float, default=5.0, help="offered MB/s (1e6 B/s)")
+    p.add_argument("--latency-seconds", type=float, default=10.0)
+    p.add_argument("--latency-warmup-seconds", type=float, default=2.0)
+    p.add_argument(
+        "--disk-mb", type=float, default=256.0, help="MiB written for the fdatasync baseline"
+    )
+    p.add_argument(
+        "--loopback-mb", type=float, default=1024.0, help="MiB sent for the loopback TCP baseline"
+    )
+    p.add_argument("--phase-timeout-s", type=float, default=300.0)
+    p.add_argument("--ready-timeout-s", type=float, default=60.0)
+    p.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="where data directories and the disk baseline go (default: a temp dir)",
+    )
+    p.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    p.add_argument("--cache-dir", type=Path, default=systems.DEFAULT_CACHE_DIR)
+    p.add_argument(
+        "--tidegate-config",
+        type=Path,
+        default=None,
+        help="TOML passed to `tidegate serve --config`",
+    )
+    args = p.parse_args(argv)
+    args.system_list = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = set(args.system_list) - set(ALL_SYSTEMS)
+    if unknown or not args.system_list:
+        p.error(f"unknown systems: {sorted(unknown)}")
+    args.partition_list = [int(x) for x in args.partitions.split(",")]
+    return args
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, work_dir: Path, out_dir: Path) -> None:
+        self.args = args
+        self.work_dir = work_dir
+        self.out_dir = out_dir
+        self.tuning = ClientTuning(linger_ms=args.linger_ms, batch_bytes=args.batch_bytes)
+        self.measurements: list[dict[str, Any]] = []
+        self.failures: list[dict[str, Any]] = []
+        self.versions: dict[str, str] = {}
+        self.cases = [
+            (size, parts)
+            for size in (args.large_bytes, args.small_bytes)
+            for parts in args.partition_list
+        ]
+        self.latency_workload = f"latency-{args.large_bytes}B-p1"
+
+    def steps_total(self) -> int:
+        per_system = 2 + 2 * len(self.cases) + 1  # start, produce+consume per case, latency
+        return self.args.runs * (1 + len(self.args.system_list) * per_system)
+
+    def records_for(self, size: int) -> int:
+        if size == self.args.large_bytes:
+            return max(1, int(self.args.large_mb * MIB / size))
+        return self.args.small_records
+
+    def run(self, bar: tqdm) -> None:
+        tansu_exe = systems.tansu_binary(self.args.cache_dir)
+        self.versions[report.PEER] = systems.tansu_version(tansu_exe)
+        self.versions[report.TIDEGATE] = systems.tidegate_version()
+        for run in range(self.args.runs):
+            bar.set_postfix_str(f"run {run + 1}: baselines")
+            self.baselines(run)
+            bar.update()
+            for name in self.args.system_list:
+                server = self.make_server(name, run, tansu_exe)
+                self.one_system(run, server, bar)
+
+    def make_server(self, name: str, run: int, tansu_exe: Path) -> systems.Server:
+        logs = self.out_dir / "logs"
+        if name == report.PEER:
+            return systems.tansu_memory_server(tansu_exe, logs)
+        data = self.work_dir / f"run{run}-tidegate-data"
+        return systems.tidegate_server(data, logs, self.args.tidegate_config)
+
+    def baselines(self, run: int) -> None:
+        try:
+            from bench.baselines import disk_fdatasync_bandwidth, loopback_tcp_bandwidth
+        except ImportError as e:
+            self.fail(run, "baseline", "import", f"bench.baselines unavailable: {e}")
+            return
+        disk_dir = self.work_dir / f"run{run}-disk-baseline"
+        disk_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            disk = disk_fdatasync_bandwidth(disk_dir, int(self.args.disk_mb * MIB))
+            tcp = loopback_tcp_bandwidth(int(self.args.loopback_mb * MIB))
+        except Exception as e:  # a failed baseline is reported, the run goes on
+            self.fail(run, "baseline", "measure", repr(e))
+            return
+        finally:
+            shutil.rmtree(disk_dir, ignore_errors=True)
+        self.record(run, "baseline", "disk-fdatasync-1MiB", mb_per_s=disk / 1e6)
+        self.record(run, "baseline", "loopback-tcp", mb_per_s=tcp / 1e6)
+
+    def one_system(self, run: int, server: systems.Server, bar: tqdm) -> None:
+        name = server.name
+        per_system = 2 + 2 * len(self.cases) + 1
+        done = 0
+
+        def step(label: str) -> None:
+            nonlocal done
+            done += 1
+            bar.set_postfix_str(f"run {run + 1}: {name} {label}")
+            bar.update()
+
+        bar.set_postfix_str(f"run {run + 1}: starting {name}")
+        try:
+            server.start(self.args.ready_timeout_s)
+        except Exception as e:
+            self.fail(run, name, "start", str(e))
+            bar.update(per_system)
+            return
+        step("ready")
+        produced_bytes = 0
+        try:
+            for size, parts in self.cases:
+                topic = f"bench-{size}b-p{parts}-{uuid.uuid4().hex[:8]}"
+                records = self.records_for(size)
+
+                produce = functools.partial(self.produce_case, server, topic, size, parts, records)
+                consume = functools.partial(
+                    workloads.run_consume,
+                    server.bootstrap,
+                    self.tuning,
+                    topic,
+                    parts,
+                    records,
+                    server.pid,
+                    self.args.phase_timeout_s,
+                )
+                produced = self.phase(run, server, f"produce-{size}B-p{parts}", produce)
+                step(f"produce {size}B p{parts}")
+                if produced:
+                    produced_bytes += records * size
+                    self.phase(run, server, f"consume-{size}B-p{parts}", consume)
+                step(f"consume {size}B p{parts}")
+            self.latency(run, server)
+            produced_bytes += int(
+                self.args.latency_mbps
+                * 1e6
+                * (self.args.latency_seconds + self.args.latency_warmup_seconds)
+            )
+            step("latency")
+            self.record(
+                run,
+                name,
+                "server",
+                peak_rss_mb=peak_rss_bytes(server.pid) / 1e6,
+                mb_through=produced_bytes / 1e6,
+            )
+        finally:
+            code = server.stop()
+            if code not in (0, None, -15):
+                self.fail(run, name, "stop", f"exit status {code}: {server.log_tail(10)}")
+            shutil.rmtree(self.work_dir / f"run{run}-tidegate-data", ignore_errors=True)
+            bar.update(per_system - done)
+
+    def produce_case(
+        self, server: systems.Server, topic: str, size: int, partitions: int, records: int
+    ) -> workloads.PhaseResult:
+        workloads.create_topic(server.bootstrap, topic, partitions, self.args.ready_timeout_s)
+        return workloads.run_produce(
+            server.bootstrap,
+            self.tuning,
+            topic,
+            size,
+            records,
+            self.args.producers,
+            server.pid,
+            self.args.phase_timeout_s,
+        )
+
+    def latency(self, run: int, server: systems.Server) -> None:
+        topic = f"bench-latency-{uuid.uuid4().hex[:8]}"
+
+        def measure() -> dict[str, float]:
+            workloads.create_topic(server.bootstrap, topic, 1, self.args.ready_timeout_s)
+            r = workloads.run_latency(
+                server.bootstrap,
+                self.tuning,
+                topic,
+                self.args.large_bytes,
+                self.args.latency_mbps * 1e6,
+                self.args.latency_seconds,
+                self.args.latency_warmup_seconds,
+                server.pid,
+                self.args.phase_timeout_s,
+            )
+            figures = {
+                "offered_mb_per_s": r.offered_mb_per_s,
+                "achieved_mb_per_s": r.achieved_mb_per_s,
+                "server_cpu_s": r.server_cpu_s,
+            }
+            figures.update({f"produce_{k}_ms": v for k, v in r.produce_ms.items()})
+            figures.update({f"e2e_{k}_ms": v for k, v in r.end_to_end_ms.items()})
+            return figures
+
+        try:
+            self.record(run, server.name, self.latency_workload, **measure())
+        except Exception as e:
+            self.fail(run, server.name, self.latency_workload, _describe(e, server))
+
+    def phase(
+        self,
+        run: int,
+        server: systems.Server,
+        workload: str,
+        body: Callable[[], workloads.PhaseResult],
+    ) -> bool:
+        try:
+            r = body()
+        except Exception as e:
+            self.fail(run, server.name, workload, _describe(e, server))
+            return False
+        self.record(
+            run,
+            server.name,
+            workload,
+            mb_per_s=r.mb_per_s,
+            records_per_s=r.records_per_s,
+            cpu_s_per_gb=r.cpu_s_per_gb,
+            server_cpu_s=r.server_cpu_s,
+            wall_s=r.wall_s,
+            records=r.records,
+            payload_bytes=r.payload_bytes,
+        )
+        return True
+
+    def record(self, run: int, system: str, workload: str, **metrics: float) -> None:
+        self.measurements.append({"run": run, "system": system, "workload": workload, **metrics})
+
+    def fail(self, run: int, system: str, workload: str, error: str) -> None:
+        self.failures.append({"run": run, "system": system, "workload": workload, "error": error})
+        tqdm.write(f"FAILED run {run + 1} {system} {workload}: {error}", file=sys.stderr)
+
+
+def _describe(e: Exception, server: systems.Server) -> str:
+    return f"{e!r}; server log tail:\n{server.log_tail(10)}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = datetime.now(UTC)
+    out_dir = args.results_dir / started.strftime("%Y%m%dT%H%M%SZ")
+    own_work_dir = args.work_dir is None
+    work_dir = Path(tempfile.mkdtemp(prefix="tidegate-bench-")) if own_work_dir else args.work_dir
+    work_dir.mkdir(parents=True, exist_ok=True)
+    bench = Bench(args, work_dir, out_dir)
+    skipped: list[str] = []
+    try:
+        with tqdm(
+            total=bench.steps_total(),
+            desc="bench",
+            unit="step",
+            file=sys.stderr,
+            dynamic_ncols=True,
+        ) as bar:
+            bench.run(bar)
+        exe = systems.tansu_binary(args.cache_dir)
+        skipped.append("tansu-postgres: " + systems.tansu_postgres_skip_reason(exe))
+    finally:
+        if own_work_dir:
+            shutil.rmtree(work_dir, ignore_errors=True)
+    med = report.medians(bench.measurements)
+    doc: dict[str, Any] = {
+        "started_utc": started.isoformat(timespec="seconds"),
+        "finished_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "systems": args.system_list,
+        "versions": bench.versions,
+        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus, "
+        f"load {os.getloadavg()[0]:.1f} at start, python {platform.python_version()}",
+        "client": _client_version(),
+        "tuning": vars(bench.tuning),
+        "skipped": skipped,
+        "measurements": bench.measurements,
+        "failures": bench.failures,
+        "medians": med,
+    }
+    doc["ratios"] = report.goal_ratios(
+        med, args.large_bytes, args.small_bytes, max(args.partition_list), bench.latency_workload
+    )
+    paths = report.write_outputs(doc, out_dir)
+    print(report.markdown(doc))
+    print(f"results: {paths['markdown']} {paths['json']} {paths['plot']}")
+    result = {
+        "ratios": {k: v for k, v in doc["ratios"].items() if k != "basis"},
+        "versions": bench.versions,
+        "runs": args.runs,
+        "failures": len(bench.failures),
+        "results_dir": str(out_dir),
+    }
+    print("RESULT " + json.dumps(result, sort_keys=True), flush=True)
+    return 1 if bench.failures else 0
+
+
+def _client_version() -> str:
+    import confluent_kafka
+
+    return f"confluent-kafka {confluent_kafka.version()[0]} / librdkafka {confluent_kafka.libversion()[0]}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,461 @@
+"""The Kafka workloads, driven by confluent-kafka clients in separate processes.
+
+Clients run in `spawn`ed processes so that several producers use several cores and the
+parent (which samples the server's /proc figures) never shares librdkafka threads with
+them. All processes time with `time.monotonic()`, CLOCK_MONOTONIC, which is one clock
+for the whole machine, so times taken in different processes can be subtracted.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from bench.procstat import cpu_seconds
+
+_SPAWN = mp.get_context("spawn")
+# How long client processes may take to start, import and connect before a phase.
+_READY_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class ClientTuning:
+    """Producer/consumer settings a user tuning for throughput would pick; same for all systems."""
+
+    linger_ms: int = 5
+    batch_bytes: int = 1_000_000
+    batch_records_max: int = 100_000
+    queue_records_max: int = 1_000_000
+    fetch_partition_bytes_max: int = 8 * 1024 * 1024
+    latency_linger_ms: int = 1
+
+    def producer(self, bootstrap: str, linger_ms: int | None = None) -> dict[str, Any]:
+        return {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "compression.type": "none",
+            "linger.ms": self.linger_ms if linger_ms is None else linger_ms,
+            "batch.size": self.batch_bytes,
+            "batch.num.messages": self.batch_records_max,
+            "queue.buffering.max.messages": self.queue_records_max,
+            "enable.idempotence": False,
+        }
+
+    def consumer(self, bootstrap: str) -> dict[str, Any]:
+        # confluent-kafka insists on a group.id; partitions are assigned by hand and no
+        # offsets are committed, so no group coordination takes part in the figures.
+        return {
+            "bootstrap.servers": bootstrap,
+            "group.id": "tidegate-bench",
+            "enable.auto.commit": False,
+            "max.partition.fetch.bytes": self.fetch_partition_bytes_max,
+        }
+
+
+@dataclass(frozen=True)
+class PhaseResult:
+    """One measured phase. `server_cpu_s` is the server's CPU time during the phase."""
+
+    records: int
+    payload_bytes: int
+    wall_s: float
+    server_cpu_s: float
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.payload_bytes / self.wall_s / 1e6
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.wall_s
+
+    @property
+    def cpu_s_per_gb(self) -> float:
+        return self.server_cpu_s / (self.payload_bytes / 1e9)
+
+
+class WorkloadError(RuntimeError):
+    """A client saw errors or missed data: the figures of that phase are not valid."""
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, partitions, 1)], request_timeout=timeout_s)
+    futures[topic].result(timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        meta = admin.list_topics(topic, timeout=timeout_s)
+        t = meta.topics.get(topic)
+        if t is not None and t.error is None and len(t.partitions) == partitions:
+            return
+        time.sleep(0.05)
+    raise WorkloadError(f"topic {topic} with {partitions} partitions never appeared")
+
+
+# -- produce -----------------------------------------------------------------------------
+
+
+def _produce_worker(
+    bootstrap: str,
+    tuning: ClientTuning,
+    topic: str,
+    record_bytes: int,
+    records: int,
+    timeout_s: float,
+    barrier: Any,
+    out: Any,
+) -> None:
+    from confluent_kafka import Producer
+
+    failures: list[str] = []
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    conf = tuning.producer(bootstrap)
+    conf.update({"delivery.report.only.error": True, "on_delivery": on_delivery})
+    producer = Producer(conf)
+    producer.list_topics(topic, timeout=timeout_s)  # connect and learn leaders untimed
+    value = os.urandom(record_bytes)
+    barrier.wait(timeout=timeout_s)
+    start = time.monotonic()
+    produce, poll = producer.produce, producer.poll
+    for i in range(records):
+        while True:
+            try:
+                produce(topic, value)
+                break
+            except BufferError:
+                poll(0.001)
+        if i & 0x3FFF == 0:
+            poll(0)
+    undelivered = producer.flush(timeout_s)
+    end = time.monotonic()
+    out.put(
+        {
+            "start": start,
+            "end": end,
+            "failures": len(failures) + undelivered,
+            "first_failure": failures[0] if failures else None,
+        }
+    )
+
+
+def run_produce(
+    bootstrap: str,
+    tuning: ClientTuning,
+    topic: str,
+    record_bytes: int,
+    records: int,
+    processes: int,
+    server_pid: int,
+    timeout_s: float,
+) -> PhaseResult:
+    """`records` records of `record_bytes` split over `processes` producers, acks=all."""
+    barrier = _SPAWN.Barrier(processes + 1)
+    out = _SPAWN.Queue()
+    shares = [
+        records // processes + (1 if i < records % processes else 0) for i in range(processes)
+    ]
+    procs = [
+        _SPAWN.Process(
+            target=_produce_worker,
+            daemon=True,
+            args=(bootstrap, tuning, topic, record_bytes, n, timeout_s, barrier, out),
+        )
+        for n in shares
+    ]
+    results = _run_workers(procs, barrier, out, server_pid, timeout_s)
+    reports = results.reports
+    failures = sum(r["failures"] for r in reports)
+    if failures:
+        first = next(r["first_failure"] for r in reports if r["failures"])
+        raise WorkloadError(f"{failures} records not acknowledged (first: {first})")
+    wall = max(r["end"] for r in reports) - min(r["start"] for r in reports)
+    return PhaseResult(records, records * record_bytes, wall, results.server_cpu_s)
+
+
+# -- consume -----------------------------------------------------------------------------
+
+
+def _consume_worker(
+    bootstrap: str,
+    tuning: ClientTuning,
+    topic: str,
+    partitions: int,
+    records: int,
+    timeout_s: float,
+    barrier: Any,
+    out: Any,
+) -> None:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer(tuning.consumer(bootstrap))
+    consumer.list_topics(topic, timeout=timeout_s)
+    barrier.wait(timeout=timeout_s)
+    start = time.monotonic()
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    got = payload = errors = 0
+    first_error = None
+    deadline = start + timeout_s
+    while got < records and time.monotonic() < deadline:
+        for m in consumer.consume(10_000, 0.5):
+            if m.error() is not None:
+                errors += 1
+                first_error = first_error or str(m.error())
+                continue
+            got += 1
+            payload += len(m)
+    end = time.monotonic()
+    consumer.close()
+    out.put(
+        {
+            "start": start,
+            "end": end,
+            "records": got,
+            "payload": payload,
+            "errors": errors,
+            "first_error": first_error,
+        }
+    )
+
+
+def run_consume(
+    bootstrap: str,
+    tuning: ClientTuning,
+    topic: str,
+    partitions: int,
+    records: int,
+    server_pid: int,
+    timeout_s: float,
+) -> PhaseResult:
+    """Read all `records` of `topic` from the start with one assigning consumer."""
+    barrier = _SPAWN.Barrier(2)
+    out = _SPAWN.Queue()
+    proc = _SPAWN.Process(
+        target=_consume_worker,
+        daemon=True,
+        args=(bootstrap, tuning, topic, partitions, records, timeout_s, barrier, out),
+    )
+    results = _run_workers([proc], barrier, out, server_pid, timeout_s)
+    r = results.reports[0]
+    if r["records"] != records:
+        raise WorkloadError(
+            f"consumed {r['records']} of {records} records "
+            f"({r['errors']} errors, first: {r['first_error']})"
+        )
+    return PhaseResult(r["records"], r["payload"], r["end"] - r["start"], results.server_cpu_s)
+
+
+# -- latency -----------------------------------------------------------------------------
+
+# Latency records start with the send time (monotonic ns) and a sequence number.
+_STAMP = struct.Struct(">QQ")
+
+
+def _latency_producer(
+    bootstrap: str,
+    tuning: ClientTuning,
+    topic: str,
+    record_bytes: int,
+    rate_records_per_s: float,
+    records: int,
+    timeout_s: float,
+    barrier: Any,
+    out: Any,
+) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer(tuning.producer(bootstrap, linger_ms=tuning.latency_linger_ms))
+    producer.list_topics(topic, timeout=timeout_s)
+    pad = os.urandom(max(0, record_bytes - _STAMP.size))
+    acked_ns = [0] * records
+    sent_ns = [0] * records
+    failures: list[str] = []
+
+    def delivered(seq: int) -> Any:
+        def cb(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failures.append(str(err))
+            acked_ns[seq] = time.monotonic_ns()
+
+        return cb
+
+    barrier.wait(timeout=timeout_s)
+    start = time.monotonic()
+    for seq in range(records):
+        due = start + seq / rate_records_per_s
+        while (wait := due - time.monotonic()) > 0:
+            producer.poll(wait)
+        now = time.monotonic_ns()
+        sent_ns[seq] = now
+        producer.produce(
+            topic, _STAMP.pack(now, seq) + pad, partition=0, on_delivery=delivered(seq)
+        )
+        producer.poll(0)
+    undelivered = producer.flush(timeout_s)
+    end = time.monotonic()
+    out.put(
+        {
+            "role": "producer",
+            "start": start,
+            "end": end,
+            "produce_latency_ns": [a - s for a, s in zip(acked_ns, sent_ns, strict=True)],
+            "failures": len(failures) + undelivered,
+            "first_failure": failures[0] if failures else None,
+        }
+    )
+
+
+def _latency_consumer(
+    bootstrap: str,
+    tuning: ClientTuning,
+    topic: str,
+    records: int,
+    timeout_s: float,
+    barrier: Any,
+    out: Any,
+) -> None:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer(tuning.consumer(bootstrap))
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    consumer.consume(1, 0.2)  # the fetch loop is running before the producer starts
+    e2e_ns = [0] * records
+    got = 0
+    barrier.wait(timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while got < records and time.monotonic() < deadline:
+        batch = consumer.consume(1000, 0.1)
+        now = time.monotonic_ns()
+        for m in batch:
+            if m.error() is None:
+                sent, seq = _STAMP.unpack_from(m.value())
+                e2e_ns[seq] = now - sent
+                got += 1
+    consumer.close()
+    out.put({"role": "consumer", "records": got, "e2e_latency_ns": e2e_ns})
+
+
+@dataclass(frozen=True)
+class LatencyResult:
+    """Latencies in ms at a fixed offered rate, after the warm-up records are dropped."""
+
+    offered_mb_per_s: float
+    achieved_mb_per_s: float
+    produce_ms: dict[str, float]
+    end_to_end_ms: dict[str, float]
+    server_cpu_s: float
+
+
+def percentiles_ms(samples_ns: list[int]) -> dict[str, float]:
+    """Nearest-rank p50/p99/p99.9 and max, in milliseconds."""
+    s = sorted(samples_ns)
+    if not s:
+        raise WorkloadError("no latency samples")
+
+    def rank(q: float) -> float:
+        return s[min(len(s) - 1, max(0, int(q * len(s) + 0.5) - 1))] / 1e6
+
+    return {"p50": rank(0.50), "p99": rank(0.99), "p99.9": rank(0.999), "max": s[-1] / 1e6}
+
+
+def run_latency(
+    bootstrap: str,
+    tuning: ClientTuning,
+    topic: str,
+    record_bytes: int,
+    rate_bytes_per_s: float,
+    seconds: float,
+    warmup_s: float,
+    server_pid: int,
+    timeout_s: float,
+) -> LatencyResult:
+    """One producer at a fixed rate into partition 0 and one consumer tailing it."""
+    rate = rate_bytes_per_s / record_bytes
+    records = int(rate * (seconds + warmup_s))
+    warmup = int(rate * warmup_s)
+    barrier = _SPAWN.Barrier(3)
+    out = _SPAWN.Queue()
+    procs = [
+        _SPAWN.Process(
+            target=_latency_consumer,
+            daemon=True,
+            args=(bootstrap, tuning, topic, records, timeout_s, barrier, out),
+        ),
+        _SPAWN.Process(
+            target=_latency_producer,
+            daemon=True,
+            args=(bootstrap, tuning, topic, record_bytes, rate, records, timeout_s, barrier, out),
+        ),
+    ]
+    results = _run_workers(procs, barrier, out, server_pid, timeout_s + seconds + warmup_s)
+    by_role = {r["role"]: r for r in results.reports}
+    prod, cons = by_role["producer"], by_role["consumer"]
+    if prod["failures"]:
+        raise WorkloadError(
+            f"{prod['failures']} latency records not acknowledged (first: {prod['first_failure']})"
+        )
+    if cons["records"] != records:
+        raise WorkloadError(f"latency consumer saw {cons['records']} of {records} records")
+    return LatencyResult(
+        offered_mb_per_s=rate_bytes_per_s / 1e6,
+        achieved_mb_per_s=records * record_bytes / (prod["end"] - prod["start"]) / 1e6,
+        produce_ms=percentiles_ms(prod["produce_latency_ns"][warmup:]),
+        end_to_end_ms=percentiles_ms(cons["e2e_latency_ns"][warmup:]),
+        server_cpu_s=results.server_cpu_s,
+    )
+
+
+# -- process plumbing --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _WorkerResults:
+    reports: list[dict[str, Any]]
+    server_cpu_s: float
+
+
+def _run_workers(
+    procs: list[Any], barrier: Any, out: Any, server_pid: int, timeout_s: float
+) -> _WorkerResults:
+    """Start `procs`, release them together, collect one report each, charge server CPU.
+
+    The server's CPU is read when the barrier opens and when the last report arrives.
+    Any worker that dies or overruns `timeout_s` fails the phase (its processes killed).
+    """
+    for p in procs:
+        p.start()
+    try:
+        try:
+            barrier.wait(timeout=min(timeout_s, _READY_TIMEOUT_S))
+        except Exception as e:  # BrokenBarrierError: a worker died before it was ready
+            raise WorkloadError(f"client processes did not get ready: {e!r}") from e
+        cpu0 = cpu_seconds(server_pid)
+        reports: list[dict[str, Any]] = []
+        deadline = time.monotonic() + timeout_s
+        while len(reports) < len(procs):
+            try:
+                reports.append(out.get(timeout=1.0))
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    raise WorkloadError("client processes overran the phase timeout") from None
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    raise WorkloadError(f"client process exited {dead[0].exitcode}") from None
+        cpu1 = cpu_seconds(server_pid)
+        return _WorkerResults(reports, cpu1 - cpu0)
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join()
