@@ -17,12 +17,18 @@ from tier2.api import (
     SegmentSealedError,
     Storage,
 )
+from tier2.filesystem import FileSystemStorage
 from tier2.inmemory import InMemoryStorage
 
 Factory = Callable[[Path], Storage]
 
 FACTORIES: dict[str, Factory] = {
     "inmemory": lambda _root: InMemoryStorage(),
+    # Small chunks so every test crosses chunk boundaries.
+    "filesystem": lambda root: FileSystemStorage(root, chunk_bytes_max=7),
+    "filesystem-nocache": lambda root: FileSystemStorage(
+        root, chunk_bytes_max=5, meta_cache_entries_max=0
+    ),
 }
 
 

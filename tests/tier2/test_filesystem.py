@@ -1,0 +1,246 @@
+"""Behaviour specific to ``FileSystemStorage``: files on disk, damage, crash states."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tier2 import filesystem as fs_module
+from tier2.api import DataMissingError, SegmentInfo, StorageError
+from tier2.filesystem import FileSystemStorage
+from tier2.fsmeta import META, META_NEXT, encode_name
+
+
+def _chunks(root: Path, name: str) -> list[int]:
+    d = root / encode_name(name)
+    return sorted(int(f.split(".")[0]) for f in os.listdir(d) if f.endswith(".chunk"))
+
+
+def _chunk_path(root: Path, name: str, start: int) -> Path:
+    return root / encode_name(name) / f"{start:020d}.chunk"
+
+
+def test_survives_reopen_and_rolls_chunks(tmp_path: Path) -> None:
+    st = FileSystemStorage(tmp_path, chunk_bytes_max=10)
+    st.create("kafka/t/0.#epoch.3")
+    data = bytes(range(256)) * 2
+    for i in range(0, len(data), 33):
+        st.write("kafka/t/0.#epoch.3", i, data[i : i + 33])
+    st.seal("kafka/t/0.#epoch.3")
+    assert _chunks(tmp_path, "kafka/t/0.#epoch.3") == list(range(0, 512, 10))
+    again = FileSystemStorage(tmp_path, chunk_bytes_max=10)
+    assert again.get_info("kafka/t/0.#epoch.3") == SegmentInfo("kafka/t/0.#epoch.3", 512, 0, True)
+    assert again.read("kafka/t/0.#epoch.3", 0, 512) == data
+    assert list(again.list_segments()) == ["kafka/t/0.#epoch.3"]
+
+
+def test_truncate_deletes_whole_chunks_only(tmp_path: Path) -> None:
+    st = FileSystemStorage(tmp_path, chunk_bytes_max=10)
+    st.create("s")
+    st.write("s", 0, bytes(45))
+    st.truncate("s", 25)
+    assert _chunks(tmp_path, "s") == [20, 30, 40]
+    st.truncate("s", 30)
+    assert _chunks(tmp_path, "s") == [30, 40]
+    st.truncate("s", 45)
+    assert _chunks(tmp_path, "s") == []
+    st.write("s", 45, b"abc")
+    assert _chunks(tmp_path, "s") == [45]
+    assert FileSystemStorage(tmp_path).get_info("s") == SegmentInfo("s", 48, 45, False)
+
+
+def test_names_map_to_safe_directories(tmp_path: Path) -> None:
+    root = tmp_path / "t2"
+    st = FileSystemStorage(root)
+    names = [".", "..", "a/b", "../escape", "#", "x" * 1000, "ü/é", ""]
+    for n in names:
+        st.create(n)
+        st.write(n, 0, n.encode() or b"-")
+    for entry in root.iterdir():
+        assert entry.parent == root
+        assert len(entry.name) <= 255
+    assert os.listdir(tmp_path) == ["t2"]
+    assert list(FileSystemStorage(root).list_segments()) == sorted(names)
+    for n in names:
+        assert st.read(n, 0, len(n.encode() or b"-")) == (n.encode() or b"-")
+
+
+def test_missing_middle_chunk_is_data_missing(tmp_path: Path) -> None:
+    st = FileSystemStorage(tmp_path, chunk_bytes_max=10)
+    st.create("s")
+    st.write("s", 0, bytes(range(30)))
+    _chunk_path(tmp_path, "s", 10).unlink()
+    assert st.read("s", 0, 10) == bytes(range(10))
+    assert st.read("s", 20, 10) == bytes(range(20, 30))
+    with pytest.raises(DataMissingError):
+        st.read("s", 5, 10)
+    with pytest.raises(DataMissingError):
+        FileSystemStorage(tmp_path).read("s", 10, 1)
+
+
+def test_short_chunk_is_data_missing_never_zeros(tmp_path: Path) -> None:
+    st = FileSystemStorage(tmp_path, chunk_bytes_max=10)
+    st.create("s")
+    st.write("s", 0, b"x" * 25)
+    os.truncate(_chunk_path(tmp_path, "s", 10), 4)
+    with pytest.raises(DataMissingError):
+        st.read("s", 12, 3)
+    assert st.read("s", 10, 4) == b"xxxx"
+    # The last chunk cut short: this instance notices on write and on read.
+    os.truncate(_chunk_path(tmp_path, "s", 20), 2)
+    with pytest.raises(DataMissingError):
+        st.read("s", 20, 5)
+    with pytest.raises(DataMissingError):
+        st.write("s", 25, b"y")
+    assert os.path.getsize(_chunk_path(tmp_path, "s", 20)) == 2
+
+
+def test_missing_last_chunk(tmp_path: Path) -> None:
+    st = FileSystemStorage(tmp_path, chunk_bytes_max=10)
+    st.create("s")
+    st.write("s", 0, b"x" * 15)
+    _chunk_path(tmp_path, "s", 10).unlink()
+    fresh = FileSystemStorage(tmp_path)
+    assert fresh.exists("s")
+    with pytest.raises(DataMissingError):
+        fresh.get_info("s")
+    fresh.delete("s")
+    assert not fresh.exists("s")
+
+
+def test_torn_write_shows_as_shorter_length(tmp_path: Path) -> None:
+    st = FileSystemStorage(tmp_path, chunk_bytes_max=100)
+    st.create("s")
+    st.write("s", 0, b"0123456789")
+    # A crash in the middle of write("s", 10, b"abcdefgh") left only its prefix.
+    with open(_chunk_path(tmp_path, "s", 0), "ab") as f:
+        f.write(b"abc")
+    fresh = FileSystemStorage(tmp_path, chunk_bytes_max=100)
+    info = fresh.get_info("s")
+    assert info.length == 13
+    fresh.write("s", info.length, b"abcdefgh"[info.length - 10 :])
+    assert fresh.read("s", 0, 18) == b"0123456789abcdefgh"
+
+
+def test_failed_write_rolls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    st = FileSystemStorage(tmp_path, chunk_bytes_max=10)
+    st.create("s")
+    st.write("s", 0, b"a" * 7)
+    real = os.fdatasync
+    calls = {"n": 0}
+
+    def failing(fd: int) -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError(28, "No space left on device")
+        real(fd)
+
+    monkeypatch.setattr(fs_module.os, "fdatasync", failing)
+    with pytest.raises(StorageError):
+        st.write("s", 7, b"b" * 20)
+    monkeypatch.setattr(fs_module.os, "fdatasync", real)
+    for view in (st, FileSystemStorage(tmp_path, chunk_bytes_max=10)):
+        assert view.get_info("s").length == 7
+        assert view.read("s", 0, 7) == b"a" * 7
+    assert _chunks(tmp_path, "s") == [0]
+    st.write("s", 7, b"b" * 20)
+    assert st.read("s", 0, 27) == b"a" * 7 + b"b" * 20
+
+
+def test_metadata_replace_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    st = FileSystemStorage(tmp_path, chunk_bytes_max=10)
+    st.create("s")
+    st.write("s", 0, b"x" * 10)
+
+    def crash(*_a: object) -> None:
+        raise OSError(5, "simulated crash before rename")
+
+    monkeypatch.setattr("tier2.fsmeta.os.replace", crash)
+    with pytest.raises(StorageError):
+        st.seal("s")  # the temporary file was written, never renamed
+    monkeypatch.undo()
+    fresh = FileSystemStorage(tmp_path, chunk_bytes_max=10)
+    assert fresh.get_info("s") == SegmentInfo("s", 10, 0, False)
+    fresh.seal("s")
+    assert FileSystemStorage(tmp_path).get_info("s").sealed
+
+
+def _concat_setup(root: Path) -> FileSystemStorage:
+    st = FileSystemStorage(root, chunk_bytes_max=4)
+    st.create("t")
+    st.write("t", 0, b"target")
+    st.create("t#txn")
+    st.write("t#txn", 0, b"source!!!")
+    st.seal("t#txn")
+    return st
+
+
+def test_concat_crash_before_commit_rolls_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    st = _concat_setup(tmp_path)
+    real_unlink = os.unlink
+
+    def crash_on_source_meta(path: object, *a: object, **kw: object) -> None:
+        if str(path).endswith(os.sep + META) and "txn" in str(path):
+            raise OSError(5, "simulated crash at the commit point")
+        real_unlink(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fs_module.os, "unlink", crash_on_source_meta)
+    with pytest.raises(StorageError):
+        st.concat("t", 6, "t#txn")
+    monkeypatch.undo()
+    assert (tmp_path / encode_name("t") / META_NEXT).exists()
+    fresh = FileSystemStorage(tmp_path, chunk_bytes_max=4)
+    assert fresh.get_info("t") == SegmentInfo("t", 6, 0, False)
+    assert fresh.read("t", 0, 6) == b"target"
+    assert fresh.read("t#txn", 0, 9) == b"source!!!"
+    assert _chunks(tmp_path, "t") == [0, 4]
+    fresh.write("t", 6, b"-more")
+    assert fresh.read("t#txn", 0, 9) == b"source!!!"  # its linked chunks were untouched
+    fresh.concat("t", 11, "t#txn")
+    assert fresh.read("t", 0, 20) == b"target-moresource!!!"
+
+
+def test_concat_crash_after_commit_rolls_forward(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    st = _concat_setup(tmp_path)
+    real_replace = os.replace
+
+    def crash(src: object, dst: object) -> None:
+        if str(src).endswith(META_NEXT):
+            raise OSError(5, "simulated crash after the commit point")
+        real_replace(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fs_module.os, "replace", crash)
+    with pytest.raises(StorageError):
+        st.concat("t", 6, "t#txn")
+    monkeypatch.undo()
+    fresh = FileSystemStorage(tmp_path, chunk_bytes_max=4)
+    assert not fresh.exists("t#txn")
+    assert fresh.get_info("t") == SegmentInfo("t", 15, 0, False)
+    assert fresh.read("t", 0, 15) == b"targetsource!!!"
+    assert not (tmp_path / encode_name("t#txn")).exists()
+    # Re-creating the source name after the crash must not undo the concat either.
+    again = FileSystemStorage(tmp_path, chunk_bytes_max=4)
+    st2 = _concat_setup_source_only(again)
+    assert st2.get_info("t#txn").length == 0
+    assert again.read("t", 0, 15) == b"targetsource!!!"
+
+
+def _concat_setup_source_only(st: FileSystemStorage) -> FileSystemStorage:
+    st.create("t#txn")
+    return st
+
+
+def test_concat_moves_files_without_copying(tmp_path: Path) -> None:
+    st = _concat_setup(tmp_path)
+    inode = _chunk_path(tmp_path, "t#txn", 4).stat().st_ino
+    st.concat("t", 6, "t#txn")
+    assert _chunk_path(tmp_path, "t", 10).stat().st_ino == inode
+    assert _chunks(tmp_path, "t") == [0, 4, 6, 10, 14]
+    st.write("t", 15, b"xyz")
+    assert FileSystemStorage(tmp_path).read("t", 0, 18) == b"targetsource!!!xyz"

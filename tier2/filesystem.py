@@ -1,0 +1,531 @@
+"""``FileSystemStorage``: Tier-2 on a local or shared POSIX filesystem, the seed's
+``RollingStorage``.
+
+A segment is a directory of offset-preserving chunk files plus a small metadata file
+(layout and name encoding in ``tier2/fsmeta.py``).
+
+Writes. ``write`` appends to the last chunk with ``pwrite`` and ``fdatasync``s before it
+returns; when the last chunk reaches ``chunk_bytes_max`` a new chunk file is created
+(file fsynced, directory fsynced), then listed in the metadata (atomic replace), then
+written. The length is not in the metadata: it is the last chunk's start plus its file
+size. So a crash mid-write shows up as a shorter length holding a prefix of the data
+(ext4/xfs never expose unwritten blocks past the old size after ``fdatasync`` ordering),
+and the writer re-writes from the length it finds; a write at any offset other than the
+length is ``BadOffsetError``. A write that raises rolls back what it wrote (chunk files
+cut back to their old size, chunks it added removed) so the segment is as before.
+
+Truncation raises ``start_offset`` in the metadata first, then deletes the chunk files
+that lie wholly below it; offsets never shift. A crash in between leaves unlisted chunk
+files below the start, which the next truncate removes.
+
+Concat, from ``concat(target, offset, source)`` with the source sealed:
+
+1. hard-link each source chunk into the target directory, named by its shifted start;
+2. write ``<target>/meta.next`` (the target's new metadata plus ``concat_source``) and a
+   marker ``<root>/.concat-pending/<source>``;
+3. delete ``<source>/meta``: the commit point — from here the source does not exist;
+4. rename ``meta.next`` over ``meta``, remove the source directory and the marker.
+
+A crash before 3 rolls back, after it rolls forward, the first time the target is loaded
+(``meta.next`` present) or the source name is created again (marker present). No data
+is copied.
+
+Missing data. A chunk that is listed but missing, or shorter than the metadata implies,
+makes ``read`` raise ``DataMissingError``; a last chunk shorter than this process last
+saw makes ``write`` raise it too, so holes are never filled with zeros.
+
+Caching. Metadata and the last chunk's size are cached (``meta_cache_entries_max``
+segments, least recently used evicted). That assumes one writer per segment at a time,
+which the segment store guarantees (one owning container); a new instance reads the disk.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import shutil
+import threading
+import uuid
+import zlib
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tier2.api import (
+    BadOffsetError,
+    DataMissingError,
+    SegmentExistsError,
+    SegmentInfo,
+    SegmentNotFoundError,
+    SegmentNotSealedError,
+    SegmentSealedError,
+    StorageError,
+    check_read_range,
+)
+from tier2.fsmeta import (
+    META,
+    META_NEXT,
+    TRASH_PREFIX,
+    Meta,
+    chunk_file_name,
+    encode_name,
+    fsync_dir,
+    parse_chunk_file_name,
+    read_json,
+    write_json_atomic,
+)
+
+_PENDING_DIR = ".concat-pending"
+_LOCK_STRIPES = 64
+
+
+@dataclass
+class _Seg:
+    meta: Meta
+    last_size: int  # size of the last chunk's file; 0 when there are no chunks
+
+    @property
+    def length(self) -> int:
+        return self.meta.chunks[-1] + self.last_size if self.meta.chunks else self.meta.start_offset
+
+    def chunk_end(self, i: int) -> int:
+        chunks = self.meta.chunks
+        return chunks[i + 1] if i + 1 < len(chunks) else self.length
+
+
+class FileSystemStorage:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        chunk_bytes_max: int = 64 * 1024 * 1024,
+        meta_cache_entries_max: int = 10_000,
+    ) -> None:
+        if chunk_bytes_max <= 0:
+            raise ValueError("chunk_bytes_max must be positive")
+        self.root = Path(root)
+        self._chunk_bytes_max = chunk_bytes_max
+        self._cache_max = meta_cache_entries_max
+        self._cache: OrderedDict[str, _Seg] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self._locks = [threading.RLock() for _ in range(_LOCK_STRIPES)]
+        (self.root / _PENDING_DIR).mkdir(parents=True, exist_ok=True)
+        for entry in self.root.iterdir():
+            if entry.name.startswith(TRASH_PREFIX):
+                shutil.rmtree(entry, ignore_errors=True)
+
+    # ----------------------------------------------------------------- plumbing
+
+    def _lock(self, *names: str) -> _MultiLock:
+        idx = sorted({zlib.crc32(n.encode()) % _LOCK_STRIPES for n in names})
+        return _MultiLock([self._locks[i] for i in idx])
+
+    def _dir(self, name: str) -> Path:
+        return self.root / encode_name(name)
+
+    def _cache_get(self, name: str) -> _Seg | None:
+        with self._cache_lock:
+            seg = self._cache.get(name)
+            if seg is not None:
+                self._cache.move_to_end(name)
+            return seg
+
+    def _cache_put(self, name: str, seg: _Seg) -> None:
+        with self._cache_lock:
+            self._cache[name] = seg
+            self._cache.move_to_end(name)
+            while len(self._cache) > self._cache_max:
+                self._cache.popitem(last=False)
+
+    def _cache_drop(self, name: str) -> None:
+        with self._cache_lock:
+            self._cache.pop(name, None)
+
+    def _load(self, name: str) -> _Seg:
+        """The segment's state; the caller holds its lock."""
+        seg = self._cache_get(name)
+        if seg is not None:
+            return seg
+        d = self._dir(name)
+        try:
+            if (d / META_NEXT).exists():
+                self._finish_concat(d)
+            meta = Meta.from_json(read_json(d / META))
+        except FileNotFoundError:
+            raise SegmentNotFoundError(name) from None
+        except (OSError, ValueError) as e:
+            raise StorageError(name, f"cannot load metadata: {e}") from e
+        if meta.name != name:
+            raise StorageError(name, f"directory {d.name} belongs to {meta.name!r}")
+        last_size = 0
+        if meta.chunks:
+            try:
+                last_size = (d / chunk_file_name(meta.chunks[-1])).stat().st_size
+            except FileNotFoundError:
+                raise DataMissingError(name, f"last chunk {meta.chunks[-1]} is missing") from None
+        seg = _Seg(meta, last_size)
+        self._cache_put(name, seg)
+        return seg
+
+    def _save_meta(self, name: str, meta: Meta) -> None:
+        try:
+            write_json_atomic(self._dir(name) / META, meta.to_json())
+        except OSError as e:
+            self._cache_drop(name)
+            raise StorageError(name, f"metadata update failed: {e}") from e
+
+    def _finish_concat(self, target_dir: Path) -> None:
+        """Roll an interrupted concat forward (source gone) or back (source still there)."""
+        source = read_json(target_dir / META_NEXT).get("concat_source")
+        if not isinstance(source, str):
+            raise ValueError(f"malformed {META_NEXT} in {target_dir}")
+        source_dir = self._dir(source)
+        if (source_dir / META).exists():
+            current = Meta.from_json(read_json(target_dir / META))
+            os.unlink(target_dir / META_NEXT)
+            _remove_unlisted_chunks(target_dir, current.chunks, below=None)
+            fsync_dir(target_dir)
+        else:
+            os.replace(target_dir / META_NEXT, target_dir / META)
+            fsync_dir(target_dir)
+            self._remove_dir(source_dir)
+        marker = self.root / _PENDING_DIR / encode_name(source)
+        marker.unlink(missing_ok=True)
+
+    def _remove_dir(self, d: Path) -> None:
+        trash = self.root / f"{TRASH_PREFIX}{uuid.uuid4().hex}"
+        try:
+            os.rename(d, trash)
+        except FileNotFoundError:
+            return
+        fsync_dir(self.root)
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def _resolve_marker(self, source: str) -> None:
+        marker = self.root / _PENDING_DIR / encode_name(source)
+        try:
+            target = read_json(marker)["target"]
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as e:
+            raise StorageError(source, f"unreadable concat marker: {e}") from e
+        if not isinstance(target, str):
+            raise StorageError(source, "malformed concat marker")
+        with self._lock(target, source):
+            self._cache_drop(target)
+            try:
+                self._load(target)
+            except SegmentNotFoundError:
+                pass
+            marker.unlink(missing_ok=True)
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def create(self, name: str) -> SegmentInfo:
+        self._resolve_marker(name)
+        with self._lock(name):
+            d = self._dir(name)
+            if (d / META).exists():
+                raise SegmentExistsError(name)
+            try:
+                if d.exists():  # leftovers of a concat source or a crashed create
+                    self._remove_dir(d)
+                d.mkdir()
+                meta = Meta(name)
+                write_json_atomic(d / META, meta.to_json())
+                fsync_dir(self.root)
+            except OSError as e:
+                raise StorageError(name, f"create failed: {e}") from e
+            self._cache_put(name, _Seg(meta, 0))
+            return SegmentInfo(name, 0, 0, False)
+
+    def exists(self, name: str) -> bool:
+        with self._lock(name):
+            if self._cache_get(name) is not None:
+                return True
+            try:
+                self._load(name)
+            except SegmentNotFoundError:
+                return False
+            except DataMissingError:
+                return True
+            return True
+
+    def get_info(self, name: str) -> SegmentInfo:
+        with self._lock(name):
+            seg = self._load(name)
+            return SegmentInfo(name, seg.length, seg.meta.start_offset, seg.meta.sealed)
+
+    def seal(self, name: str) -> None:
+        with self._lock(name):
+            seg = self._load(name)
+            if seg.meta.sealed:
+                return
+            meta = Meta(name, seg.meta.start_offset, True, list(seg.meta.chunks))
+            self._save_meta(name, meta)
+            seg.meta = meta
+
+    def delete(self, name: str) -> None:
+        with self._lock(name):
+            try:
+                self._load(name)  # raises if missing; may finish a pending concat
+            except DataMissingError:
+                pass  # a damaged segment can still be deleted
+            self._cache_drop(name)
+            d = self._dir(name)
+            try:
+                os.unlink(d / META)
+                fsync_dir(d)
+            except OSError as e:
+                raise StorageError(name, f"delete failed: {e}") from e
+            self._remove_dir(d)
+
+    def list_segments(self) -> Iterator[str]:
+        names = []
+        for entry in self.root.iterdir():
+            if entry.name.startswith("."):
+                continue
+            try:
+                meta = read_json(entry / META)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            name = meta.get("name")
+            if isinstance(name, str):
+                names.append(name)
+        return iter(sorted(names))
+
+    # -------------------------------------------------------------------- data
+
+    def write(self, name: str, offset: int, data: bytes | memoryview) -> None:
+        with self._lock(name):
+            seg = self._load(name)
+            if seg.meta.sealed:
+                raise SegmentSealedError(name)
+            if offset != seg.length:
+                raise BadOffsetError(name, f"write at {offset}, length is {seg.length}")
+            view = memoryview(data).cast("B")
+            chunks_before, last_size_before = len(seg.meta.chunks), seg.last_size
+            try:
+                while view:
+                    if not seg.meta.chunks or seg.last_size >= self._chunk_bytes_max:
+                        self._new_chunk(name, seg)
+                    room = self._chunk_bytes_max - seg.last_size
+                    self._append_to_last(name, seg, view[:room])
+                    view = view[room:]
+            except BaseException:
+                self._roll_back_write(name, seg, chunks_before, last_size_before)
+                raise
+
+    def _new_chunk(self, name: str, seg: _Seg) -> None:
+        d = self._dir(name)
+        start = seg.length
+        path = d / chunk_file_name(start)
+        try:
+            path.unlink(missing_ok=True)  # an unlisted leftover; may be a hard link
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            fsync_dir(d)
+        except OSError as e:
+            raise StorageError(name, f"cannot create chunk {start}: {e}") from e
+        meta = Meta(name, seg.meta.start_offset, seg.meta.sealed, [*seg.meta.chunks, start])
+        self._save_meta(name, meta)
+        seg.meta = meta
+        seg.last_size = 0
+
+    def _append_to_last(self, name: str, seg: _Seg, piece: memoryview) -> None:
+        start = seg.meta.chunks[-1]
+        path = self._dir(name) / chunk_file_name(start)
+        try:
+            fd = os.open(path, os.O_WRONLY)
+        except FileNotFoundError:
+            raise DataMissingError(name, f"chunk {start} is missing") from None
+        except OSError as e:
+            raise StorageError(name, f"cannot open chunk {start}: {e}") from e
+        try:
+            size = os.fstat(fd).st_size
+            if size != seg.last_size:
+                raise DataMissingError(
+                    name, f"chunk {start} has {size} bytes, expected {seg.last_size}"
+                )
+            pos = size
+            rest = piece
+            while rest:
+                n = os.pwrite(fd, rest, pos)
+                pos += n
+                rest = rest[n:]
+            os.fdatasync(fd)
+        except OSError as e:
+            raise StorageError(name, f"write to chunk {start} failed: {e}") from e
+        finally:
+            os.close(fd)
+        seg.last_size = pos
+
+    def _roll_back_write(self, name: str, seg: _Seg, chunks_before: int, last_size: int) -> None:
+        """Undo a failed write; if that fails too, forget the cache so the disk decides."""
+        d = self._dir(name)
+        try:
+            added = seg.meta.chunks[chunks_before:]
+            if added:
+                meta = Meta(
+                    name, seg.meta.start_offset, seg.meta.sealed, seg.meta.chunks[:chunks_before]
+                )
+                write_json_atomic(d / META, meta.to_json())
+                seg.meta = meta
+                for start in added:
+                    (d / chunk_file_name(start)).unlink(missing_ok=True)
+            if seg.meta.chunks:
+                fd = os.open(d / chunk_file_name(seg.meta.chunks[-1]), os.O_WRONLY)
+                try:
+                    if os.fstat(fd).st_size > last_size:  # cut back, never extend
+                        os.ftruncate(fd, last_size)
+                        os.fdatasync(fd)
+                finally:
+                    os.close(fd)
+            seg.last_size = last_size if seg.meta.chunks else 0
+        except OSError:
+            self._cache_drop(name)
+
+    def read(self, name: str, offset: int, length: int) -> bytes:
+        with self._lock(name):
+            seg = self._load(name)
+            check_read_range(name, offset, length, seg.meta.start_offset, seg.length)
+            if length == 0:
+                return b""
+            d = self._dir(name)
+            chunks = seg.meta.chunks
+            i = bisect.bisect_right(chunks, offset) - 1
+            parts: list[bytes] = []
+            pos, end = offset, offset + length
+            while pos < end:
+                take = min(seg.chunk_end(i), end) - pos
+                parts.append(_read_chunk(name, d, chunks[i], pos - chunks[i], take))
+                pos += take
+                i += 1
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def concat(self, target: str, target_offset: int, source: str) -> None:
+        if target == source:
+            raise BadOffsetError(target, "cannot concat a segment into itself")
+        with self._lock(target, source):
+            tgt = self._load(target)
+            src = self._load(source)
+            if tgt.meta.sealed:
+                raise SegmentSealedError(target)
+            if not src.meta.sealed:
+                raise SegmentNotSealedError(source)
+            if src.meta.start_offset != 0:
+                raise BadOffsetError(source, "cannot concat a truncated source")
+            if target_offset != tgt.length:
+                raise BadOffsetError(target, f"concat at {target_offset}, length is {tgt.length}")
+            if src.length == 0:
+                self.delete(source)
+                return
+            try:
+                self._concat_files(target, tgt, source, src, target_offset)
+            except OSError as e:
+                self._cache_drop(target)
+                self._cache_drop(source)
+                raise StorageError(target, f"concat of {source} failed: {e}") from e
+
+    def _concat_files(
+        self, target: str, tgt: _Seg, source: str, src: _Seg, target_offset: int
+    ) -> None:
+        tdir, sdir = self._dir(target), self._dir(source)
+        chunks = list(tgt.meta.chunks)
+        if chunks and tgt.last_size == 0:
+            chunks.pop()  # an empty last chunk would collide with the first adopted one
+        for start in src.meta.chunks:
+            dst = tdir / chunk_file_name(target_offset + start)
+            dst.unlink(missing_ok=True)
+            os.link(sdir / chunk_file_name(start), dst)
+            chunks.append(target_offset + start)
+        fsync_dir(tdir)
+        new_meta = Meta(target, tgt.meta.start_offset, False, chunks)
+        marker = self.root / _PENDING_DIR / encode_name(source)
+        write_json_atomic(marker, {"target": target})
+        write_json_atomic(tdir / META_NEXT, {**new_meta.to_json(), "concat_source": source})
+        os.unlink(sdir / META)  # the commit point
+        fsync_dir(sdir)
+        self._cache_drop(source)
+        os.replace(tdir / META_NEXT, tdir / META)
+        fsync_dir(tdir)
+        tgt.meta = new_meta
+        tgt.last_size = src.last_size
+        self._remove_dir(sdir)
+        marker.unlink(missing_ok=True)
+
+    def truncate(self, name: str, offset: int) -> None:
+        with self._lock(name):
+            seg = self._load(name)
+            if offset > seg.length:
+                raise BadOffsetError(name, f"truncate at {offset}, length is {seg.length}")
+            if offset <= seg.meta.start_offset:
+                return
+            chunks = seg.meta.chunks
+            keep = [c for i, c in enumerate(chunks) if seg.chunk_end(i) > offset]
+            meta = Meta(name, offset, seg.meta.sealed, keep)
+            self._save_meta(name, meta)
+            seg.meta = meta
+            if not keep:
+                seg.last_size = 0
+            d = self._dir(name)
+            try:
+                _remove_unlisted_chunks(d, keep, below=keep[0] if keep else offset)
+                fsync_dir(d)
+            except OSError:
+                pass  # the metadata is authoritative; the next truncate retries
+
+
+class _MultiLock:
+    def __init__(self, locks: list[threading.RLock]) -> None:
+        self._locks = locks
+
+    def __enter__(self) -> None:
+        for lock in self._locks:
+            lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        for lock in reversed(self._locks):
+            lock.release()
+
+
+def _remove_unlisted_chunks(d: Path, listed: list[int], below: int | None) -> None:
+    """Unlink chunk files of ``d`` not in ``listed`` (only those starting below ``below``)."""
+    keep = set(listed)
+    for entry in os.listdir(d):
+        start = parse_chunk_file_name(entry)
+        if start is None or start in keep or (below is not None and start >= below):
+            continue
+        os.unlink(d / entry)
+
+
+def _read_chunk(name: str, d: Path, start: int, pos: int, n: int) -> bytes:
+    try:
+        fd = os.open(d / chunk_file_name(start), os.O_RDONLY)
+    except FileNotFoundError:
+        raise DataMissingError(name, f"chunk {start} is missing") from None
+    except OSError as e:
+        raise StorageError(name, f"cannot open chunk {start}: {e}") from e
+    try:
+        data = os.pread(fd, n, pos)
+        if len(data) < n:
+            parts = [data]
+            got = len(data)
+            while got < n:
+                more = os.pread(fd, n - got, pos + got)
+                if not more:
+                    raise DataMissingError(
+                        name, f"chunk {start} ends at {pos + got}, expected {pos + n}"
+                    )
+                parts.append(more)
+                got += len(more)
+            data = b"".join(parts)
+        return data
+    except OSError as e:
+        raise StorageError(name, f"read of chunk {start} failed: {e}") from e
+    finally:
+        os.close(fd)
