@@ -1,0 +1,1 @@
+"""Background policies the controller enforces: auto-scaling and retention."""

@@ -1,0 +1,91 @@
+"""Retention: periodic StreamCuts and truncation by time or size.
+
+Each round, for every active stream with a retention policy: the tail StreamCut is
+recorded in the retention set (``retention/<time>`` with the bytes from the stream's
+very beginning to the cut), then
+
+* time policy (``value`` ms): the newest recorded cut taken at least ``value`` ms ago;
+* size policy (``value`` bytes): the newest recorded cut that leaves at least ``value``
+  bytes after it, taken only once the stream holds more than ``value`` bytes;
+
+is the truncation point, if it lies after the current one. When reader groups have
+subscribed to the stream (consumption-based retention), the point is further held back
+to the newest recorded cut that no subscriber has yet to read past. Cuts at or before
+the truncation point leave the set; the set keeps at most ``retention_set_max`` cuts.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from core.controller.api import ConflictError, RetentionType, StreamState
+from core.controller.history import History, head_cut
+from core.controller.metadata import StreamMeta, time_key
+from core.controller.records import RetentionCut, cut_from_json
+
+if TYPE_CHECKING:
+    from core.controller.controller import StreamController
+
+log = logging.getLogger(__name__)
+
+
+class RetentionManager:
+    def __init__(self, ctl: StreamController) -> None:
+        self.ctl = ctl
+
+    async def run_once(self) -> None:
+        for scope, stream in await self.ctl.streams_with_state():
+            try:
+                await self.check(scope, stream)
+            except ConflictError:
+                pass  # another workflow holds the stream; next round
+            except Exception:
+                log.exception("retention of %s/%s", scope, stream)
+
+    async def retention_set(self, meta: StreamMeta) -> list[tuple[str, RetentionCut]]:
+        return [
+            (k, RetentionCut.from_json(v.value))
+            for k, v in await self.ctl.md.entries(meta.table, "retention/")
+        ]
+
+    async def record_cut(self, meta: StreamMeta, h: History) -> RetentionCut:
+        tail = await self.ctl.get_tail_cut(meta.scope, meta.stream)
+        sizes = await meta.sealed()
+        now = self.ctl.now_ms()
+        rc = RetentionCut(now, tail, h.bytes_before(tail, lambda s: sizes[s].size))
+        await meta.put({time_key("retention", now): rc.to_json()})
+        return rc
+
+    async def check(self, scope: str, stream: str) -> None:
+        meta = await self.ctl.stream_meta(scope, stream)
+        policy = (await meta.config()).retention
+        state, _ = await meta.state()
+        if policy is None or state != StreamState.ACTIVE:
+            return
+        h = await self.ctl.history(meta)
+        latest = await self.record_cut(meta, h)
+        cuts = await self.retention_set(meta)
+        now = self.ctl.now_ms()
+        if policy.type == RetentionType.TIME:
+            eligible = [c for _, c in cuts if c.time_ms <= now - policy.value]
+        else:
+            eligible = [
+                c for _, c in cuts if latest.recording_size - c.recording_size >= policy.value
+            ]
+        subscribers = [
+            cut_from_json(v.value) for _, v in await self.ctl.md.entries(meta.table, "subscriber/")
+        ]
+        eligible = [c for c in eligible if all(h.cut_ge(s, c.cut) for s in subscribers)]
+        trunc = await meta.truncation()
+        head = head_cut(h, trunc.cut if trunc else None)
+        if eligible:
+            target = eligible[-1]
+            if target.cut != head and h.cut_ge(target.cut, head):
+                log.info("retention: truncating %s at %s", meta.name, dict(target.cut))
+                await self.ctl.truncate(scope, stream, target.cut)
+                head = dict(target.cut)
+        stale = [k for k, c in cuts if h.cut_ge(head, c.cut)]
+        keep = [k for k, _ in cuts if k not in set(stale)]
+        stale += keep[: max(0, len(keep) - self.ctl.config.retention_set_max)]
+        await self.ctl.md.remove(meta.table, stale)

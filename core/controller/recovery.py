@@ -1,0 +1,61 @@
+"""Finishing what a crash interrupted. Run by ``StreamController.start()`` before it
+serves: every stream whose create or delete is recorded in its scope's index, and every
+stream with a recorded workflow, has that workflow's remaining (idempotent) steps run
+again from the recorded input; then transactions marked for commit are committed."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from core.controller.metadata import StreamMeta
+from core.controller.records import Json
+from core.controller.workflows import commit, create, delete, scale, seal, truncate, update
+
+if TYPE_CHECKING:
+    from core.controller.controller import StreamController
+
+log = logging.getLogger(__name__)
+
+
+async def resume_all(ctl: StreamController) -> None:
+    md = ctl.md
+    for scope, _ in await md.entries(md.scopes_table):
+        table = md.scope_table(scope)
+        await md.ensure_table(table)
+        for key, v in await md.entries(table, "stream/"):
+            stream = key[len("stream/"):]
+            await resume_stream(ctl, scope, stream, v.value)
+
+
+async def resume_stream(ctl: StreamController, scope: str, stream: str, entry: Json) -> None:
+    ctx = ctl.ctx
+    if entry is not None and "create" in entry:
+        log.info("resuming create of %s/%s", scope, stream)
+        await create.steps(ctx, scope, stream, entry["create"])
+        return
+    if entry is not None and "delete" in entry:
+        log.info("resuming delete of %s/%s", scope, stream)
+        await delete.steps(ctx, scope, stream)
+        return
+    meta = StreamMeta(ctl.md, scope, stream)
+    record = (await meta.workflow()).value
+    if record is not None:
+        kind = record["type"]
+        log.info("resuming %s of %s/%s", kind, scope, stream)
+        if kind == "update":
+            await update.steps(ctx, meta, record)
+        elif kind == "scale":
+            await scale.steps(ctx, meta, record)
+        elif kind == "truncate":
+            await truncate.steps(ctx, meta, record)
+        elif kind == "seal":
+            await seal.steps(ctx, meta)
+        elif kind == "delete":
+            await delete.steps(ctx, scope, stream)
+            return
+        elif kind == "commit":
+            await commit.steps(ctx, meta, record)
+        else:
+            raise ValueError(f"{scope}/{stream}: unknown workflow {kind!r}")
+    await commit.commit_marked(ctx, meta)

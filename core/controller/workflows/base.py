@@ -1,0 +1,80 @@
+"""What every workflow shares: its context, the begin/finish records, and idempotent
+forms of the segment-store calls it makes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from core.controller.api import ConflictError, StreamState, qualified_segment_name
+from core.controller.config import ControllerConfig
+from core.controller.history import History
+from core.controller.metadata import MetadataStore, StreamMeta
+from core.controller.records import Json
+from core.controller.state import check_transition
+from core.segmentstore.api import SegmentExistsError, SegmentNotFoundError, SegmentStore
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    store: SegmentStore
+    md: MetadataStore
+    config: ControllerConfig
+    now_ms: Callable[[], int]
+
+
+async def history(meta: StreamMeta) -> History:
+    return History(await meta.epochs())
+
+
+async def begin(meta: StreamMeta, new_state: StreamState | None, record: Json) -> None:
+    """Record workflow ``record`` and move the stream to ``new_state`` (``None``: keep it)
+    atomically. ``ConflictError`` if the transition is not allowed, another workflow is
+    recorded, or another writer changed either key meanwhile."""
+    state, state_version = await meta.state()
+    wf = await meta.workflow()
+    if wf.value is not None:
+        raise ConflictError(f"stream {meta.name} is busy with a {wf.value['type']} workflow")
+    values: dict[str, Json] = {"workflow": record}
+    if new_state is not None:
+        check_transition(meta.name, state, new_state)
+        values["state"] = new_state.value
+    await meta.put(values, expected={"state": state_version, "workflow": wf.version})
+
+
+async def finish(
+    meta: StreamMeta, new_state: StreamState | None, values: Mapping[str, Json] | None = None
+) -> None:
+    """Write the workflow's results, the final state, and clear the workflow record, in
+    one atomic update."""
+    out: dict[str, Json] = dict(values or {})
+    out["workflow"] = None
+    if new_state is not None:
+        out["state"] = new_state.value
+    await meta.put(out)
+
+
+async def create_segment(store: SegmentStore, name: str) -> None:
+    try:
+        await store.create_segment(name)
+    except SegmentExistsError:
+        pass
+
+
+async def delete_segment(store: SegmentStore, name: str) -> None:
+    try:
+        await store.delete_segment(name)
+    except SegmentNotFoundError:
+        pass
+
+
+async def truncate_segment(store: SegmentStore, name: str, offset: int) -> None:
+    """Raise the segment's start offset to ``offset`` unless it is there already."""
+    info = await store.get_info(name)
+    if info.start_offset < offset:
+        await store.truncate(name, offset)
+
+
+def txn_segment_name(scope: str, stream: str, parent: int, txn_id: str) -> str:
+    """The segment store name of a transaction's shadow of segment ``parent``."""
+    return f"{qualified_segment_name(scope, stream, parent)}#transaction.{txn_id}"

@@ -1,0 +1,149 @@
+"""Commit transactions marked ``COMMITTING``, one at a time in commit order.
+
+A transaction whose parent segments are all still in the current epoch is committed by
+merging each shadow segment into its parent (record ``{"type": "commit", "txn": id}``;
+the stream stays ``ACTIVE``).
+
+Otherwise the stream scaled since the transaction began, and it is rolled over (Pravega's
+rolling transactions), with ``ACTIVE -> SCALING``: with current epoch ``E``, epoch
+``E+1`` holds fresh duplicates of the transaction's epoch segments (same key ranges),
+into which the shadow segments are merged and which are then sealed, and epoch ``E+2``
+holds fresh duplicates of ``E``'s segments. ``E``'s segments are sealed first, so the
+transaction's data follows everything written before the commit and precedes everything
+written after it, and each epoch still covers ``[0, 1)``. Both new epochs become visible
+in the workflow's final update.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from core.controller.api import (
+    ConflictError,
+    EpochRecord,
+    SegmentRecord,
+    StreamState,
+    qualified_segment_name,
+    segment_id,
+)
+from core.controller.history import History
+from core.controller.metadata import StreamMeta, epoch_key, seg_key
+from core.controller.records import (
+    Json,
+    SealedRecord,
+    TxnRecord,
+    TxnState,
+    epoch_from_json,
+    epoch_to_json,
+)
+from core.controller.workflows.base import (
+    Context,
+    begin,
+    create_segment,
+    finish,
+    txn_segment_name,
+)
+from core.segmentstore.api import SegmentNotFoundError, SegmentStore
+
+
+async def marked(ctx: Context, meta: StreamMeta) -> list[TxnRecord]:
+    recs = [TxnRecord.from_json(v.value) for _, v in await ctx.md.entries(meta.table, "txn/")]
+    return sorted(
+        (r for r in recs if r.state == TxnState.COMMITTING), key=lambda r: r.commit_order
+    )
+
+
+async def commit_marked(ctx: Context, meta: StreamMeta) -> None:
+    """Commit every marked transaction, in commit order. Only on an ``ACTIVE`` stream;
+    on a sealed one they are aborted by the seal workflow."""
+    for rec in await marked(ctx, meta):
+        state, _ = await meta.state()
+        if state != StreamState.ACTIVE:
+            raise ConflictError(f"stream {meta.name} is {state.value}; cannot commit")
+        await commit_one(ctx, meta, rec)
+
+
+def roll_plan(h: History, rec: TxnRecord, time_ms: int) -> Json:
+    cur = h.current
+    number = max(s & 0xFFFFFFFF for s in h.segments) + 1
+    parents = sorted((h.segments[p] for p in rec.segments), key=lambda s: s.key_start)
+    dup = EpochRecord(
+        cur.epoch + 1,
+        time_ms,
+        tuple(
+            SegmentRecord(segment_id(cur.epoch + 1, number + i), time_ms, p.key_start, p.key_end)
+            for i, p in enumerate(parents)
+        ),
+    )
+    number += len(parents)
+    nxt = EpochRecord(
+        cur.epoch + 2,
+        time_ms,
+        tuple(
+            SegmentRecord(segment_id(cur.epoch + 2, number + i), time_ms, s.key_start, s.key_end)
+            for i, s in enumerate(cur.segments)
+        ),
+    )
+    return {
+        "dup": epoch_to_json(dup),
+        "next": epoch_to_json(nxt),
+        "parents": {str(p.id): d.id for p, d in zip(parents, dup.segments, strict=True)},
+    }
+
+
+async def commit_one(ctx: Context, meta: StreamMeta, rec: TxnRecord) -> None:
+    h = History(await meta.epochs())
+    live = {s.id for s in h.current.segments}
+    record: Json = {"type": "commit", "txn": rec.id}
+    if all(p in live for p in rec.segments):
+        await begin(meta, None, record)
+    else:
+        record["roll"] = roll_plan(h, rec, ctx.now_ms())
+        await begin(meta, StreamState.SCALING, record)
+    await steps(ctx, meta, record)
+
+
+async def merge(store: SegmentStore, target: str, source: str) -> None:
+    """Merge ``source`` into ``target``; a missing source was merged already."""
+    try:
+        await store.merge(target, source)
+    except SegmentNotFoundError as e:
+        if e.segment != source:
+            raise
+
+
+async def steps(ctx: Context, meta: StreamMeta, record: Json) -> None:
+    v = await meta.get(f"txn/{record['txn']}")
+    assert v is not None, record
+    rec = TxnRecord.from_json(v.value)
+
+    def name(seg: int) -> str:
+        return qualified_segment_name(meta.scope, meta.stream, seg)
+
+    def shadow(parent: int) -> str:
+        return txn_segment_name(meta.scope, meta.stream, parent, rec.id)
+
+    done = replace(rec, state=TxnState.COMMITTED, completed_ms=ctx.now_ms())
+    results: dict[str, Json] = {f"txn/{rec.id}": done.to_json()}
+    roll = record.get("roll")
+    if roll is None:
+        for p in rec.segments:
+            await merge(ctx.store, name(p), shadow(p))
+        await finish(meta, None, results)
+        return
+    dup, nxt = epoch_from_json(roll["dup"]), epoch_from_json(roll["next"])
+    for s in dup.segments + nxt.segments:
+        await create_segment(ctx.store, name(s.id))
+    cur = await meta.epoch(dup.epoch - 1)
+    for s in cur.segments:
+        size = await ctx.store.seal(name(s.id))
+        results[seg_key("sealed", s.id)] = SealedRecord(size, dup.epoch).to_json()
+    for p, d in roll["parents"].items():
+        await merge(ctx.store, name(d), shadow(int(p)))
+    for s in dup.segments:
+        size = await ctx.store.seal(name(s.id))
+        results[seg_key("sealed", s.id)] = SealedRecord(size, nxt.epoch).to_json()
+    results[epoch_key(dup.epoch)] = roll["dup"]
+    results[epoch_key(nxt.epoch)] = roll["next"]
+    results["current_epoch"] = nxt.epoch
+    await finish(meta, StreamState.ACTIVE, results)

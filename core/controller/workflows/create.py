@@ -1,0 +1,86 @@
+"""Create a stream: metadata (state ``CREATING``, config, epoch 0), its segments in the
+segment store, then state ``ACTIVE``.
+
+The request is first recorded in the scope's stream index (``stream/<name>`` ->
+``{"create": request}``), which is also what makes the name taken; the index entry
+becomes ``null`` when the stream is active. ``start()`` resumes every entry still holding
+a request."""
+
+from __future__ import annotations
+
+from core.controller.api import (
+    ConflictError,
+    EpochRecord,
+    KeyRange,
+    SegmentRecord,
+    StreamConfig,
+    StreamExistsError,
+    StreamState,
+    qualified_segment_name,
+    segment_id,
+)
+from core.controller.metadata import StreamMeta, epoch_key
+from core.controller.records import Json, config_from_json, config_to_json, epoch_to_json
+from core.controller.workflows.base import Context, create_segment, finish
+from core.segmentstore.api import NOT_EXISTS
+
+
+def request(config: StreamConfig, ranges: list[KeyRange], time_ms: int) -> Json:
+    return {
+        "config": config_to_json(config),
+        "ranges": [[r.start, r.end] for r in ranges],
+        "time": time_ms,
+    }
+
+
+def initial_epoch(req: Json) -> EpochRecord:
+    t = req["time"]
+    segs = [
+        SegmentRecord(segment_id(0, i), t, float(a), float(b))
+        for i, (a, b) in enumerate(req["ranges"])
+    ]
+    return EpochRecord(0, t, tuple(sorted(segs, key=lambda s: s.key_start)))
+
+
+async def claim(ctx: Context, scope: str, stream: str, req: Json) -> None:
+    """Take the name; ``StreamExistsError`` if it is taken."""
+    try:
+        await ctx.md.put(
+            ctx.md.scope_table(scope),
+            {f"stream/{stream}": {"create": req}},
+            expected={f"stream/{stream}": NOT_EXISTS},
+        )
+    except ConflictError as e:
+        raise StreamExistsError(f"stream {scope}/{stream} exists") from e
+
+
+async def steps(ctx: Context, scope: str, stream: str, req: Json) -> None:
+    meta = StreamMeta(ctx.md, scope, stream)
+    config = config_from_json(req["config"])
+    await ctx.md.ensure_table(meta.table)
+    state = await meta.get("state")
+    if state is None:
+        epoch = initial_epoch(req)
+        await meta.put(
+            {
+                "config": req["config"],
+                "created": req["time"],
+                epoch_key(0): epoch_to_json(epoch),
+                "current_epoch": 0,
+                "state": StreamState.CREATING.value,
+                "workflow": {"type": "create"},
+                "txn_order": 0,
+            },
+            expected={"state": NOT_EXISTS},
+        )
+        state = await meta.get("state")
+    assert state is not None
+    if state.value == StreamState.CREATING.value:
+        for s in (await meta.epoch(0)).segments:
+            await create_segment(ctx.store, qualified_segment_name(scope, stream, s.id))
+        if config.tags:
+            await ctx.md.put(
+                ctx.md.scope_table(scope), {f"tag/{t}/{stream}": None for t in config.tags}
+            )
+        await finish(meta, StreamState.ACTIVE)
+    await ctx.md.put(ctx.md.scope_table(scope), {f"stream/{stream}": None})

@@ -1,0 +1,101 @@
+"""Scale a stream: seal some segments of the current epoch and create successors for
+new key ranges that cover exactly the sealed ones.
+
+Steps: validate; record ``{"type": "scale", "epoch": <new epoch record>, "seal": ids}``
+with ``ACTIVE -> SCALING``; create the new segments; seal the old ones; then in one
+update write the new epoch, make it current, record the sealed sizes and go back to
+``ACTIVE``. The new epoch is not visible to readers or writers until that last update,
+so a crash anywhere before it leaves the stream on the old epoch until ``start()`` runs
+the remaining steps (every one idempotent) and completes the scale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from core.controller.api import (
+    ConflictError,
+    EpochRecord,
+    InvalidArgumentError,
+    KeyRange,
+    SegmentRecord,
+    StreamState,
+    qualified_segment_name,
+    segment_id,
+)
+from core.controller.history import History
+from core.controller.keyspace import check_cover, check_range, merged
+from core.controller.metadata import StreamMeta, epoch_key, seg_key
+from core.controller.records import Json, SealedRecord, epoch_from_json, epoch_to_json
+from core.controller.workflows.base import Context, begin, create_segment, finish, history
+
+
+def plan(
+    h: History, sealed: Sequence[int], new_ranges: Sequence[KeyRange], time_ms: int
+) -> EpochRecord:
+    """The epoch that follows the current one after this scale, or ``InvalidArgumentError``
+    / ``ConflictError`` (segments that were active once but are sealed now) if the
+    request cannot be applied."""
+    if not sealed:
+        raise InvalidArgumentError("scale: no segments to seal")
+    if not new_ranges:
+        raise InvalidArgumentError("scale: no new key ranges")
+    if len(set(sealed)) != len(sealed):
+        raise InvalidArgumentError("scale: a segment is named twice")
+    current = h.current
+    live = {s.id: s for s in current.segments}
+    for seg in sealed:
+        if seg not in live:
+            if seg in h.segments:
+                raise ConflictError(f"scale: segment {seg} is already sealed")
+            raise InvalidArgumentError(f"scale: segment {seg} is not part of the stream")
+    for r in new_ranges:
+        check_range(r)
+    old_union = merged((live[s].key_start, live[s].key_end) for s in sealed)
+    new_union = merged((r.start, r.end) for r in new_ranges)
+    if old_union != new_union:
+        raise InvalidArgumentError(
+            f"scale: new key ranges cover {new_union}, the sealed segments cover {old_union}"
+        )
+    epoch = current.epoch + 1
+    number = max(s & 0xFFFFFFFF for s in h.segments) + 1
+    created = [
+        SegmentRecord(segment_id(epoch, number + i), time_ms, r.start, r.end)
+        for i, r in enumerate(new_ranges)
+    ]
+    kept = [s for s in current.segments if s.id not in set(sealed)]
+    segments = tuple(sorted(kept + created, key=lambda s: s.key_start))
+    check_cover([s.key_range for s in segments], f"epoch {epoch}")
+    return EpochRecord(epoch, time_ms, segments)
+
+
+async def start(
+    ctx: Context, meta: StreamMeta, sealed: Sequence[int], new_ranges: Sequence[KeyRange]
+) -> EpochRecord:
+    state, _ = await meta.state()
+    if state != StreamState.ACTIVE:
+        raise ConflictError(f"stream {meta.name} is {state.value}; it cannot scale")
+    epoch = plan(await history(meta), sealed, new_ranges, ctx.now_ms())
+    record = {"type": "scale", "epoch": epoch_to_json(epoch), "seal": list(sealed)}
+    await begin(meta, StreamState.SCALING, record)
+    await steps(ctx, meta, record)
+    return epoch
+
+
+async def steps(ctx: Context, meta: StreamMeta, record: Json) -> None:
+    epoch = epoch_from_json(record["epoch"])
+
+    def name(seg: int) -> str:
+        return qualified_segment_name(meta.scope, meta.stream, seg)
+
+    for s in epoch.segments:
+        if s.epoch == epoch.epoch:
+            await create_segment(ctx.store, name(s.id))
+    results: dict[str, Json] = {}
+    for seg in record["seal"]:
+        size = await ctx.store.seal(name(seg))
+        results[seg_key("sealed", seg)] = SealedRecord(size, epoch.epoch).to_json()
+    results[epoch_key(epoch.epoch)] = record["epoch"]
+    results["current_epoch"] = epoch.epoch
+    await finish(meta, StreamState.ACTIVE, results)
+    await ctx.md.remove(meta.table, [seg_key("cold", seg) for seg in record["seal"]])
