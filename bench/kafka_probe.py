@@ -29,7 +29,7 @@ def metadata_round_trip(host: str, port: int, timeout_s: float) -> bool:
             header = _recv_exactly(s, 8)
             size, got_id = struct.unpack(">ii", header)
             _recv_exactly(s, size - 4)
-            return got_id == correlation_id
+            return bool(got_id == correlation_id)
     except (OSError, ValueError):
         return False
 

@@ -232,9 +232,9 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     keys = [f"produce_{p}_ms" for p in pcts] + [f"e2e_{p}_ms" for p in pcts]
     labels = [f"produce {p}" for p in pcts] + [f"end-to-end {p}" for p in pcts]
     for i, s in enumerate(systems):
-        row = next((r for w, r in med[s].items() if w.startswith("latency-")), {})
+        lat: dict[str, float] = next((r for w, r in med[s].items() if w.startswith("latency-")), {})
         xs = [j + i * width for j in range(len(keys))]
-        ax_l.bar(xs, [row.get(k, 0.0) for k in keys], width, label=s)
+        ax_l.bar(xs, [lat.get(k, 0.0) for k in keys], width, label=s)
     ax_l.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(keys))])
     ax_l.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
     ax_l.set_ylabel("ms (median over runs)")

@@ -67,6 +67,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--producers", type=int, default=2, help="producer processes per case")
     p.add_argument("--linger-ms", type=int, default=5)
     p.add_argument("--batch-bytes", type=int, default=1_000_000)
+    p.add_argument(
+        "--fetch-wait-max-ms",
+        type=int,
+        default=500,
+        help="consumers' fetch.wait.max.ms (librdkafka's default)",
+    )
     p.add_argument("--latency-mbps", type=float, default=5.0, help="offered MB/s (1e6 B/s)")
     p.add_argument("--latency-seconds", type=float, default=10.0)
     p.add_argument("--latency-warmup-seconds", type=float, default=2.0)
@@ -106,7 +112,11 @@ class Bench:
         self.args = args
         self.work_dir = work_dir
         self.out_dir = out_dir
-        self.tuning = ClientTuning(linger_ms=args.linger_ms, batch_bytes=args.batch_bytes)
+        self.tuning = ClientTuning(
+            linger_ms=args.linger_ms,
+            batch_bytes=args.batch_bytes,
+            fetch_wait_max_ms=args.fetch_wait_max_ms,
+        )
         self.measurements: list[dict[str, Any]] = []
         self.failures: list[dict[str, Any]] = []
         self.versions: dict[str, str] = {}
@@ -117,19 +127,24 @@ class Bench:
         ]
         self.latency_workload = f"latency-{args.large_bytes}B-p1"
 
+    def steps_per_system(self) -> int:
+        return 1 + 2 * len(self.cases) + 1  # start, produce + consume per case, latency
+
     def steps_total(self) -> int:
-        per_system = 2 + 2 * len(self.cases) + 1  # start, produce+consume per case, latency
-        return self.args.runs * (1 + len(self.args.system_list) * per_system)
+        runs: int = self.args.runs
+        return runs * (1 + len(self.args.system_list) * self.steps_per_system())
 
     def records_for(self, size: int) -> int:
         if size == self.args.large_bytes:
             return max(1, int(self.args.large_mb * MIB / size))
-        return self.args.small_records
+        return int(self.args.small_records)
 
     def run(self, bar: tqdm) -> None:
         tansu_exe = systems.tansu_binary(self.args.cache_dir)
-        self.versions[report.PEER] = systems.tansu_version(tansu_exe)
-        self.versions[report.TIDEGATE] = systems.tidegate_version()
+        if report.PEER in self.args.system_list:
+            self.versions[report.PEER] = systems.tansu_version(tansu_exe)
+        if report.TIDEGATE in self.args.system_list:
+            self.versions[report.TIDEGATE] = systems.tidegate_version()
         for run in range(self.args.runs):
             bar.set_postfix_str(f"run {run + 1}: baselines")
             self.baselines(run)
@@ -166,7 +181,7 @@ class Bench:
 
     def one_system(self, run: int, server: systems.Server, bar: tqdm) -> None:
         name = server.name
-        per_system = 2 + 2 * len(self.cases) + 1
+        per_system = self.steps_per_system()
         done = 0
 
         def step(label: str) -> None:
@@ -295,6 +310,7 @@ class Bench:
             wall_s=r.wall_s,
             records=r.records,
             payload_bytes=r.payload_bytes,
+            **({} if r.first_record_s is None else {"first_record_s": r.first_record_s}),
         )
         return True
 

@@ -8,6 +8,7 @@ for the whole machine, so times taken in different processes can be subtracted.
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 import queue
@@ -33,6 +34,9 @@ class ClientTuning:
     queue_records_max: int = 1_000_000
     fetch_partition_bytes_max: int = 8 * 1024 * 1024
     latency_linger_ms: int = 1
+    # librdkafka's default, written out: how long a broker may hold a fetch that has no
+    # data yet. A broker that answers as soon as data arrives is not slowed by it.
+    fetch_wait_max_ms: int = 500
 
     def producer(self, bootstrap: str, linger_ms: int | None = None) -> dict[str, Any]:
         return {
@@ -54,6 +58,7 @@ class ClientTuning:
             "group.id": "tidegate-bench",
             "enable.auto.commit": False,
             "max.partition.fetch.bytes": self.fetch_partition_bytes_max,
+            "fetch.wait.max.ms": self.fetch_wait_max_ms,
         }
 
 
@@ -65,6 +70,8 @@ class PhaseResult:
     payload_bytes: int
     wall_s: float
     server_cpu_s: float
+    # Consume only: from assigning the partitions to the first record in hand.
+    first_record_s: float | None = None
 
     @property
     def mb_per_s(self) -> float:
@@ -84,7 +91,7 @@ class WorkloadError(RuntimeError):
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics([NewTopic(topic, partitions, 1)], request_timeout=timeout_s)
@@ -109,8 +116,7 @@ def _produce_worker(
     record_bytes: int,
     records: int,
     timeout_s: float,
-    barrier: Any,
-    out: Any,
+    gate: Gate,
 ) -> None:
     from confluent_kafka import Producer
 
@@ -125,7 +131,7 @@ def _produce_worker(
     producer = Producer(conf)
     producer.list_topics(topic, timeout=timeout_s)  # connect and learn leaders untimed
     value = os.urandom(record_bytes)
-    barrier.wait(timeout=timeout_s)
+    gate.ready_then_wait(timeout_s)
     start = time.monotonic()
     produce, poll = producer.produce, producer.poll
     for i in range(records):
@@ -139,7 +145,7 @@ def _produce_worker(
             poll(0)
     undelivered = producer.flush(timeout_s)
     end = time.monotonic()
-    out.put(
+    gate.report(
         {
             "start": start,
             "end": end,
@@ -160,8 +166,7 @@ def run_produce(
     timeout_s: float,
 ) -> PhaseResult:
     """`records` records of `record_bytes` split over `processes` producers, acks=all."""
-    barrier = _SPAWN.Barrier(processes + 1)
-    out = _SPAWN.Queue()
+    gate = Gate.new()
     shares = [
         records // processes + (1 if i < records % processes else 0) for i in range(processes)
     ]
@@ -169,11 +174,11 @@ def run_produce(
         _SPAWN.Process(
             target=_produce_worker,
             daemon=True,
-            args=(bootstrap, tuning, topic, record_bytes, n, timeout_s, barrier, out),
+            args=(bootstrap, tuning, topic, record_bytes, n, timeout_s, gate),
         )
         for n in shares
     ]
-    results = _run_workers(procs, barrier, out, server_pid, timeout_s)
+    results = _run_workers(procs, gate, server_pid, timeout_s)
     reports = results.reports
     failures = sum(r["failures"] for r in reports)
     if failures:
@@ -193,21 +198,24 @@ def _consume_worker(
     partitions: int,
     records: int,
     timeout_s: float,
-    barrier: Any,
-    out: Any,
+    gate: Gate,
 ) -> None:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer(tuning.consumer(bootstrap))
     consumer.list_topics(topic, timeout=timeout_s)
-    barrier.wait(timeout=timeout_s)
+    gate.ready_then_wait(timeout_s)
     start = time.monotonic()
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     got = payload = errors = 0
     first_error = None
+    first_record = None
     deadline = start + timeout_s
     while got < records and time.monotonic() < deadline:
-        for m in consumer.consume(10_000, 0.5):
+        batch = consumer.consume(10_000, 0.5)
+        if first_record is None and batch:
+            first_record = time.monotonic()
+        for m in batch:
             if m.error() is not None:
                 errors += 1
                 first_error = first_error or str(m.error())
@@ -216,10 +224,11 @@ def _consume_worker(
             payload += len(m)
     end = time.monotonic()
     consumer.close()
-    out.put(
+    gate.report(
         {
             "start": start,
             "end": end,
+            "first_record": first_record,
             "records": got,
             "payload": payload,
             "errors": errors,
@@ -238,21 +247,26 @@ def run_consume(
     timeout_s: float,
 ) -> PhaseResult:
     """Read all `records` of `topic` from the start with one assigning consumer."""
-    barrier = _SPAWN.Barrier(2)
-    out = _SPAWN.Queue()
+    gate = Gate.new()
     proc = _SPAWN.Process(
         target=_consume_worker,
         daemon=True,
-        args=(bootstrap, tuning, topic, partitions, records, timeout_s, barrier, out),
+        args=(bootstrap, tuning, topic, partitions, records, timeout_s, gate),
     )
-    results = _run_workers([proc], barrier, out, server_pid, timeout_s)
+    results = _run_workers([proc], gate, server_pid, timeout_s)
     r = results.reports[0]
     if r["records"] != records:
         raise WorkloadError(
             f"consumed {r['records']} of {records} records "
             f"({r['errors']} errors, first: {r['first_error']})"
         )
-    return PhaseResult(r["records"], r["payload"], r["end"] - r["start"], results.server_cpu_s)
+    return PhaseResult(
+        r["records"],
+        r["payload"],
+        r["end"] - r["start"],
+        results.server_cpu_s,
+        first_record_s=r["first_record"] - r["start"],
+    )
 
 
 # -- latency -----------------------------------------------------------------------------
@@ -269,8 +283,7 @@ def _latency_producer(
     rate_records_per_s: float,
     records: int,
     timeout_s: float,
-    barrier: Any,
-    out: Any,
+    gate: Gate,
 ) -> None:
     from confluent_kafka import Producer
 
@@ -289,7 +302,7 @@ def _latency_producer(
 
         return cb
 
-    barrier.wait(timeout=timeout_s)
+    gate.ready_then_wait(timeout_s)
     start = time.monotonic()
     for seq in range(records):
         due = start + seq / rate_records_per_s
@@ -303,7 +316,7 @@ def _latency_producer(
         producer.poll(0)
     undelivered = producer.flush(timeout_s)
     end = time.monotonic()
-    out.put(
+    gate.report(
         {
             "role": "producer",
             "start": start,
@@ -321,8 +334,7 @@ def _latency_consumer(
     topic: str,
     records: int,
     timeout_s: float,
-    barrier: Any,
-    out: Any,
+    gate: Gate,
 ) -> None:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
@@ -331,18 +343,19 @@ def _latency_consumer(
     consumer.consume(1, 0.2)  # the fetch loop is running before the producer starts
     e2e_ns = [0] * records
     got = 0
-    barrier.wait(timeout=timeout_s)
+    gate.ready_then_wait(timeout_s)
     deadline = time.monotonic() + timeout_s
     while got < records and time.monotonic() < deadline:
         batch = consumer.consume(1000, 0.1)
         now = time.monotonic_ns()
         for m in batch:
-            if m.error() is None:
-                sent, seq = _STAMP.unpack_from(m.value())
+            value = m.value()
+            if m.error() is None and value is not None:
+                sent, seq = _STAMP.unpack_from(value)
                 e2e_ns[seq] = now - sent
                 got += 1
     consumer.close()
-    out.put({"role": "consumer", "records": got, "e2e_latency_ns": e2e_ns})
+    gate.report({"role": "consumer", "records": got, "e2e_latency_ns": e2e_ns})
 
 
 @dataclass(frozen=True)
@@ -363,7 +376,7 @@ def percentiles_ms(samples_ns: list[int]) -> dict[str, float]:
         raise WorkloadError("no latency samples")
 
     def rank(q: float) -> float:
-        return s[min(len(s) - 1, max(0, int(q * len(s) + 0.5) - 1))] / 1e6
+        return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))] / 1e6
 
     return {"p50": rank(0.50), "p99": rank(0.99), "p99.9": rank(0.999), "max": s[-1] / 1e6}
 
@@ -383,21 +396,20 @@ def run_latency(
     rate = rate_bytes_per_s / record_bytes
     records = int(rate * (seconds + warmup_s))
     warmup = int(rate * warmup_s)
-    barrier = _SPAWN.Barrier(3)
-    out = _SPAWN.Queue()
+    gate = Gate.new()
     procs = [
         _SPAWN.Process(
             target=_latency_consumer,
             daemon=True,
-            args=(bootstrap, tuning, topic, records, timeout_s, barrier, out),
+            args=(bootstrap, tuning, topic, records, timeout_s, gate),
         ),
         _SPAWN.Process(
             target=_latency_producer,
             daemon=True,
-            args=(bootstrap, tuning, topic, record_bytes, rate, records, timeout_s, barrier, out),
+            args=(bootstrap, tuning, topic, record_bytes, rate, records, timeout_s, gate),
         ),
     ]
-    results = _run_workers(procs, barrier, out, server_pid, timeout_s + seconds + warmup_s)
+    results = _run_workers(procs, gate, server_pid, timeout_s + seconds + warmup_s)
     by_role = {r["role"]: r for r in results.reports}
     prod, cons = by_role["producer"], by_role["consumer"]
     if prod["failures"]:
@@ -419,38 +431,67 @@ def run_latency(
 
 
 @dataclass(frozen=True)
+class Gate:
+    """Starts client processes together and carries their one report each back.
+
+    Each worker connects, then says it is ready and waits for `go`; the parent opens the
+    gate once all are ready, so connection set-up is never timed, and notices a worker
+    that died before it got ready instead of waiting out a timeout.
+    """
+
+    ready: Any  # multiprocessing Queue of pids
+    go: Any  # multiprocessing Event
+    reports: Any  # multiprocessing Queue of dicts
+
+    @staticmethod
+    def new() -> Gate:
+        return Gate(_SPAWN.Queue(), _SPAWN.Event(), _SPAWN.Queue())
+
+    def ready_then_wait(self, timeout_s: float) -> None:
+        self.ready.put(os.getpid())
+        if not self.go.wait(timeout_s):
+            raise TimeoutError("the phase never started")
+
+    def report(self, figures: dict[str, Any]) -> None:
+        self.reports.put(figures)
+
+
+@dataclass(frozen=True)
 class _WorkerResults:
     reports: list[dict[str, Any]]
     server_cpu_s: float
 
 
-def _run_workers(
-    procs: list[Any], barrier: Any, out: Any, server_pid: int, timeout_s: float
-) -> _WorkerResults:
+def _collect(q: Any, count: int, procs: list[Any], timeout_s: float, what: str) -> list[Any]:
+    """`count` items from `q`; fails as soon as a worker exits non-zero or time runs out."""
+    items: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    while len(items) < count:
+        try:
+            items.append(q.get(timeout=0.2))
+        except queue.Empty:
+            dead = [p for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                raise WorkloadError(f"client process exited {dead[0].exitcode} {what}") from None
+            if time.monotonic() > deadline:
+                raise WorkloadError(f"client processes timed out {what}") from None
+    return items
+
+
+def _run_workers(procs: list[Any], gate: Gate, server_pid: int, timeout_s: float) -> _WorkerResults:
     """Start `procs`, release them together, collect one report each, charge server CPU.
 
-    The server's CPU is read when the barrier opens and when the last report arrives.
-    Any worker that dies or overruns `timeout_s` fails the phase (its processes killed).
+    The server's CPU is read when the gate opens and when the last report arrives.
     """
     for p in procs:
         p.start()
     try:
-        try:
-            barrier.wait(timeout=min(timeout_s, _READY_TIMEOUT_S))
-        except Exception as e:  # BrokenBarrierError: a worker died before it was ready
-            raise WorkloadError(f"client processes did not get ready: {e!r}") from e
+        _collect(
+            gate.ready, len(procs), procs, min(timeout_s, _READY_TIMEOUT_S), "before it was ready"
+        )
         cpu0 = cpu_seconds(server_pid)
-        reports: list[dict[str, Any]] = []
-        deadline = time.monotonic() + timeout_s
-        while len(reports) < len(procs):
-            try:
-                reports.append(out.get(timeout=1.0))
-            except queue.Empty:
-                if time.monotonic() > deadline:
-                    raise WorkloadError("client processes overran the phase timeout") from None
-                dead = [p for p in procs if p.exitcode not in (None, 0)]
-                if dead:
-                    raise WorkloadError(f"client process exited {dead[0].exitcode}") from None
+        gate.go.set()
+        reports = _collect(gate.reports, len(procs), procs, timeout_s, "during the phase")
         cpu1 = cpu_seconds(server_pid)
         return _WorkerResults(reports, cpu1 - cpu0)
     finally:

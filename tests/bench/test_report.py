@@ -1,0 +1,73 @@
+"""The benchmark's arithmetic: medians, percentiles, goal ratios, and the /proc readers."""
+
+from __future__ import annotations
+
+import os
+
+from bench import report
+from bench.procstat import cpu_seconds, peak_rss_bytes
+from bench.workloads import PhaseResult, percentiles_ms
+
+
+def _m(run: int, system: str, workload: str, **metrics: float) -> dict[str, object]:
+    return {"run": run, "system": system, "workload": workload, **metrics}
+
+
+def test_medians_per_system_and_workload() -> None:
+    ms = [
+        _m(0, "tidegate", "produce-1024B-p16", mb_per_s=10.0),
+        _m(1, "tidegate", "produce-1024B-p16", mb_per_s=30.0),
+        _m(2, "tidegate", "produce-1024B-p16", mb_per_s=20.0),
+        _m(0, "tansu-memory", "produce-1024B-p16", mb_per_s=40.0),
+    ]
+    med = report.medians(ms)
+    assert med["tidegate"]["produce-1024B-p16"] == {"mb_per_s": 20.0, "runs": 3}
+    assert med["tansu-memory"]["produce-1024B-p16"]["mb_per_s"] == 40.0
+
+
+def test_goal_ratios_against_peer_and_disk() -> None:
+    ms = [
+        _m(0, "tidegate", "produce-1024B-p16", mb_per_s=150.0),
+        _m(0, "tansu-memory", "produce-1024B-p16", mb_per_s=100.0),
+        _m(0, "tidegate", "consume-1024B-p16", mb_per_s=100.0),
+        _m(0, "tansu-memory", "consume-1024B-p16", mb_per_s=100.0),
+        _m(0, "tidegate", "produce-100B-p16", records_per_s=400_000.0),
+        _m(0, "tidegate", "latency-1024B-p1", produce_p99_ms=7.5),
+        _m(0, "baseline", "disk-fdatasync-1MiB", mb_per_s=300.0),
+    ]
+    r = report.goal_ratios(report.medians(ms), 1024, 100, 16, "latency-1024B-p1")
+    assert r["produce_1k_vs_tansu_memory"] == 1.5
+    assert r["produce_1k_vs_disk_fdatasync"] == 0.5
+    assert r["consume_vs_tansu_memory"] == 1.0
+    assert r["goals_met"] == {
+        "produce_1k_vs_tansu_memory": True,
+        "produce_1k_vs_disk_fdatasync": False,
+        "produce_100b_records_per_s": True,
+        "consume_vs_tansu_memory": False,
+        "produce_p99_ms_at_rate": False,
+    }
+
+
+def test_missing_side_gives_no_ratio() -> None:
+    r = report.goal_ratios({}, 1024, 100, 16, "latency-1024B-p1")
+    assert r["produce_1k_vs_tansu_memory"] is None
+    assert set(r["goals_met"].values()) == {None}
+
+
+def test_percentiles_nearest_rank() -> None:
+    samples = [i * 1_000_000 for i in range(1, 1001)]  # 1 ms .. 1000 ms
+    p = percentiles_ms(samples)
+    assert (p["p50"], p["p99"], p["p99.9"], p["max"]) == (500.0, 990.0, 999.0, 1000.0)
+
+
+def test_phase_result_units() -> None:
+    r = PhaseResult(records=1000, payload_bytes=2_000_000, wall_s=2.0, server_cpu_s=0.5)
+    assert (r.mb_per_s, r.records_per_s, r.cpu_s_per_gb) == (1.0, 500.0, 250.0)
+
+
+def test_proc_readers_see_this_process() -> None:
+    pid = os.getpid()
+    before = cpu_seconds(pid)
+    sum(i * i for i in range(2_000_000))
+    assert cpu_seconds(pid) > before
+    assert peak_rss_bytes(pid) > 10 * 1024 * 1024
