@@ -1,0 +1,185 @@
+"""Auto-scaling and retention policies."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from core.controller.api import (
+    KeyRange,
+    RetentionPolicy,
+    RetentionType,
+    ScalingPolicy,
+    ScalingType,
+    StreamConfig,
+    qualified_segment_name,
+    segment_id,
+)
+from core.controller.config import ControllerConfig
+from core.controller.controller import StreamController
+from core.controller.keyspace import is_cover
+from core.segmentstore.api import SegmentNotFoundError, SegmentTraffic
+from core.segmentstore.inmemory import InMemorySegmentStore
+from tests.controller.conftest import Clock
+
+POLICY = ControllerConfig(
+    autoscale_period_ms=0,
+    autoscale_cooldown_ms=0,
+    retention_period_ms=0,
+    txn_timeout_check_period_ms=0,
+)
+
+
+class Rates:
+    """A traffic source the test sets by hand: segment name -> events/s."""
+
+    def __init__(self) -> None:
+        self.events: dict[str, float] = {}
+
+    def __call__(self, name: str) -> SegmentTraffic:
+        e = self.events.get(name, 0.0)
+        return SegmentTraffic(bytes_per_second=e * 1024, events_per_second=e)
+
+
+def rate_config(min_segments: int = 1, factor: int = 2, kind: ScalingType = ScalingType.BY_RATE_IN_EVENTS_PER_SEC) -> StreamConfig:
+    return StreamConfig(scaling=ScalingPolicy(kind, target_rate=100, scale_factor=factor, min_segments=min_segments))
+
+
+@pytest.fixture
+async def scaler(store: InMemorySegmentStore, clock: Clock) -> tuple[StreamController, Rates]:
+    rates = Rates()
+    ctl = StreamController(store, POLICY, clock=clock, traffic=rates)
+    await ctl.start()
+    await ctl.create_scope("s")
+    return ctl, rates
+
+
+def name(seg: int) -> str:
+    return qualified_segment_name("s", "t", seg)
+
+
+async def test_hot_split_then_cold_merge(scaler: tuple[StreamController, Rates]) -> None:
+    ctl, rates = scaler
+    await ctl.create_stream("s", "t", rate_config(factor=3))
+    rates.events[name(segment_id(0, 0))] = 500
+    await ctl.autoscaler.run_once()
+    segs = await ctl.get_current_segments("s", "t")
+    assert len(segs) == 3
+    assert is_cover([s.key_range for s in segs])
+    # one of three cold: marked, not merged (needs a cold neighbour)
+    rates.events = {name(segs[0].id): 10, name(segs[1].id): 80, name(segs[2].id): 80}
+    await ctl.autoscaler.run_once()
+    assert len(await ctl.get_current_segments("s", "t")) == 3
+    # two cold neighbours: merged
+    rates.events = {name(segs[0].id): 10, name(segs[1].id): 10, name(segs[2].id): 80}
+    await ctl.autoscaler.run_once()
+    after = await ctl.get_current_segments("s", "t")
+    assert [(s.key_start, s.key_end) for s in after] == [(0.0, segs[1].key_end), (segs[2].key_start, 1.0)]
+    rates.events = {}
+    await ctl.autoscaler.run_once()
+    assert [(s.key_start, s.key_end) for s in await ctl.get_current_segments("s", "t")] == [(0.0, 1.0)]
+    await ctl.close()
+
+
+async def test_min_segments_honoured(scaler: tuple[StreamController, Rates]) -> None:
+    ctl, rates = scaler
+    await ctl.create_stream("s", "t", rate_config(min_segments=2))
+    for _ in range(3):
+        await ctl.autoscaler.run_once()
+    assert len(await ctl.get_current_segments("s", "t")) == 2
+    await ctl.close()
+
+
+async def test_fixed_policy_never_scales(scaler: tuple[StreamController, Rates]) -> None:
+    ctl, rates = scaler
+    await ctl.create_stream("s", "t", StreamConfig())
+    rates.events[name(segment_id(0, 0))] = 10_000
+    await ctl.autoscaler.run_once()
+    assert len(await ctl.get_current_segments("s", "t")) == 1
+    await ctl.close()
+
+
+async def test_kbytes_policy_and_cooldown(store: InMemorySegmentStore, clock: Clock) -> None:
+    rates = Rates()
+    config = ControllerConfig(autoscale_period_ms=0, autoscale_cooldown_ms=5_000, retention_period_ms=0, txn_timeout_check_period_ms=0)
+    ctl = StreamController(store, config, clock=clock, traffic=rates)
+    await ctl.start()
+    await ctl.create_scope("s")
+    await ctl.create_stream("s", "t", rate_config(kind=ScalingType.BY_RATE_IN_KBYTES_PER_SEC))
+    rates.events[name(segment_id(0, 0))] = 200  # 200 KB/s
+    await ctl.autoscaler.run_once()
+    assert len(await ctl.get_current_segments("s", "t")) == 1  # too young
+    clock.advance(6)
+    await ctl.autoscaler.run_once()
+    assert len(await ctl.get_current_segments("s", "t")) == 2
+    await ctl.close()
+
+
+async def test_background_autoscale_loop(store: InMemorySegmentStore, clock: Clock) -> None:
+    rates = Rates()
+    config = ControllerConfig(autoscale_period_ms=20, autoscale_cooldown_ms=0, retention_period_ms=0, txn_timeout_check_period_ms=0)
+    ctl = StreamController(store, config, clock=clock, traffic=rates)
+    await ctl.start()
+    await ctl.create_scope("s")
+    await ctl.create_stream("s", "t", rate_config())
+    rates.events[name(segment_id(0, 0))] = 1000
+    for _ in range(200):
+        if len(await ctl.get_current_segments("s", "t")) > 1:
+            break
+        await asyncio.sleep(0.01)
+    rates.events.clear()
+    for _ in range(200):
+        segs = await ctl.get_current_segments("s", "t")
+        if len(segs) == 1 and len(await ctl.get_epochs("s", "t")) >= 3:
+            break
+        await asyncio.sleep(0.01)
+    epochs = await ctl.get_epochs("s", "t")
+    assert [len(e.segments) for e in epochs[:3]] == [1, 2, 1]
+    await ctl.close()
+
+
+async def test_time_retention(store: InMemorySegmentStore, clock: Clock) -> None:
+    ctl = StreamController(store, POLICY, clock=clock)
+    await ctl.start()
+    await ctl.create_scope("s")
+    cfg = StreamConfig(retention=RetentionPolicy(RetentionType.TIME, 10_000))
+    await ctl.create_stream("s", "t", cfg)
+    s0 = name(segment_id(0, 0))
+    await store.append(s0, b"a" * 100)
+    await ctl.retention.run_once()  # cut at 100, t=0
+    clock.advance(5)
+    await store.append(s0, b"b" * 100)
+    await ctl.retention.run_once()  # cut at 200, t=5
+    assert await ctl.get_head_segments("s", "t") == {segment_id(0, 0): 0}
+    clock.advance(6)  # the first cut is now 11 s old
+    await ctl.retention.run_once()
+    assert await ctl.get_head_segments("s", "t") == {segment_id(0, 0): 100}
+    assert (await store.get_info(s0)).start_offset == 100
+    clock.advance(5)
+    await ctl.retention.run_once()
+    assert await ctl.get_head_segments("s", "t") == {segment_id(0, 0): 200}
+    await ctl.close()
+
+
+async def test_size_retention_across_scale(store: InMemorySegmentStore, clock: Clock) -> None:
+    ctl = StreamController(store, POLICY, clock=clock)
+    await ctl.start()
+    await ctl.create_scope("s")
+    await ctl.create_stream("s", "t", StreamConfig(retention=RetentionPolicy(RetentionType.SIZE, 150)))
+    s0 = segment_id(0, 0)
+    await store.append(name(s0), b"a" * 100)
+    await ctl.retention.run_once()  # size 100
+    await ctl.scale("s", "t", [s0], [KeyRange(0.0, 0.5), KeyRange(0.5, 1.0)])
+    a, b = segment_id(1, 1), segment_id(1, 2)
+    await store.append(name(a), b"b" * 100)
+    clock.advance(1)
+    await ctl.retention.run_once()  # size 200: keeps >= 150 -> nothing eligible (200-100 < 150)
+    assert await ctl.get_head_segments("s", "t") == {s0: 0}
+    await store.append(name(b), b"c" * 200)
+    clock.advance(1)
+    await ctl.retention.run_once()  # size 400: cut at 100 leaves 300, cut at 200 leaves 200
+    assert await ctl.get_head_segments("s", "t") == {a: 100, b: 0}
+    with pytest.raises(SegmentNotFoundError):
+        await store.get_info(name(s0))
+    await ctl.close()
