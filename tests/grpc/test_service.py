@@ -1,0 +1,191 @@
+"""The controller gRPC service through a real ``grpc.aio`` channel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import pytest
+
+from core.controller.api import qualified_segment_name
+from gateway.grpc_service import ERROR_METADATA_KEY, start_grpc_server
+from protocol.controller_grpc import pb2
+from tests.grpc.conftest import Grpc
+
+
+async def _fails(call: Any, code: grpc.StatusCode, error: str | None = None) -> str:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call
+    assert info.value.code() == code, info.value.details()
+    if error is not None:
+        trailers = dict(info.value.trailing_metadata() or ())
+        assert trailers.get(ERROR_METADATA_KEY) == error
+    return str(info.value.details())
+
+
+def _sr(stream: str = "s") -> Any:
+    return pb2.StreamRequest(scope="sc", stream=stream)
+
+
+async def _create(rpc: Grpc, stream: str = "s", **config: Any) -> Any:
+    scopes = (await rpc.stub.ListScopes(pb2.ListScopesRequest())).scopes
+    if "sc" not in scopes:
+        await rpc.stub.CreateScope(pb2.ScopeRequest(scope="sc"))
+    return await rpc.stub.CreateStream(
+        pb2.CreateStreamRequest(scope="sc", stream=stream, config=pb2.StreamConfig(**config))
+    )
+
+
+async def test_scopes(rpc: Grpc) -> None:
+    s = rpc.stub
+    assert (await s.CreateScope(pb2.ScopeRequest(scope="a"))).scope == "a"
+    await s.CreateScope(pb2.ScopeRequest(scope="b"))
+    await _fails(s.CreateScope(pb2.ScopeRequest(scope="a")), grpc.StatusCode.ALREADY_EXISTS)
+    assert list((await s.ListScopes(pb2.ListScopesRequest())).scopes) == ["a", "b"]
+    await s.CreateStream(pb2.CreateStreamRequest(scope="a", stream="x"))
+    await _fails(
+        s.DeleteScope(pb2.ScopeRequest(scope="a")),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "ScopeNotEmptyError",
+    )
+    await s.DeleteScope(pb2.ScopeRequest(scope="b"))
+    await _fails(
+        s.DeleteScope(pb2.ScopeRequest(scope="b")), grpc.StatusCode.NOT_FOUND, "ScopeNotFoundError"
+    )
+    await _fails(s.CreateScope(pb2.ScopeRequest(scope="")), grpc.StatusCode.INVALID_ARGUMENT)
+    await _fails(s.CreateScope(pb2.ScopeRequest(scope="a/b")), grpc.StatusCode.INVALID_ARGUMENT)
+
+
+async def test_stream_config_round_trips(rpc: Grpc) -> None:
+    info = await _create(
+        rpc,
+        scaling=pb2.ScalingPolicy(
+            type=pb2.BY_RATE_IN_EVENTS_PER_SEC, target_rate=50, scale_factor=3, min_segments=3
+        ),
+        retention=pb2.RetentionPolicy(type=pb2.SIZE, value=1 << 30),
+        tags=["t1", "t2"],
+    )
+    assert info.scope == "sc" and info.stream == "s" and info.state == pb2.ACTIVE
+    assert info.config.scaling.type == pb2.BY_RATE_IN_EVENTS_PER_SEC
+    assert (info.config.scaling.target_rate, info.config.scaling.min_segments) == (50, 3)
+    assert info.config.retention.type == pb2.SIZE and info.config.retention.value == 1 << 30
+    assert list(info.config.tags) == ["t1", "t2"]
+    assert await rpc.stub.GetStream(_sr()) == info
+
+    plain = await _create(rpc, "p")
+    assert not plain.config.HasField("retention")
+    assert plain.config.scaling.min_segments == 1
+    listed = await rpc.stub.ListStreams(pb2.ListStreamsRequest(scope="sc"))
+    assert list(listed.streams) == ["p", "s"]
+    tagged = await rpc.stub.ListStreams(pb2.ListStreamsRequest(scope="sc", tag="t2"))
+    assert list(tagged.streams) == ["s"]
+
+    updated = await rpc.stub.UpdateStream(
+        pb2.UpdateStreamRequest(scope="sc", stream="p", config=pb2.StreamConfig(tags=["new"]))
+    )
+    assert list(updated.config.tags) == ["new"]
+    await _fails(
+        rpc.stub.CreateStream(pb2.CreateStreamRequest(scope="sc", stream="s")),
+        grpc.StatusCode.ALREADY_EXISTS,
+        "StreamExistsError",
+    )
+    await _fails(
+        rpc.stub.GetStream(_sr("nope")), grpc.StatusCode.NOT_FOUND, "StreamNotFoundError"
+    )
+    await _fails(
+        rpc.stub.CreateStream(pb2.CreateStreamRequest(scope="nope", stream="s")),
+        grpc.StatusCode.NOT_FOUND,
+        "ScopeNotFoundError",
+    )
+
+
+async def test_create_with_key_ranges_and_key_lookup(rpc: Grpc) -> None:
+    await rpc.stub.CreateScope(pb2.ScopeRequest(scope="sc"))
+    ranges = [pb2.KeyRange(start=0, end=0.2), pb2.KeyRange(start=0.2, end=1)]
+    await rpc.stub.CreateStream(pb2.CreateStreamRequest(scope="sc", stream="s", key_ranges=ranges))
+    current = (await rpc.stub.GetCurrentSegments(_sr())).segments
+    assert [(x.key_start, x.key_end) for x in current] == [(0, 0.2), (0.2, 1)]
+    hit = await rpc.stub.GetSegmentForKey(pb2.SegmentForKeyRequest(scope="sc", stream="s", key=0.5))
+    assert (hit.key_start, hit.key_end) == (0.2, 1)
+    await _fails(
+        rpc.stub.CreateStream(
+            pb2.CreateStreamRequest(
+                scope="sc", stream="gap", key_ranges=[pb2.KeyRange(start=0, end=0.5)]
+            )
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+    await _fails(
+        rpc.stub.GetSegmentForKey(
+            pb2.SegmentForKeyRequest(scope="sc", stream="s", key=float("nan"))
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+
+
+async def test_scale_successors_epochs_truncate(rpc: Grpc) -> None:
+    await _create(rpc, scaling=pb2.ScalingPolicy(min_segments=2, scale_factor=2))
+    epoch = await rpc.stub.Scale(
+        pb2.ScaleRequest(
+            scope="sc",
+            stream="s",
+            sealed_segments=[0],
+            new_ranges=[pb2.KeyRange(start=0, end=0.25), pb2.KeyRange(start=0.25, end=0.5)],
+        )
+    )
+    assert epoch.epoch == 1 and len(epoch.segments) == 3
+    new = sorted((s for s in epoch.segments if s.epoch == 1), key=lambda s: s.key_start)
+    assert [s.id for s in new] == [(1 << 32) | s.number for s in new]
+
+    succ = await rpc.stub.GetSuccessors(pb2.SegmentRequest(scope="sc", stream="s", segment_id=0))
+    assert [(e.segment.id, list(e.predecessors)) for e in succ.successors] == [
+        (s.id, [0]) for s in new
+    ]
+    epochs = (await rpc.stub.GetEpochs(_sr())).epochs
+    assert [e.epoch for e in epochs] == [0, 1]
+    assert epochs[1] == epoch
+
+    await _fails(
+        rpc.stub.Scale(
+            pb2.ScaleRequest(
+                scope="sc", stream="s", sealed_segments=[1], new_ranges=[pb2.KeyRange(start=0.5, end=0.9)]
+            )
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+
+    await rpc.store.append(qualified_segment_name("sc", "s", 1), b"y" * 64)
+    cut = {new[0].id: 0, new[1].id: 0, 1: 32}
+    head = await rpc.stub.Truncate(
+        pb2.TruncateRequest(scope="sc", stream="s", cut=pb2.StreamCut(cut=cut))
+    )
+    assert dict(head.cut) == cut
+    assert dict((await rpc.stub.GetHeadSegments(_sr())).cut) == cut
+    await _fails(
+        rpc.stub.Truncate(
+            pb2.TruncateRequest(scope="sc", stream="s", cut=pb2.StreamCut(cut={0: 0, 1: 0}))
+        ),
+        grpc.StatusCode.FAILED_PRECONDITION,
+    )
+
+
+async def test_seal_and_delete(rpc: Grpc) -> None:
+    await _create(rpc)
+    await _fails(rpc.stub.DeleteStream(_sr()), grpc.StatusCode.FAILED_PRECONDITION, "ConflictError")
+    sealed = await rpc.stub.SealStream(_sr())
+    assert sealed.state == pb2.SEALED
+    await _fails(
+        rpc.stub.Scale(
+            pb2.ScaleRequest(
+                scope="sc", stream="s", sealed_segments=[0], new_ranges=[pb2.KeyRange(start=0, end=1)]
+            )
+        ),
+        grpc.StatusCode.FAILED_PRECONDITION,
+    )
+    await rpc.stub.DeleteStream(_sr())
+    await _fails(rpc.stub.GetStream(_sr()), grpc.StatusCode.NOT_FOUND)
+
+
+async def test_port_in_use_is_an_os_error(rpc: Grpc) -> None:
+    with pytest.raises(OSError):
+        await start_grpc_server(rpc.controller, "127.0.0.1", rpc.port)
