@@ -1,0 +1,173 @@
+"""Applying durable operations: the operation metadata updater.
+
+``commit`` runs for the operations of each durable frame, in log order: it advances the
+committed metadata, feeds the read index, table indexes and traffic meters, and hands
+the operation to the storage writer. ``replay`` does the same during recovery, where the
+pending view is rebuilt too (pending == committed once replay ends).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from core.segmentstore.metadata import SegmentMeta
+from core.segmentstore.operations import (
+    AppendOp,
+    AttrsOp,
+    CreateOp,
+    MergeOp,
+    Operation,
+    OpKind,
+    TableCompactOp,
+    TableWriteOp,
+    TruncateOp,
+)
+from core.segmentstore.tables import TableIndex
+
+if TYPE_CHECKING:
+    from core.segmentstore.container import SegmentContainer
+
+
+class Applier:
+    def __init__(self, container: SegmentContainer) -> None:
+        self.c = container
+        #: Names deleted during replay (a later segment of that name may find the old
+        #: one's data still in Tier-2 until the writer applies the deletion).
+        self.replay_deleted: set[str] = set()
+
+    def commit(self, ops: list[Operation]) -> None:
+        c = self.c
+        writer = c.writer
+        now_ms = int(c.wall_clock() * 1000)
+        for op in ops:
+            kind = op.kind
+            if kind == OpKind.APPEND:
+                assert isinstance(op, AppendOp)
+                meta = c.md.by_id[op.segment_id]
+                self._append(meta, op, op.offset, op.length, now_ms)
+                if op.attributes:
+                    meta.attributes.update(op.attributes)
+                c.traffic.record(meta.name, op.length, op.event_count)
+            else:
+                self._apply(op, now_ms, live=True)
+            writer.add(op)
+
+    def replay(self, op: Operation) -> None:
+        c = self.c
+        c.md.seq = max(c.md.seq, op.seq)
+        self._apply(op, int(c.wall_clock() * 1000), live=False)
+        c.writer.add(op)
+
+    def _append(self, meta: SegmentMeta, op: AppendOp | TableWriteOp, offset: int, n: int, now_ms: int) -> None:
+        if offset != meta.length:
+            raise AssertionError(f"{meta.name}: append at {offset}, length {meta.length}")
+        meta.length = offset + n
+        if now_ms:
+            meta.last_modified_ms = now_ms
+        data = op.data
+        assert data is not None
+        idx = self.c.read_index.get(meta)
+        if n:
+            idx.add_append(offset, data, op)
+        op.data = None
+        idx.notify()
+
+    def _apply(self, op: Operation, now_ms: int, *, live: bool) -> None:
+        c = self.c
+        md = c.md
+        kind = op.kind
+        if kind == OpKind.CHECKPOINT:
+            return
+        if kind == OpKind.CREATE:
+            assert isinstance(op, CreateOp)
+            if live:
+                meta = md.by_id[op.segment_id]
+            else:
+                meta = md.new_segment(op.name, op.is_table, dict(op.attributes))
+                md.next_id = max(md.next_id, op.segment_id + 1)
+                del md.by_id[meta.id]
+                meta.id = op.segment_id
+                md.by_id[meta.id] = meta
+                meta.tier2_stale = op.name in self.replay_deleted
+                if op.is_table:
+                    c.tables[meta.id] = TableIndex()
+            meta.created = True
+            meta.last_modified_ms = now_ms
+            return
+        meta = md.by_id[op.segment_id]
+        if kind == OpKind.APPEND:
+            assert isinstance(op, AppendOp)
+            self._append(meta, op, op.offset, op.length, now_ms)
+            meta.attributes.update(op.attributes)
+            if not live:
+                meta.p_length = meta.length
+                meta.p_attributes.update(op.attributes)
+        elif kind == OpKind.TABLE_WRITE or kind == OpKind.TABLE_COMPACT:
+            assert isinstance(op, TableWriteOp)
+            data = op.data
+            assert data is not None
+            self._append(meta, op, op.offset, op.length, now_ms)
+            table = c.tables[meta.id]
+            if kind == OpKind.TABLE_COMPACT:
+                assert isinstance(op, TableCompactOp)
+                if live:
+                    table.apply(data, op.offset, queued=True, compact=True)
+                    table.compacting = False
+                self._truncate(meta, op.new_start, live)
+            elif live:
+                table.apply(data, op.offset, queued=True)
+            if not live:
+                meta.p_length = meta.length
+            else:
+                c.maybe_compact(meta)
+        elif kind == OpKind.ATTRS:
+            assert isinstance(op, AttrsOp)
+            meta.attributes.update(op.attributes)
+            if not live:
+                meta.p_attributes.update(op.attributes)
+        elif kind == OpKind.SEAL:
+            meta.sealed = True
+            if not live:
+                meta.p_sealed = True
+            c.read_index.get(meta).notify()
+        elif kind == OpKind.TRUNCATE:
+            assert isinstance(op, TruncateOp)
+            self._truncate(meta, op.offset, live)
+        elif kind == OpKind.MERGE:
+            assert isinstance(op, MergeOp)
+            src = md.by_id[op.source_id]
+            src.sealed = src.deleted = True
+            if not live:
+                src.p_sealed = src.p_deleted = True
+                if md.by_name.get(src.name) is src:
+                    del md.by_name[src.name]
+            meta.length += op.length
+            if not live:
+                meta.p_length = meta.length
+            if now_ms:
+                meta.last_modified_ms = now_ms
+            idx = c.read_index.get(meta)
+            if op.length:
+                idx.merges.append((op.offset, op.length, c.read_index.get(src)))
+            idx.notify()
+            c.traffic.forget(src.name)
+        elif kind == OpKind.DELETE:
+            meta.deleted = True
+            if not live:
+                meta.p_deleted = True
+                self.replay_deleted.add(meta.name)
+                if md.by_name.get(meta.name) is meta:
+                    del md.by_name[meta.name]
+            c.read_index.get(meta).notify()  # tail readers wake to find it gone
+            c.tables.pop(meta.id, None)
+            c.traffic.forget(meta.name)
+        else:
+            raise AssertionError(f"cannot apply {op.kind}")
+
+    def _truncate(self, meta: SegmentMeta, offset: int, live: bool) -> None:
+        meta.start_offset = max(meta.start_offset, offset)
+        if not live:
+            meta.p_start = meta.start_offset
+        c = self.c
+        c.read_index.get(meta).truncate(meta.start_offset)
+

@@ -1,0 +1,48 @@
+"""Configuration of the segment store: every bound, named with its unit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentStoreConfig:
+    #: Containers in the cluster; a segment lives in container ``crc32c(name) % count``.
+    container_count: int = 4
+    #: Containers this node runs (``None``: all of them). Others raise
+    #: ``ContainerNotOwnedError``.
+    owned_containers: tuple[int, ...] | None = None
+    #: Bytes of segment data the read-index caches hold, all containers together
+    #: (payload plus a fixed per-entry overhead).
+    cache_bytes_max: int = 256 * MiB
+    #: Largest data frame (one Tier-1 entry), header included.
+    frame_bytes_max: int = 1 * MiB
+    #: Data frames handed to the Tier-1 log and not yet durable, per container.
+    frames_in_flight_max: int = 64
+    #: Tier-1 log files are rolled at this size (passed to the file log).
+    tier1_file_bytes_max: int = 64 * MiB
+    #: Largest single append.
+    append_bytes_max: int = 8 * MiB
+    #: Largest table key and value.
+    table_key_bytes_max: int = 8 * 1024
+    table_value_bytes_max: int = 1 * MiB
+    #: Storage writer: flush a segment's aggregated appends to Tier-2 once they reach
+    #: this many bytes, or once the oldest is this old.
+    flush_bytes: int = 4 * MiB
+    flush_interval_ms: int = 1000
+    #: Largest single Tier-2 write.
+    tier2_write_bytes_max: int = 16 * MiB
+    #: Tier-2 reads for cache misses fetch at least this many bytes (read-ahead).
+    tier2_read_block_bytes: int = 1 * MiB
+    #: Delay before the storage writer retries a failed Tier-2 call (doubles up to 32x).
+    writer_retry_delay_ms: int = 50
+    #: A metadata checkpoint is written after this many logged bytes or operations.
+    checkpoint_interval_bytes: int = 64 * MiB
+    checkpoint_interval_ops: int = 100_000
+    #: Table segments are compacted once their retained bytes exceed both this and twice
+    #: their live entries' bytes.
+    table_compact_bytes_min: int = 4 * MiB
+    #: Traffic figures are exponentially smoothed over this window.
+    traffic_window_ms: int = 10_000

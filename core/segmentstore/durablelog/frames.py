@@ -1,0 +1,124 @@
+"""Data frames: how the operation stream is cut into Tier-1 entries and read back.
+
+Operations are serialized (``operations.serialize``) one after another into one
+continuous byte stream per container session; the stream is cut into frames of at most
+``frame_bytes_max`` bytes, so an operation may span frames. Each frame is one Tier-1
+entry (the log adds its own length + CRC)::
+
+    u8 version (1) | u8 flags | u32 first_op_pos | payload
+
+``first_op_pos`` is where in the payload the first operation that *starts* in this frame
+begins (``0xFFFFFFFF``: none starts here, the frame only continues one). Flag
+``SESSION_START`` marks the first frame a container writes after recovery: a reader
+drops any unfinished operation carried over from before it (that operation was never
+acknowledged: its last frame never became durable).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+
+from core.segmentstore.logs.api import DurableDataLog, LogAddress
+from core.segmentstore.operations import Operation, parse, record_length
+
+FRAME_HEAD = struct.Struct("<BBI")
+FRAME_VERSION = 1
+SESSION_START = 1
+NO_OP_START = 0xFFFFFFFF
+
+
+class FrameCorruptError(Exception):
+    """The frame stream does not decode: Tier-1 cannot be trusted past this point."""
+
+
+async def read_operations(
+    log: DurableDataLog, start: LogAddress | None = None, start_pos: int | None = None
+) -> AsyncGenerator[Operation, None]:
+    """Every whole operation from ``start`` (the frame there must begin one, or
+    ``start_pos`` says where in its payload one begins), in log order, each with
+    ``address``/``frame_pos`` of its first byte. An unfinished last operation is
+    dropped."""
+    entries = log.read(start)
+    try:
+        async with aclosing(_decode(entries, start_pos)) as ops:
+            async for op in ops:
+                yield op
+    finally:
+        aclose = getattr(entries, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+async def _decode(
+    entries: AsyncIterator[tuple[LogAddress, bytes]], start_pos: int | None
+) -> AsyncGenerator[Operation, None]:
+    carry: bytearray | None = None
+    carry_need = 0
+    carry_at: tuple[LogAddress, int] = (LogAddress(0, 0), 0)
+    synced = False
+    first_frame = True
+    async for addr, entry in entries:
+        mv = memoryview(entry)
+        if len(mv) < FRAME_HEAD.size:
+            raise FrameCorruptError(f"frame at {addr} too short")
+        version, flags, first = FRAME_HEAD.unpack_from(mv, 0)
+        if version != FRAME_VERSION:
+            raise FrameCorruptError(f"frame at {addr} has version {version}")
+        payload = mv[FRAME_HEAD.size :]
+        pos = 0
+        if first_frame and start_pos is not None:
+            first, flags = start_pos, SESSION_START
+        first_frame = False
+        if flags & SESSION_START or not synced:
+            carry = None
+            if first == NO_OP_START:
+                continue
+            pos = first
+            synced = True
+        elif carry is not None:
+            if len(carry) < 4:
+                take = min(4 - len(carry), len(payload))
+                carry += payload[:take]
+                pos = take
+                if len(carry) == 4:
+                    carry_need = record_length(carry, 0)
+            if len(carry) >= 4:
+                take = min(carry_need - len(carry), len(payload) - pos)
+                carry += payload[pos : pos + take]
+                pos += take
+            if len(carry) >= 4 and len(carry) == carry_need:
+                if first != NO_OP_START and first != pos:
+                    raise FrameCorruptError(f"frame at {addr}: op boundary {pos} != {first}")
+                op = parse(memoryview(bytes(carry)))
+                op.address, op.frame_pos = carry_at
+                carry = None
+                yield op
+            else:
+                continue
+        n = len(payload)
+        while pos < n:
+            if n - pos < 4:
+                carry = bytearray(payload[pos:])
+                carry_at = (addr, pos)
+                break
+            size = record_length(payload, pos)
+            if pos + size <= n:
+                op = parse(payload[pos : pos + size])
+                op.address, op.frame_pos = addr, pos
+                pos += size
+                yield op
+            else:
+                carry = bytearray(payload[pos:])
+                carry_need = size
+                carry_at = (addr, pos)
+                break
+
+
+async def read_operation_at(log: DurableDataLog, address: LogAddress, pos: int) -> Operation:
+    """The one operation whose first byte is at ``pos`` in the frame at ``address``."""
+    async with aclosing(read_operations(log, address, pos)) as ops:
+        async for op in ops:
+            return op
+    raise FrameCorruptError(f"no operation at {address}+{pos}")

@@ -1,0 +1,220 @@
+"""The durable log of one container: operation queue → data frames → Tier-1 → commit.
+
+``add`` is synchronous: the operation is serialized into the open frame at once, so
+the order of ``add`` calls is the order in the log. The open frame is cut when full or
+at the end of the current event-loop iteration (so every operation queued in one
+iteration shares a frame), handed to ``DurableDataLog.append`` (up to
+``frames_in_flight_max`` frames at a time; the log group-commits them), and once a frame
+is durable every operation whose last byte lies in it is committed (``on_commit``, in
+log order) and its caller's future resolved.
+
+If a frame fails, it and every later frame fail: their callers get
+``StoreShutdownError`` and ``on_failure`` stops the container. Nothing is rolled back in
+memory; the container recovers from Tier-1 on its next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+
+from core.segmentstore.api import StoreShutdownError
+from core.segmentstore.durablelog.frames import (
+    FRAME_HEAD,
+    FRAME_VERSION,
+    NO_OP_START,
+    SESSION_START,
+)
+from core.segmentstore.logs.api import DurableDataLog, LogAddress
+from core.segmentstore.operations import Operation, serialize
+
+
+class _Frame:
+    __slots__ = ("parts", "size", "starts", "completes", "first_op_pos")
+
+    def __init__(self) -> None:
+        self.parts: list[bytes | memoryview] = []
+        self.size = 0
+        self.starts: list[tuple[Operation, int]] = []
+        self.completes: list[Operation] = []
+        self.first_op_pos = NO_OP_START
+
+
+class DurableLog:
+    def __init__(
+        self,
+        log: DurableDataLog,
+        *,
+        frame_bytes_max: int,
+        frames_in_flight_max: int,
+        on_commit: Callable[[list[Operation]], None],
+        on_failure: Callable[[BaseException], None],
+    ) -> None:
+        if frame_bytes_max <= FRAME_HEAD.size + 16:
+            raise ValueError("frame_bytes_max too small")
+        self._log = log
+        self._payload_max = frame_bytes_max - FRAME_HEAD.size
+        self._frames_in_flight_max = frames_in_flight_max
+        self._on_commit = on_commit
+        self._on_failure = on_failure
+        self._cur = _Frame()
+        self._ready: deque[tuple[_Frame, bytes]] = deque()
+        self._inflight: deque[tuple[_Frame, asyncio.Task[LogAddress]]] = deque()
+        self._session_start = True
+        self._cut_scheduled = False
+        self._wakeup = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._failed: BaseException | None = None
+        self._committer: asyncio.Task[None] | None = None
+        #: Bytes serialized since the container started (drives checkpoints).
+        self.bytes_logged = 0
+        self.ops_logged = 0
+        self.last_address: LogAddress | None = None
+
+    def start(self) -> None:
+        self._committer = asyncio.get_running_loop().create_task(self._commit_loop())
+
+    @property
+    def failed(self) -> BaseException | None:
+        return self._failed
+
+    # -- queueing -----------------------------------------------------------------------
+
+    def add(self, op: Operation, *, new_frame: bool = False) -> None:
+        """Queue ``op`` (its ``seq`` already set). With ``new_frame`` it starts a frame
+        of its own (checkpoints do, so Tier-1 can be truncated right before them)."""
+        if self._failed is not None:
+            raise StoreShutdownError(op.name, f"durable log failed: {self._failed}")
+        cur = self._cur
+        if (new_frame and cur.size) or cur.size >= self._payload_max:
+            self._cut()
+            cur = self._cur
+        if cur.first_op_pos == NO_OP_START:
+            cur.first_op_pos = cur.size
+        cur.starts.append((op, cur.size))
+        for part in serialize(op):
+            self._write(part)
+        self._cur.completes.append(op)
+        self.ops_logged += 1
+        self._idle.clear()
+        if not self._cut_scheduled:
+            self._cut_scheduled = True
+            asyncio.get_running_loop().call_soon(self._cut_soon)
+
+    def _write(self, part: bytes | memoryview) -> None:
+        n = len(part)
+        self.bytes_logged += n
+        while n:
+            cur = self._cur
+            room = self._payload_max - cur.size
+            if room <= 0:
+                self._cut()
+                continue
+            if n <= room:
+                cur.parts.append(part)
+                cur.size += n
+                return
+            mv = memoryview(part)
+            cur.parts.append(mv[:room])
+            cur.size += room
+            part = mv[room:]
+            n -= room
+            self._cut()
+
+    def _cut_soon(self) -> None:
+        self._cut_scheduled = False
+        self._cut()
+
+    def _cut(self) -> None:
+        cur = self._cur
+        if not cur.size:
+            return
+        flags = SESSION_START if self._session_start else 0
+        self._session_start = False
+        head = FRAME_HEAD.pack(FRAME_VERSION, flags, cur.first_op_pos)
+        data = b"".join([head, *cur.parts])
+        cur.parts = []
+        self._cur = _Frame()
+        self._ready.append((cur, data))
+        self._pump()
+
+    def _pump(self) -> None:
+        while self._ready and len(self._inflight) < self._frames_in_flight_max:
+            frame, data = self._ready.popleft()
+            # Tasks start in creation order and the log queues an entry before its
+            # first suspension, so frames reach the log in order.
+            task = asyncio.ensure_future(self._log.append(data))
+            task.add_done_callback(_consume_exception)
+            self._inflight.append((frame, task))
+        self._wakeup.set()
+
+    # -- commit -------------------------------------------------------------------------
+
+    async def _commit_loop(self) -> None:
+        while True:
+            if not self._inflight:
+                if not self._ready and not self._cur.size:
+                    self._idle.set()
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            frame, task = self._inflight[0]
+            try:
+                addr = await asyncio.shield(task)
+                if self.last_address is not None and addr <= self.last_address:
+                    raise RuntimeError(f"log completed out of order: {addr}")
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:
+                self._fail(exc)
+                return
+            self._inflight.popleft()
+            self.last_address = addr
+            for op, pos in frame.starts:
+                op.address = addr
+                op.frame_pos = pos
+            try:
+                self._on_commit(frame.completes)
+            except Exception as exc:
+                self._fail(exc)
+                return
+            for op in frame.completes:
+                fut = op.future
+                if fut is not None and not fut.done():
+                    fut.set_result(op.result)
+            self._pump()
+
+    def _fail(self, exc: BaseException) -> None:
+        self._failed = exc
+        frames = [f for f, _ in self._inflight] + [f for f, _ in self._ready] + [self._cur]
+        self._inflight.clear()
+        self._ready.clear()
+        self._cur = _Frame()
+        for frame in frames:
+            for op in frame.completes:
+                fut = op.future
+                if fut is not None and not fut.done():
+                    fut.set_exception(StoreShutdownError(op.name, f"durable log failed: {exc}"))
+        self._idle.set()
+        self._on_failure(exc)
+
+    async def drain(self) -> None:
+        """Wait until everything queued so far is committed (or has failed)."""
+        self._cut()
+        await self._idle.wait()
+
+    async def stop(self) -> None:
+        if self._committer is not None:
+            self._committer.cancel()
+            try:
+                await self._committer
+            except asyncio.CancelledError:
+                pass
+            self._committer = None
+
+
+def _consume_exception(task: asyncio.Task[LogAddress]) -> None:
+    if not task.cancelled():
+        task.exception()

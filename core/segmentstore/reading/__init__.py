@@ -1,0 +1,1 @@
+"""The read index and the cache."""

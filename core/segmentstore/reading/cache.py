@@ -1,0 +1,102 @@
+"""The cache: segment data held in memory, bounded by ``cache_bytes_max``.
+
+One cache serves every container of a node. An entry is a contiguous range of one
+segment: the bytes of one append (kept as the caller's own immutable buffer, or a slice
+of the Tier-1 frame it was recovered from: never copied) or one block read from Tier-2.
+Each entry is charged its length plus ``ENTRY_OVERHEAD_BYTES``.
+
+Eviction, when over the bound: least recently used entries already in Tier-2 first
+(they are dropped; Tier-2 serves them again), then the oldest entries not yet in Tier-2
+(their data is dropped but their Tier-1 address kept, so reads and the storage writer
+fetch them back from Tier-1).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from core.segmentstore.logs.api import LogAddress
+
+if TYPE_CHECKING:
+    from core.segmentstore.reading.index import SegmentReadIndex
+
+#: Rough memory of an entry's Python objects besides its payload.
+ENTRY_OVERHEAD_BYTES = 200
+
+
+class CacheEntry:
+    __slots__ = ("index", "start", "end", "data", "address", "frame_pos", "seq", "flushed", "removed")
+
+    def __init__(
+        self,
+        index: SegmentReadIndex,
+        start: int,
+        data: bytes | memoryview,
+        *,
+        address: LogAddress | None = None,
+        frame_pos: int = 0,
+        seq: int = 0,
+    ) -> None:
+        self.index = index
+        self.start = start
+        self.end = start + len(data)
+        self.data: bytes | memoryview | None = data
+        #: Where in Tier-1 the operation that wrote these bytes lies (None: from Tier-2).
+        self.address = address
+        self.frame_pos = frame_pos
+        self.seq = seq
+        self.flushed = address is None
+        self.removed = False
+
+
+class Cache:
+    def __init__(self, cache_bytes_max: int) -> None:
+        self.bytes_max = cache_bytes_max
+        self.used_bytes = 0
+        self._flushed: OrderedDict[CacheEntry, None] = OrderedDict()
+        self._unflushed: OrderedDict[CacheEntry, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._flushed) + len(self._unflushed)
+
+    def add(self, entry: CacheEntry) -> None:
+        assert entry.data is not None
+        (self._flushed if entry.flushed else self._unflushed)[entry] = None
+        self.used_bytes += entry.end - entry.start + ENTRY_OVERHEAD_BYTES
+        if self.used_bytes > self.bytes_max:
+            self.evict()
+
+    def touch(self, entry: CacheEntry) -> None:
+        if entry.flushed and entry in self._flushed:
+            self._flushed.move_to_end(entry)
+
+    def mark_flushed(self, entry: CacheEntry) -> None:
+        if entry.flushed:
+            return
+        entry.flushed = True
+        if self._unflushed.pop(entry, 0) is None:
+            self._flushed[entry] = None
+
+    def discard(self, entry: CacheEntry) -> None:
+        """Forget an entry's data (the index drops the entry itself)."""
+        if entry.data is None:
+            return
+        lru = self._flushed if entry.flushed else self._unflushed
+        if lru.pop(entry, 0) is None:
+            self.used_bytes -= entry.end - entry.start + ENTRY_OVERHEAD_BYTES
+        entry.data = None
+
+    def evict(self) -> None:
+        while self.used_bytes > self.bytes_max:
+            if self._flushed:
+                entry, _ = self._flushed.popitem(last=False)
+                self.used_bytes -= entry.end - entry.start + ENTRY_OVERHEAD_BYTES
+                entry.data = None
+                entry.index.drop(entry)
+            elif self._unflushed:
+                entry, _ = self._unflushed.popitem(last=False)
+                self.used_bytes -= entry.end - entry.start + ENTRY_OVERHEAD_BYTES
+                entry.data = None  # stays indexed, to be read back from Tier-1
+            else:
+                return

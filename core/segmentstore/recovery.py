@@ -1,0 +1,87 @@
+"""Container recovery, as the seed's "Container Startup" describes it.
+
+1. Open the Tier-1 log (it fences earlier owners and bumps the epoch; a torn last entry
+   is cut there).
+2. Read every data frame from the first kept one; decode the operations. If the first
+   is a metadata checkpoint (Tier-1 was truncated right before it), it restores the
+   metadata; every later operation is applied as at commit: metadata, read index
+   (its data stays in the frames it came from), and the storage writer's queue.
+3. Reconcile with Tier-2: each segment's storage length is what Tier-2 holds.
+4. Rebuild table indexes by reading each table segment from its start offset.
+The caller then starts the durable log (a new session) and the storage writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from core.segmentstore.durablelog.frames import read_operations
+from core.segmentstore.operations import CheckpointOp, OpKind
+from core.segmentstore.tables import TableIndex
+from tier2.api import SegmentNotFoundError as Tier2NotFound
+
+if TYPE_CHECKING:
+    from core.segmentstore.container import SegmentContainer
+
+
+async def recover(c: SegmentContainer) -> None:
+    await c.log.open()
+    first = True
+    applier = c.applier
+    applier.replay_deleted.clear()
+    async for op in read_operations(c.log):
+        if first and op.kind == OpKind.CHECKPOINT:
+            assert isinstance(op, CheckpointOp)
+            c.md.restore(op.data)
+            for meta in c.md.by_id.values():
+                if meta.is_table:
+                    c.tables[meta.id] = TableIndex()
+        first = False
+        applier.replay(op)
+
+    # Tier-2 lengths: segments still live, and merge sources not yet concatenated.
+    for meta in list(c.md.by_id.values()):
+        if meta.tier2_stale:
+            continue
+        try:
+            info = await asyncio.to_thread(c.storage.get_info, meta.name)
+        except Tier2NotFound:
+            continue
+        meta.storage_length = min(info.length, meta.length)
+        c.read_index.get(meta).flushed_to(meta.storage_length)
+
+    for meta in list(c.md.by_name.values()):
+        if meta.is_table and not meta.deleted:
+            table = c.tables[meta.id]
+            idx = c.read_index.get(meta)
+            pos = meta.start_offset
+            while pos < meta.length:
+                end = min(meta.length, pos + 16 * 1024 * 1024)
+                chunks = await c.read_index.read(idx, pos, end)
+                data = b"".join(chunks)
+                consumed = _whole_entries(data)
+                table.apply(memoryview(data)[:consumed], pos, queued=False)
+                if consumed == 0:
+                    end = meta.length
+                    chunks = await c.read_index.read(idx, pos, end)
+                    data = b"".join(chunks)
+                    table.apply(data, pos, queued=False)
+                    consumed = len(data)
+                pos += consumed
+
+
+def _whole_entries(data: bytes) -> int:
+    """Bytes of ``data`` that hold whole table entries (batches are never split in the
+    segment, but a read window may cut one)."""
+    from core.segmentstore.tables import _ENTRY
+
+    pos = 0
+    n = len(data)
+    while pos + _ENTRY.size <= n:
+        _, klen, vlen, _ = _ENTRY.unpack_from(data, pos)
+        nxt = pos + _ENTRY.size + klen + vlen
+        if nxt > n:
+            break
+        pos = nxt
+    return pos

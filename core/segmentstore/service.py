@@ -1,0 +1,213 @@
+"""``StreamSegmentStore``: every container of one node behind the ``SegmentStore`` API.
+
+Layout under ``data_dir``: ``tier1/container-N/`` (each container's Tier-1 log),
+``tier2/`` (Tier-2 segment files, shared by all containers).
+
+A segment belongs to container ``crc32c(name) % container_count`` (stable across
+processes and nodes). Every mutating call queues its operation into its container's
+durable log before its first ``await``: the order of calls is the order in the log, and
+a call rejected at validation (typed error) affects nothing queued before or after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import crc32c
+
+from core.segmentstore.api import (
+    AttributeUpdate,
+    ContainerNotOwnedError,
+    ReadResult,
+    SegmentProperties,
+    SegmentTraffic,
+    StoreShutdownError,
+    TableEntry,
+    TableRemoval,
+    TableUpdate,
+)
+from core.segmentstore.config import SegmentStoreConfig
+from core.segmentstore.container import RUNNING, SegmentContainer
+from core.segmentstore.logs.api import DurableDataLog
+from core.segmentstore.reading.cache import Cache
+from core.segmentstore.traffic import Traffic
+from tier2.api import Storage
+
+Tier1Factory = Callable[[int], DurableDataLog]
+
+
+def container_of(name: str, container_count: int) -> int:
+    return int(crc32c.crc32c(name.encode())) % container_count
+
+
+class StreamSegmentStore:
+    def __init__(
+        self,
+        data_dir: Path,
+        config: SegmentStoreConfig = SegmentStoreConfig(),  # noqa: B008 - frozen
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        tier1_factory: Tier1Factory | None = None,
+        tier2: Storage | None = None,
+    ) -> None:
+        """``tier1_factory(container_id)`` and ``tier2`` replace the on-disk Tier-1
+        logs and Tier-2 store (tests inject in-memory or fault-injecting ones)."""
+        self.data_dir = Path(data_dir)
+        self.config = config
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._tier1_factory = tier1_factory or self._file_log
+        if tier2 is None:
+            from tier2.filesystem import FileSystemStorage
+
+            tier2 = FileSystemStorage(self.data_dir / "tier2")
+        self.storage: Storage = tier2
+        self.cache = Cache(config.cache_bytes_max)
+        self.traffic_meters = Traffic(clock, config.traffic_window_ms)
+        owned = config.owned_containers
+        self.owned = frozenset(range(config.container_count) if owned is None else owned)
+        self.containers: dict[int, SegmentContainer] = {}
+        self._closed = False
+
+    def _file_log(self, container_id: int) -> DurableDataLog:
+        from core.segmentstore.logs.filelog import FileDurableDataLog
+
+        directory = self.data_dir / "tier1" / f"container-{container_id}"
+        log: DurableDataLog = FileDurableDataLog(
+            directory, file_bytes_max=self.config.tier1_file_bytes_max
+        )
+        return log
+
+    def _new_container(self, cid: int) -> SegmentContainer:
+        return SegmentContainer(
+            cid,
+            self.config,
+            self._tier1_factory(cid),
+            self.storage,
+            self.cache,
+            self.traffic_meters,
+            clock=self._clock,
+            wall_clock=self._wall_clock,
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._closed = False
+        for cid in sorted(self.owned):
+            await self.start_container(cid)
+
+    async def start_container(self, cid: int) -> None:
+        """Start (recover) one container; a stopped or failed one is replaced."""
+        old = self.containers.get(cid)
+        if old is not None:
+            await old.stop()
+        c = self.containers[cid] = self._new_container(cid)
+        await c.start()
+
+    async def stop_container(self, cid: int) -> None:
+        c = self.containers.get(cid)
+        if c is not None:
+            await c.stop()
+
+    async def close(self) -> None:
+        self._closed = True
+        await asyncio.gather(*(c.stop() for c in self.containers.values()))
+
+    async def flush_to_storage(self) -> None:
+        """Checkpoint every container, move everything durable to Tier-2 and truncate
+        Tier-1 up to the checkpoint (tests, benchmarks, orderly shutdown)."""
+        for c in self.containers.values():
+            if c.state == RUNNING:
+                await c.queue_checkpoint()
+                await c.writer.flush_all()
+
+    def _c(self, name: str) -> SegmentContainer:
+        cid = container_of(name, self.config.container_count)
+        c = self.containers.get(cid)
+        if c is None:
+            if cid not in self.owned:
+                raise ContainerNotOwnedError(name, f"container {cid} is not owned here")
+            raise StoreShutdownError(name, f"container {cid} is not started")
+        return c
+
+    def container_for(self, name: str) -> SegmentContainer:
+        return self._c(name)
+
+    # -- segments -----------------------------------------------------------------------
+
+    async def create_segment(self, name: str, attributes: Mapping[str, int] | None = None) -> None:
+        await self._c(name).queue_create(name, attributes, False)
+
+    async def append(
+        self,
+        name: str,
+        data: bytes | memoryview,
+        *,
+        expected_offset: int | None = None,
+        attribute_updates: Sequence[AttributeUpdate] = (),
+        event_count: int = 1,
+    ) -> int:
+        fut = self._c(name).queue_append(name, data, expected_offset, attribute_updates, event_count)
+        return int(await fut)
+
+    async def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> None:
+        await self._c(name).queue_update_attributes(name, updates)
+
+    async def read(self, name: str, offset: int, max_length: int, timeout_ms: int = 0) -> ReadResult:
+        return await self._c(name).read(name, offset, max_length, timeout_ms)
+
+    async def get_info(self, name: str) -> SegmentProperties:
+        return self._c(name).info(name)
+
+    async def seal(self, name: str) -> int:
+        return int(await self._c(name).queue_seal(name))
+
+    async def truncate(self, name: str, offset: int) -> None:
+        await self._c(name).queue_truncate(name, offset)
+
+    async def merge(self, target: str, source: str) -> int:
+        """Both segments must live in the same container (transaction segments are
+        named after their parent so they hash alike); otherwise
+        ``ContainerNotOwnedError`` for the source."""
+        c = self._c(target)
+        if self._c(source) is not c:
+            c.md.mutable(target)
+            raise ContainerNotOwnedError(source, "merge source lives in another container")
+        return int(await c.queue_merge(target, source))
+
+    async def delete_segment(self, name: str) -> None:
+        await self._c(name).queue_delete(name, False)
+
+    def traffic(self, name: str) -> SegmentTraffic:
+        b, e = self.traffic_meters.rates(name)
+        return SegmentTraffic(b, e)
+
+    # -- tables -------------------------------------------------------------------------
+
+    async def create_table(self, name: str) -> None:
+        await self._c(name).queue_create(name, None, True)
+
+    async def delete_table(self, name: str, must_be_empty: bool = False) -> None:
+        await self._c(name).queue_delete(name, True, must_be_empty)
+
+    async def table_put(self, name: str, updates: Sequence[TableUpdate]) -> list[int]:
+        res = self._c(name).queue_table_put(name, updates)
+        if isinstance(res, list):
+            return res
+        return list(await res)
+
+    async def table_remove(self, name: str, removals: Sequence[TableRemoval]) -> None:
+        fut = self._c(name).queue_table_remove(name, removals)
+        if fut is not None:
+            await fut
+
+    async def table_get(self, name: str, keys: Sequence[bytes]) -> list[TableEntry | None]:
+        return self._c(name).table_get(name, keys)
+
+    async def table_entries(self, name: str, prefix: bytes = b"") -> list[TableEntry]:
+        return self._c(name).table(name).items(prefix)

@@ -1,0 +1,1 @@
+"""The storage writer: moves durable operations to Tier-2."""

@@ -1,0 +1,348 @@
+"""The storage writer of one container.
+
+It takes committed operations in log order. Appends (and table writes) go into a
+per-segment aggregator, a contiguous byte range not yet in Tier-2, flushed in large
+writes once it holds ``flush_bytes`` or its oldest byte is ``flush_interval_ms`` old.
+Seal, truncate, merge and delete first flush what they depend on, then apply to Tier-2,
+so Tier-2 sees every segment's changes in log order.
+
+Reconciliation: the writer never trusts its own memory of Tier-2. The first time it
+touches a segment (and after any failed call) it reads the segment's Tier-2 state and
+acts from there: bytes already in Tier-2 are skipped (a re-flush after a crash writes
+only the rest, never twice, never leaving a gap), a seal/concat/delete already done is
+not redone. Failed Tier-2 calls that are not answers about the state (transient errors)
+are retried with backoff, forever; the data stays in Tier-1 meanwhile.
+
+Tier-1 truncation: checkpoints pass through here with their Tier-1 address. Once every
+operation before a checkpoint is in Tier-2, Tier-1 is truncated right before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from core.segmentstore.config import SegmentStoreConfig
+from core.segmentstore.logs.api import LogAddress
+from core.segmentstore.metadata import SegmentMeta
+from core.segmentstore.operations import (
+    AppendOp,
+    MergeOp,
+    Operation,
+    OpKind,
+    TableCompactOp,
+    TableWriteOp,
+    TruncateOp,
+)
+from tier2.api import (
+    BadOffsetError,
+    DataMissingError,
+    SegmentExistsError,
+    SegmentInfo,
+    SegmentNotFoundError,
+    SegmentNotSealedError,
+    SegmentSealedError,
+    Storage,
+)
+
+if TYPE_CHECKING:
+    from core.segmentstore.container import SegmentContainer
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: Tier-2 errors that answer a question about the state (not worth a blind retry).
+_STATE_ERRORS = (
+    SegmentNotFoundError,
+    SegmentExistsError,
+    SegmentSealedError,
+    SegmentNotSealedError,
+    BadOffsetError,
+    DataMissingError,
+)
+
+
+class WriterError(Exception):
+    """Tier-2 contradicts the log (e.g. shorter than what was already flushed)."""
+
+
+@dataclass
+class _Aggregator:
+    meta: SegmentMeta
+    start: int
+    end: int
+    first_seq: int
+    first_time: float
+
+
+class StorageWriter:
+    def __init__(
+        self,
+        container: SegmentContainer,
+        storage: Storage,
+        config: SegmentStoreConfig,
+        clock: Callable[[], float],
+    ) -> None:
+        self.c = container
+        self.storage = storage
+        self.config = config
+        self.clock = clock
+        self._ops: deque[Operation] = deque()
+        self._aggs: dict[int, _Aggregator] = {}
+        self._t2: dict[str, SegmentInfo | None] = {}  # known Tier-2 state; None: absent
+        self._checkpoints: deque[tuple[int, LogAddress]] = deque()
+        self._truncated: LogAddress | None = None
+        self._next_seq = 0  # every op below this is processed
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._idle = asyncio.Event()
+        self.error: BaseException | None = None
+        self.tier2_writes = 0
+        self.retries = 0
+
+    def add(self, op: Operation) -> None:
+        self._ops.append(op)
+        self._wake.set()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    # -- main loop ----------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        interval_s = self.config.flush_interval_ms / 1000
+        try:
+            while True:
+                while self._ops:
+                    await self._process(self._ops.popleft())
+                await self._flush_due(force=False)
+                await self._truncate_tier1()
+                if not self._ops:
+                    self._idle.set()
+                    self._wake.clear()
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), max(0.01, interval_s / 2))
+                    except TimeoutError:
+                        pass
+                    self._idle.clear()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self.error = exc
+            self._idle.set()
+            log.exception("storage writer of container %d stopped", self.c.id)
+
+    async def flush_all(self) -> None:
+        """Process every committed operation, flush every aggregator, truncate Tier-1
+        as far as checkpoints allow (for tests, benchmarks and orderly shutdown)."""
+        while self._ops:
+            await self._process(self._ops.popleft())
+        await self._flush_due(force=True)
+        await self._truncate_tier1()
+        if self.error is not None:
+            raise self.error
+
+    async def _process(self, op: Operation) -> None:
+        kind = op.kind
+        md = self.c.md
+        if kind == OpKind.APPEND or kind == OpKind.TABLE_WRITE or kind == OpKind.TABLE_COMPACT:
+            assert isinstance(op, (AppendOp, TableWriteOp))
+            meta = md.by_id[op.segment_id]
+            agg = self._aggs.get(meta.id)
+            if agg is None:
+                if op.length:
+                    self._aggs[meta.id] = _Aggregator(meta, op.offset, op.offset + op.length, op.seq, self.clock())
+            else:
+                assert agg.end == op.offset, (agg.end, op.offset)
+                agg.end += op.length
+            if kind == OpKind.TABLE_COMPACT:
+                assert isinstance(op, TableCompactOp)
+                await self._flush(meta)
+                await self._t2_truncate(meta, op.new_start)
+            elif agg is not None and agg.end - agg.start >= self.config.flush_bytes:
+                await self._flush(meta)
+        elif kind == OpKind.CHECKPOINT:
+            assert op.address is not None
+            self._checkpoints.append((op.seq, op.address))
+        elif kind == OpKind.CREATE:
+            meta = md.by_id[op.segment_id]
+            if meta.tier2_stale:
+                # The earlier segment of this name was deleted before this op (in log
+                # order), and that deletion has just been applied.
+                meta.tier2_stale = False
+                self._t2.pop(meta.name, None)
+        elif kind == OpKind.SEAL:
+            meta = md.by_id[op.segment_id]
+            await self._flush(meta)
+            await self._ensure(meta, "seal")
+        elif kind == OpKind.TRUNCATE:
+            assert isinstance(op, TruncateOp)
+            meta = md.by_id[op.segment_id]
+            await self._flush(meta)
+            await self._t2_truncate(meta, op.offset)
+        elif kind == OpKind.MERGE:
+            assert isinstance(op, MergeOp)
+            await self._merge(op)
+        elif kind == OpKind.DELETE:
+            meta = md.by_id[op.segment_id]
+            self._aggs.pop(meta.id, None)
+            await self._ensure(meta, "delete")
+            self.c.read_index.remove(meta)
+            md.forget(meta)
+        self._next_seq = op.seq + 1
+
+    # -- Tier-2 calls -------------------------------------------------------------------
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        delay = self.config.writer_retry_delay_ms / 1000
+        for attempt in range(1 << 30):
+            try:
+                return await asyncio.to_thread(fn, *args)
+            except _STATE_ERRORS:
+                raise
+            except Exception as exc:
+                self.retries += 1
+                if attempt % 20 == 19:
+                    log.warning("Tier-2 %s%r failing: %s", getattr(fn, "__name__", fn), args[:1], exc)
+                await asyncio.sleep(min(delay * (2 ** min(attempt, 5)), 5.0))
+        raise AssertionError("unreachable")
+
+    async def _state(self, name: str) -> SegmentInfo | None:
+        if name not in self._t2:
+            try:
+                self._t2[name] = await self._call(self.storage.get_info, name)
+            except SegmentNotFoundError:
+                self._t2[name] = None
+        return self._t2[name]
+
+    async def _ensure(self, meta: SegmentMeta, what: str) -> None:
+        """Make Tier-2 hold the segment ("exists"), sealed ("seal"), or not ("delete"),
+        whatever state a crash or a lost reply left it in."""
+        name = meta.name
+        while True:
+            info = await self._state(name)
+            try:
+                if what == "delete":
+                    if info is not None:
+                        await self._call(self.storage.delete, name)
+                    self._t2[name] = None
+                    return
+                if info is None:
+                    self._t2[name] = await self._call(self.storage.create, name)
+                    continue
+                if what == "seal" and not info.sealed:
+                    await self._call(self.storage.seal, name)
+                    self._t2[name] = SegmentInfo(name, info.length, info.start_offset, True)
+                return
+            except _STATE_ERRORS:
+                self._t2.pop(name, None)  # re-read the state and decide again
+
+    async def _flush(self, meta: SegmentMeta) -> None:
+        """Write the segment's aggregated bytes to Tier-2 (from its Tier-2 length on)."""
+        agg = self._aggs.get(meta.id)
+        if agg is None:
+            return
+        name = meta.name
+        idx = self.c.read_index.get(meta)
+        while True:
+            await self._ensure(meta, "exists")
+            info = self._t2[name]
+            assert info is not None
+            if info.length < agg.start:
+                raise WriterError(f"{name}: Tier-2 length {info.length} < flushed {agg.start}")
+            pos = info.length
+            if pos >= agg.end:
+                break
+            end = min(agg.end, pos + self.config.tier2_write_bytes_max)
+            chunks = await self.c.read_index.read(idx, pos, end)
+            data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            try:
+                await self._call(self.storage.write, name, pos, data)
+                self.tier2_writes += 1
+                self._t2[name] = SegmentInfo(name, end, info.start_offset, info.sealed)
+            except _STATE_ERRORS:
+                self._t2.pop(name, None)
+                continue
+            meta.storage_length = max(meta.storage_length, end)
+            idx.flushed_to(meta.storage_length)
+        meta.storage_length = max(meta.storage_length, agg.end)
+        idx.flushed_to(meta.storage_length)
+        del self._aggs[meta.id]
+
+    async def _t2_truncate(self, meta: SegmentMeta, offset: int) -> None:
+        info = await self._state(meta.name)
+        if info is None or offset <= info.start_offset:
+            return
+        try:
+            await self._call(self.storage.truncate, meta.name, min(offset, info.length))
+        except _STATE_ERRORS:
+            pass
+        self._t2.pop(meta.name, None)
+
+    async def _merge(self, op: MergeOp) -> None:
+        md = self.c.md
+        target = md.by_id[op.segment_id]
+        source = md.by_id[op.source_id]
+        await self._flush(source)
+        await self._flush(target)
+        while True:
+            tinfo = await self._state(target.name)
+            sinfo = await self._state(source.name)
+            if sinfo is None:
+                if tinfo is not None and tinfo.length >= op.offset + op.length:
+                    break  # done already (before a crash, or the reply was lost)
+                if op.length:
+                    raise WriterError(f"{source.name}: merge source missing from Tier-2")
+                await self._ensure(source, "seal")
+                continue
+            await self._ensure(source, "seal")
+            await self._ensure(target, "exists")
+            tinfo = self._t2[target.name]
+            assert tinfo is not None
+            if tinfo.length != op.offset:
+                raise WriterError(f"{target.name}: Tier-2 length {tinfo.length}, merge at {op.offset}")
+            try:
+                await self._call(self.storage.concat, target.name, op.offset, source.name)
+            except _STATE_ERRORS:
+                pass
+            self._t2.pop(target.name, None)
+            self._t2.pop(source.name, None)
+        self._t2[source.name] = None
+        target.storage_length = max(target.storage_length, op.offset + op.length)
+        self.c.read_index.get(target).flushed_to(target.storage_length)
+        self.c.read_index.remove(source)
+        md.forget(source)
+
+    async def _flush_due(self, *, force: bool) -> None:
+        now = self.clock()
+        age = self.config.flush_interval_ms / 1000
+        for agg in list(self._aggs.values()):
+            if force or now - agg.first_time >= age or agg.end - agg.start >= self.config.flush_bytes:
+                await self._flush(agg.meta)
+
+    async def _truncate_tier1(self) -> None:
+        low = min((a.first_seq for a in self._aggs.values()), default=self._next_seq)
+        target: LogAddress | None = None
+        while self._checkpoints and self._checkpoints[0][0] <= low:
+            seq, addr = self._checkpoints[0]
+            if len(self._checkpoints) > 1 and self._checkpoints[1][0] <= low:
+                self._checkpoints.popleft()
+                continue
+            target = addr
+            break
+        if target is not None and (self._truncated is None or target > self._truncated):
+            await self.c.log.truncate(target)
+            self._truncated = target
