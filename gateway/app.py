@@ -1,0 +1,79 @@
+"""The gateway assembled: topics, offset index, partition logs, producer state, the
+handler registry and the Kafka listener, over a segment store and a controller that the
+caller owns (starts before, closes after)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from core.controller.api import Controller
+from core.segmentstore.api import SegmentStore
+from gateway.config import GatewayConfig
+from gateway.handlers import HandlerContext, Registry, default_registry
+from gateway.offset_index import OffsetIndex
+from gateway.partitions import PartitionLogs
+from gateway.producer_ids import ProducerIdAllocator
+from gateway.producer_state import ProducerStates
+from gateway.server import KafkaServer
+from gateway.topics import TopicRegistry
+
+log = logging.getLogger(__name__)
+
+
+class Gateway:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        store: SegmentStore,
+        controller: Controller,
+        *,
+        registry: Registry | None = None,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.controller = controller
+        self.registry = registry or default_registry()
+        self.clock_ms = clock_ms
+        self.ctx: HandlerContext | None = None
+        self.server: KafkaServer | None = None
+        self.address: tuple[str, int] | None = None
+
+    async def start(self) -> tuple[str, int]:
+        """Load topics, rebuild the offset index past its markers, then listen."""
+        index = OffsetIndex(self.config.data_dir / "gateway" / "index")
+        topics = TopicRegistry(self.controller, self.store, self.config.scope)
+        await topics.start()
+        producers = ProducerStates(index)
+        logs = PartitionLogs(
+            topics, self.store, index, producers,
+            rebuild_read_bytes=self.config.rebuild_read_bytes,
+        )
+        rebuilt = await logs.rebuild()
+        if rebuilt:
+            log.info("offset index: %d appends indexed from the segments", rebuilt)
+        producer_ids = ProducerIdAllocator(self.store)
+        await producer_ids.start()
+        self.ctx = HandlerContext(
+            config=self.config, controller=self.controller, store=self.store, topics=topics,
+            logs=logs, index=index, producers=producers, producer_ids=producer_ids,
+            registry=self.registry, clock_ms=self.clock_ms,
+        )
+        self.server = KafkaServer(self.ctx)
+        self.address = await self.server.start()
+        if self.config.advertised_listener is None:
+            self.config.advertised_listener = f"{self.address[0]}:{self.address[1]}"
+        return self.address
+
+    async def close(self, timeout_s: float = 10.0) -> None:
+        """Answer what is in flight, wait for appends, close the index."""
+        if self.ctx is None:
+            return
+        self.ctx.stopping.set()
+        if self.server is not None:
+            await self.server.close(timeout_s)
+        await self.ctx.logs.drain(timeout_s)
+        self.ctx.index.close()
+        self.ctx = None

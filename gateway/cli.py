@@ -1,0 +1,124 @@
+"""``tidegate serve``: the embedded node (segment store, controller, Kafka gateway,
+admin REST, controller gRPC) in one process.
+
+Start order: segment store → controller → gateway (offset index rebuilt) → REST →
+gRPC; one ``tidegate ready`` log line when everything listens. SIGTERM/SIGINT stop in
+reverse order: listeners stop reading, accepted requests are answered, appends drain,
+then the controller and the segment store close (logs synced).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from gateway.config import GatewayConfig, load_config, parse_host_port
+
+log = logging.getLogger("tidegate")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tidegate")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the embedded node")
+    serve.add_argument("--data-dir", help="data directory (default ./tidegate-data)")
+    serve.add_argument("--listen", help="Kafka listener HOST:PORT (default 127.0.0.1:9092)")
+    serve.add_argument("--advertised-listener", help="HOST:PORT given to clients in Metadata")
+    serve.add_argument("--rest", help="admin REST HOST:PORT (default 127.0.0.1:9080; off)")
+    serve.add_argument("--grpc", help="controller gRPC HOST:PORT (default 127.0.0.1:9090; off)")
+    serve.add_argument("--config", type=Path, help="TOML file; every flag is also a key")
+    serve.add_argument("--log-level", default="INFO")
+    return parser
+
+
+def _enabled(address: str) -> bool:
+    return address not in ("", "off", "none")
+
+
+async def serve(config: GatewayConfig) -> None:
+    from core.controller.config import ControllerConfig
+    from core.controller.controller import StreamController
+    from core.segmentstore.config import SegmentStoreConfig
+    from core.segmentstore.service import StreamSegmentStore
+    from gateway.app import Gateway
+
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    store = StreamSegmentStore(config.data_dir / "segmentstore", SegmentStoreConfig(**config.store))
+    await store.start()
+    controller = StreamController(store, ControllerConfig(**config.controller))
+    await controller.start()
+    gateway = Gateway(config, store, controller)
+    rest: tuple[Any, Any] | None = None
+    grpc_server: Any = None
+    try:
+        host, port = await gateway.start()
+        if _enabled(config.rest):
+            from gateway.rest import create_app, serve_rest
+
+            rhost, rport = parse_host_port(config.rest)
+            rest = await serve_rest(create_app(controller), rhost, rport)
+        if _enabled(config.grpc):
+            from gateway.grpc_service import start_grpc_server
+
+            ghost, gport = parse_host_port(config.grpc)
+            grpc_server = await start_grpc_server(controller, ghost, gport)
+        log.info(
+            "tidegate ready: kafka=%s:%d advertised=%s rest=%s grpc=%s data-dir=%s",
+            host, port, config.advertised_listener, config.rest, config.grpc, config.data_dir,
+        )
+        await stop.wait()
+        log.info("tidegate stopping")
+    finally:
+        if grpc_server is not None:
+            await grpc_server.stop(2)
+        if rest is not None:
+            from gateway.rest import stop_rest
+
+            with contextlib.suppress(Exception):
+                await stop_rest(*rest)
+        await gateway.close()
+        await controller.close()
+        await store.close()
+        log.info("tidegate stopped")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    overrides = {
+        "data-dir": args.data_dir,
+        "listen": args.listen,
+        "advertised-listener": args.advertised_listener,
+        "rest": args.rest,
+        "grpc": args.grpc,
+    }
+    try:
+        config = load_config(args.config, overrides)
+        _ = (config.listen_address, config.advertised_address)  # validate early
+    except (ValueError, OSError) as exc:
+        print(f"tidegate: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(serve(config))
+    except OSError as exc:
+        print(f"tidegate: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Gateway configuration: the ``tidegate serve`` flags and the TOML config file.
+
+Every flag has a config key (``data-dir``, ``listen``, ``advertised-listener``, ``rest``,
+``grpc``); Kafka-ish broker keys use Kafka's names (``auto.create.topics.enable``,
+``num.partitions``, ``socket.request.max.bytes``, ``message.max.bytes``, ...). Flags win
+over the file, the file over the defaults. Unknown keys are an error, so typos do not
+pass silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+def parse_host_port(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+@dataclass
+class GatewayConfig:
+    data_dir: Path = Path("./tidegate-data")
+    listen: str = "127.0.0.1:9092"
+    #: What Metadata advertises as this broker's address (default: ``listen``).
+    advertised_listener: str | None = None
+    #: Admin REST and controller gRPC addresses ("" or "off" disables them).
+    rest: str = "127.0.0.1:9080"
+    grpc: str = "127.0.0.1:9090"
+    node_id: int = 0
+    cluster_id: str = "tidegate"
+    #: The controller scope that holds Kafka topics as streams.
+    scope: str = "kafka"
+
+    auto_create_topics_enable: bool = True
+    num_partitions: int = 1
+    #: Frames larger than this close the connection before the body is read.
+    socket_request_max_bytes: int = 100 * 1024 * 1024
+    #: Largest records blob accepted for one partition in a Produce (Kafka's default).
+    message_max_bytes: int = 1024 * 1024 + 12
+    #: Requests read ahead and processed concurrently per connection.
+    max_in_flight_requests_per_connection: int = 16
+    max_connections: int = 1000
+    #: Upper bound on a Fetch's max_wait_ms and a Produce's wait for durability.
+    fetch_max_wait_ms_max: int = 30_000
+    #: Fetch response size cap applied on top of the request's max_bytes.
+    fetch_max_bytes: int = 55 * 1024 * 1024
+    #: Index entries per partition kept in memory for tail lookups.
+    index_tail_entries: int = 64
+    #: Bytes of segment read per rebuild step at start-up.
+    rebuild_read_bytes: int = 4 * 1024 * 1024
+    #: Extra store configuration passed through to the segment store and controller.
+    store: dict[str, Any] = field(default_factory=dict)
+    controller: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        return parse_host_port(self.listen)
+
+    @property
+    def advertised_address(self) -> tuple[str, int]:
+        return parse_host_port(self.advertised_listener or self.listen)
+
+    def apply(self, values: dict[str, Any]) -> None:
+        """Set fields from config keys (``data-dir``, ``num.partitions``, ...)."""
+        names = {f.name for f in dataclasses.fields(self)}
+        for key, value in values.items():
+            name = key.replace(".", "_").replace("-", "_")
+            if name not in names:
+                raise ValueError(f"unknown config key {key!r}")
+            current = getattr(self, name)
+            if name == "data_dir":
+                value = Path(value)
+            elif isinstance(current, bool) and not isinstance(value, bool):
+                raise ValueError(f"{key} must be true or false")
+            elif isinstance(current, int) and not isinstance(current, bool):
+                value = int(value)
+            setattr(self, name, value)
+
+
+def load_config(path: Path | None, overrides: dict[str, Any]) -> GatewayConfig:
+    config = GatewayConfig()
+    if path is not None:
+        with open(path, "rb") as f:
+            config.apply(tomllib.load(f))
+    config.apply({k: v for k, v in overrides.items() if v is not None})
+    return config

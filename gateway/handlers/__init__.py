@@ -1,0 +1,140 @@
+"""Kafka API handlers: one module per API, registered by API key.
+
+How to add an API (the admin and consumer-group work plug in here):
+
+1. Write ``gateway/handlers/<api>.py`` with two names:
+
+   - ``SPEC = ApiSpec(XRequest, XResponse, min_version, max_version)`` from
+     ``protocol.apis``, with the ``kafka.protocol`` classes and the versions implemented
+     (ApiVersions advertises exactly these);
+   - ``async def handle(ctx: HandlerContext, req: RequestContext, request) -> response``
+     where ``request`` is the decoded ``kafka.protocol`` object and the result is a
+     ``kafka.protocol`` response object (encoded at ``req.api_version``), an
+     ``EncodedBody`` (pre-encoded buffers, see ``fetch``), or ``None`` for no answer
+     (acks=0 Produce).
+
+2. Add the module to ``HANDLER_MODULES`` below.
+
+Ordering on a connection: a request's handler starts only after the previous request on
+the same connection has *released* (by returning, or by calling ``req.release()``
+earlier); answers are always written in request order. A handler that may wait long
+(Fetch) or that has a synchronous ordering point (Produce: offsets assigned and appends
+submitted) calls ``req.release()`` as soon as later requests may overtake it.
+
+Errors: expected conditions become Kafka error codes in the response; an exception
+escaping a handler closes the connection (logged), as Kafka does for requests it cannot
+process.
+
+``HandlerContext`` holds everything a handler may use; new subsystems (group
+coordinator, transactions, admin state) go into ``ctx.extensions`` under their own key,
+created in ``gateway.app.Gateway.start``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from protocol.apis import ApiSpec
+
+if TYPE_CHECKING:
+    from core.controller.api import Controller
+    from core.segmentstore.api import SegmentStore
+    from gateway.config import GatewayConfig
+    from gateway.offset_index import OffsetIndex
+    from gateway.partitions import PartitionLogs
+    from gateway.producer_ids import ProducerIdAllocator
+    from gateway.producer_state import ProducerStates
+    from gateway.topics import TopicRegistry
+
+
+@dataclass
+class RequestContext:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    #: Set when the next request on the connection may start.
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+    peer: str = ""
+
+    def release(self) -> None:
+        self.released.set()
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedBody:
+    """A response body already encoded, as buffers written in order with ``writelines``
+    (lets Fetch splice stored record slices into the answer without copying them)."""
+
+    buffers: Sequence[bytes | memoryview]
+
+
+Handler = Callable[["HandlerContext", RequestContext, Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    spec: ApiSpec
+    handle: Handler
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._apis: dict[int, Api] = {}
+
+    def register(self, spec: ApiSpec, handle: Handler) -> None:
+        if spec.api_key in self._apis:
+            raise ValueError(f"API key {spec.api_key} ({spec.name}) registered twice")
+        self._apis[spec.api_key] = Api(spec, handle)
+
+    def add_module(self, module: ModuleType) -> None:
+        self.register(module.SPEC, module.handle)
+
+    def get(self, api_key: int) -> Api | None:
+        return self._apis.get(api_key)
+
+    def apis(self) -> list[Api]:
+        return [self._apis[k] for k in sorted(self._apis)]
+
+
+#: Handler modules in this package, registered by ``default_registry``.
+HANDLER_MODULES = [
+    "api_versions",
+    "metadata",
+    "produce",
+    "fetch",
+    "list_offsets",
+    "init_producer_id",
+    "create_topics",
+]
+
+
+def default_registry(modules: Sequence[str] = HANDLER_MODULES) -> Registry:
+    registry = Registry()
+    for name in modules:
+        registry.add_module(importlib.import_module(f"{__name__}.{name}"))
+    return registry
+
+
+@dataclass
+class HandlerContext:
+    config: GatewayConfig
+    controller: Controller
+    store: SegmentStore
+    topics: TopicRegistry
+    logs: PartitionLogs
+    index: OffsetIndex
+    producers: ProducerStates
+    producer_ids: ProducerIdAllocator
+    registry: Registry
+    #: Wall clock in milliseconds (injected for tests).
+    clock_ms: Callable[[], int]
+    #: Set when the gateway shuts down: long polls end early.
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Subsystems added by later work (group coordinator, transactions, ...).
+    extensions: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,178 @@
+"""Fetch (key 1), v4+: long-poll on the tail, byte limits, at least one whole batch.
+
+- Fetch sessions are not kept: every answer carries session id 0, which tells clients
+  to send full fetch requests; a request naming a session gets
+  FETCH_SESSION_ID_NOT_FOUND.
+- Every partition answer carries the log start offset and the high watermark; the last
+  stable offset equals the high watermark until transactions exist.
+- Limits: the request's ``max_bytes`` (capped by ``fetch.max.bytes``) for the whole
+  answer and ``partition_max_bytes`` per partition, except that the first batch of the
+  first partition with data is returned whole even when it is larger (Kafka's rule).
+- Waiting: if fewer than ``min_bytes`` are available the handler waits, woken by any
+  append to one of the fetched partitions, until enough arrived or ``max_wait_ms``.
+- The stored batches are spliced into the encoded answer (see ``_splice``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.schemas.fields.codecs.types import Int32, UnsignedVarInt32
+
+from gateway.handlers import EncodedBody, HandlerContext, RequestContext
+from gateway.partition_log import PartitionLog
+from protocol.apis import ApiSpec
+from protocol.errors import ErrorCode
+
+SPEC = ApiSpec(FetchRequest, FetchResponse, 4, 12)
+
+_Topic = FetchResponse.FetchableTopicResponse
+_Partition = _Topic.PartitionData
+
+
+class _Part:
+    __slots__ = ("topic", "partition", "offset", "max_bytes", "plog", "error", "chunks", "size")
+
+    def __init__(self, topic: str, partition: int, offset: int, max_bytes: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.max_bytes = max_bytes
+        self.plog: PartitionLog | None = None
+        self.error = ErrorCode.NONE
+        self.chunks: list[memoryview] = []
+        self.size = 0
+
+
+def _resolve(ctx: HandlerContext, part: _Part) -> None:
+    info = ctx.topics.get(part.topic)
+    if info is None or not 0 <= part.partition < info.partitions:
+        part.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return
+    part.plog = ctx.logs.get(part.topic, part.partition)
+
+
+def _available(part: _Part) -> bool:
+    return part.plog is not None and part.error == ErrorCode.NONE and (
+        part.plog.high_watermark > part.offset
+    )
+
+
+async def _read(ctx: HandlerContext, parts: list[_Part], response_max_bytes: int) -> int:
+    total = 0
+    for part in parts:
+        part.chunks, part.size = [], 0
+        plog = part.plog
+        if plog is None or part.error != ErrorCode.NONE:
+            continue
+        if part.offset < plog.log_start_offset or part.offset > plog.high_watermark:
+            part.error = ErrorCode.OFFSET_OUT_OF_RANGE
+            continue
+        budget = min(part.max_bytes, response_max_bytes - total)
+        if part.offset == plog.high_watermark or (budget <= 0 and total > 0):
+            continue
+        chunks = await ctx.logs.read_batches(plog, part.offset, max(budget, 0), total == 0)
+        part.chunks = chunks
+        part.size = sum(len(c) for c in chunks)
+        total += part.size
+    return total
+
+
+async def _wait_for_growth(ctx: HandlerContext, parts: list[_Part], timeout_s: float) -> None:
+    woken = asyncio.Event()
+    if ctx.stopping.is_set():
+        return
+    logs = {id(p.plog): p.plog for p in parts if p.plog is not None}
+    for plog in logs.values():
+        plog.on_grow.append(woken.set)
+    waits = [asyncio.ensure_future(woken.wait()), asyncio.ensure_future(ctx.stopping.wait())]
+    try:
+        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+        for plog in logs.values():
+            plog.on_grow.remove(woken.set)
+
+
+def _splice(response: Any, version: int, parts: list[_Part], tokens: list[bytes]) -> EncodedBody:
+    """Protocol quirk: the records of each partition are stored batches, so instead of
+    copying them into the encoder's buffer the answer is encoded with a unique 16-byte
+    placeholder as records, then cut at each placeholder and the stored slices put in
+    its place with their own length prefix (int32, or unsigned varint of length + 1 in
+    flexible versions). The encoded metadata around them is small; the token is random,
+    so it cannot occur there by chance."""
+    encoded = bytes(response.encode(version=version))
+    flexible = bool(FetchResponse.flexible_version_q(version))
+    old_prefix = len(UnsignedVarInt32.encode(17)) if flexible else 4
+    buffers: list[bytes | memoryview] = []
+    start = 0
+    for part, token in zip(parts, tokens, strict=True):
+        at = encoded.find(token, start)
+        if at < 0:
+            raise AssertionError("fetch placeholder lost in encoding")
+        buffers.append(encoded[start : at - old_prefix])
+        if flexible:
+            buffers.append(bytes(UnsignedVarInt32.encode(part.size + 1)))
+        else:
+            buffers.append(bytes(Int32.encode(part.size)))
+        buffers.extend(part.chunks)
+        start = at + len(token)
+    buffers.append(encoded[start:])
+    return EncodedBody(buffers)
+
+
+async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
+    req.release()  # fetches only read: later requests need not wait for the long poll
+    version = req.api_version
+    if request.session_id != 0:
+        return FetchResponse(
+            throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+            session_id=0, responses=[],
+        )
+    parts = [
+        _Part(t.topic, p.partition, p.fetch_offset, max(p.partition_max_bytes, 0))
+        for t in request.topics
+        for p in t.partitions
+    ]
+    for part in parts:
+        _resolve(ctx, part)
+    response_max_bytes = min(max(request.max_bytes, 0), ctx.config.fetch_max_bytes)
+    max_wait_s = min(max(request.max_wait_ms, 0), ctx.config.fetch_max_wait_ms_max) / 1000
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_wait_s
+    min_bytes = max(request.min_bytes, 0)
+    while True:
+        total = 0
+        if any(_available(p) for p in parts) or any(p.error for p in parts):
+            total = await _read(ctx, parts, response_max_bytes)
+        remaining = deadline - loop.time()
+        if total >= min_bytes or remaining <= 0 or any(p.error for p in parts):
+            break
+        await _wait_for_growth(ctx, parts, remaining)
+    by_topic: dict[str, list[Any]] = {}
+    grouped: dict[str, list[_Part]] = {}
+    for part in parts:
+        grouped.setdefault(part.topic, []).append(part)
+    ordered = [p for group in grouped.values() for p in group]
+    tokens = [os.urandom(16) for _ in ordered]
+    for part, token in zip(ordered, tokens, strict=True):
+        plog = part.plog
+        hw = plog.high_watermark if plog is not None else -1
+        start = plog.log_start_offset if plog is not None else -1
+        by_topic.setdefault(part.topic, []).append(
+            _Partition(
+                partition_index=part.partition, error_code=part.error, high_watermark=hw,
+                last_stable_offset=hw, log_start_offset=start,
+                aborted_transactions=[] if request.isolation_level == 1 else None,
+                preferred_read_replica=-1, records=token,
+            )
+        )
+    response = FetchResponse(
+        throttle_time_ms=0, error_code=0, session_id=0,
+        responses=[_Topic(topic=t, partitions=ps) for t, ps in by_topic.items()],
+    )
+    return _splice(response, version, ordered, tokens)

@@ -1,0 +1,91 @@
+"""ListOffsets (key 2): earliest (-2), latest (-1), max timestamp (-3), earliest local
+(-4, the same as earliest here), and by timestamp (the first record whose timestamp is
+at or after it; offset and timestamp -1 when none is). The time index finds the batch;
+only that one batch is decoded (kafka-python's record reader, decompressing if needed)
+to find the record, as Kafka does."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
+from kafka.record.default_records import DefaultRecordBatch
+
+from gateway.handlers import HandlerContext, RequestContext
+from gateway.partition_log import PartitionLog
+from protocol.apis import ApiSpec
+from protocol.errors import ErrorCode
+
+SPEC = ApiSpec(ListOffsetsRequest, ListOffsetsResponse, 1, 9)
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+
+_Topic = ListOffsetsResponse.ListOffsetsTopicResponse
+_Partition = _Topic.ListOffsetsPartitionResponse
+
+log = logging.getLogger(__name__)
+
+
+async def _records(ctx: HandlerContext, plog: PartitionLog, base_offset: int) -> list[tuple[int, int]]:
+    """``(offset, timestamp)`` of every record in the batch at ``base_offset``."""
+    entry = ctx.index.floor(plog.topic, plog.partition, base_offset)
+    if entry is None:
+        return []
+    raw = await ctx.logs.read_entry(plog.topic, entry)
+    try:
+        return [(r.offset, r.timestamp) for r in DefaultRecordBatch(raw)]
+    except Exception as exc:  # a codec library missing: answer at batch granularity
+        log.warning("cannot decode batch at %s/%d@%d: %r", plog.topic, plog.partition,
+                    entry.base_offset, exc)
+        return [(entry.base_offset, entry.max_timestamp)]
+
+
+async def _lookup(ctx: HandlerContext, plog: PartitionLog, timestamp: int) -> tuple[int, int]:
+    if timestamp == LATEST:
+        return plog.high_watermark, -1
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return plog.log_start_offset, -1
+    if timestamp == MAX_TIMESTAMP:
+        found = ctx.index.max_timestamp(plog.topic, plog.partition)
+        if found is None or found[1] >= plog.high_watermark:
+            return -1, -1
+        max_ts, base = found
+        for offset, ts in await _records(ctx, plog, base):
+            if ts == max_ts:
+                return offset, ts
+        return base, max_ts
+    if timestamp < 0:
+        return -1, -1
+    base = ctx.index.offset_for_timestamp(plog.topic, plog.partition, timestamp)
+    if base is None or base >= plog.high_watermark:
+        return -1, -1
+    for offset, ts in await _records(ctx, plog, base):
+        if ts >= timestamp and offset >= plog.log_start_offset:
+            return offset, ts
+    return -1, -1
+
+
+async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
+    topics = []
+    for topic in request.topics:
+        info = ctx.topics.get(topic.name)
+        partitions = []
+        for p in topic.partitions:
+            if info is None or not 0 <= p.partition_index < info.partitions:
+                partitions.append(
+                    _Partition(partition_index=p.partition_index,
+                               error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                )
+                continue
+            plog = ctx.logs.get(topic.name, p.partition_index)
+            offset, ts = await _lookup(ctx, plog, p.timestamp)
+            partitions.append(
+                _Partition(partition_index=p.partition_index, error_code=0, timestamp=ts,
+                           offset=offset, leader_epoch=-1)
+            )
+        topics.append(_Topic(name=topic.name, partitions=partitions))
+    return ListOffsetsResponse(throttle_time_ms=0, topics=topics)

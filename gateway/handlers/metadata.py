@@ -1,0 +1,83 @@
+"""Metadata (key 3): this node leads every partition; leader epochs are -1 (no
+OffsetForLeaderEpoch yet). Unknown topics are created when both the request
+(``allow_auto_topic_creation``, v4+) and ``auto.create.topics.enable`` allow it."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+from gateway.handlers import HandlerContext, RequestContext
+from gateway.topics import TopicInfo, topic_name_error
+from protocol.apis import ApiSpec
+from protocol.errors import ErrorCode
+
+SPEC = ApiSpec(MetadataRequest, MetadataResponse, 0, 12)
+
+_Topic = MetadataResponse.MetadataResponseTopic
+_Partition = _Topic.MetadataResponsePartition
+
+
+def topic_response(ctx: HandlerContext, info: TopicInfo) -> Any:
+    node = ctx.config.node_id
+    partitions = [
+        _Partition(
+            error_code=0, partition_index=p, leader_id=node, leader_epoch=-1,
+            replica_nodes=[node], isr_nodes=[node], offline_replicas=[],
+        )
+        for p in range(info.partitions)
+    ]
+    return _Topic(
+        error_code=0, name=info.name, topic_id=info.topic_id, is_internal=False,
+        partitions=partitions,
+    )
+
+
+def _error_topic(name: str, error: ErrorCode) -> Any:
+    return _Topic(
+        error_code=error, name=name, topic_id=uuid.UUID(int=0), is_internal=False, partitions=[]
+    )
+
+
+async def ensure_topic(ctx: HandlerContext, name: str, allow_create: bool) -> TopicInfo | ErrorCode:
+    """The topic, auto-created if allowed; or the error to answer with."""
+    info = ctx.topics.get(name)
+    if info is not None:
+        return info
+    if topic_name_error(name) is not None:
+        return ErrorCode.INVALID_TOPIC_EXCEPTION
+    if not (allow_create and ctx.config.auto_create_topics_enable):
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    await ctx.topics.create(name, ctx.config.num_partitions)
+    return ctx.topics.get(name) or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
+    version = req.api_version
+    requested = request.topics
+    if requested is None or (version == 0 and not requested):
+        names = ctx.topics.names()
+        allow = False
+    else:
+        names = [t.name for t in requested]
+        allow = version < 4 or bool(request.allow_auto_topic_creation)
+    topics = []
+    for name in names:
+        if name is None:
+            topics.append(_error_topic("", ErrorCode.UNKNOWN_TOPIC_ID))
+            continue
+        found = await ensure_topic(ctx, name, allow)
+        if isinstance(found, ErrorCode):
+            topics.append(_error_topic(name, found))
+        else:
+            topics.append(topic_response(ctx, found))
+    host, port = ctx.config.advertised_address
+    broker = MetadataResponse.MetadataResponseBroker(
+        node_id=ctx.config.node_id, host=host, port=port, rack=None
+    )
+    return MetadataResponse(
+        throttle_time_ms=0, brokers=[broker], cluster_id=ctx.config.cluster_id,
+        controller_id=ctx.config.node_id, topics=topics,
+    )

@@ -1,0 +1,163 @@
+"""Produce (key 0), v3+ with record batches v2 only (DESIGN.md section 4).
+
+Per partition: check the batch header (magic 2, lengths, CRC-32C), its size against
+``message.max.bytes`` (or the topic's ``max.message.bytes``), the producer's
+id/epoch/sequence; then assign offsets, rewrite the base offset in place and append.
+Records are never decoded or recompressed. All partitions of a request are assigned
+and submitted in one synchronous step, after which the next request on the connection
+may start; the answer waits until the appends are durable (acks=1/all) or is not sent
+at all (acks=0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+from gateway.handlers import HandlerContext, RequestContext
+from gateway.partition_log import PartitionLog, PendingAppend, StorageFailure
+from gateway.producer_state import BatchRecord, Duplicate
+from gateway.topics import topic_name_error
+from protocol.apis import ApiSpec
+from protocol.errors import ErrorCode
+from protocol.record_batch import BatchHeader, InvalidBatchError, iter_batches
+
+SPEC = ApiSpec(ProduceRequest, ProduceResponse, 3, 12)
+
+_Topic = ProduceResponse.TopicProduceResponse
+_Partition = _Topic.PartitionProduceResponse
+
+
+class _Work:
+    """One partition of the request on its way through the handler."""
+
+    __slots__ = ("topic", "partition", "records", "plog", "batch", "error", "message",
+                 "pending", "duplicate")
+
+    def __init__(self, topic: str, partition: int, records: bytes | None) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.records = records
+        self.plog: PartitionLog | None = None
+        self.batch: BatchHeader | None = None
+        self.error = ErrorCode.NONE
+        self.message: str | None = None
+        self.pending: PendingAppend | None = None
+        self.duplicate: BatchRecord | None = None
+
+
+def _validate(ctx: HandlerContext, work: _Work) -> None:
+    info = ctx.topics.get(work.topic)
+    if info is None:
+        bad = topic_name_error(work.topic) is not None
+        work.error = ErrorCode.INVALID_TOPIC_EXCEPTION if bad else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return
+    if not 0 <= work.partition < info.partitions:
+        work.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return
+    limit = int(info.configs.get("max.message.bytes", ctx.config.message_max_bytes))
+    records = work.records
+    if not records:
+        work.error, work.message = ErrorCode.CORRUPT_MESSAGE, "no records"
+        return
+    if len(records) > limit:
+        work.error = ErrorCode.MESSAGE_TOO_LARGE
+        work.message = f"{len(records)} bytes > {limit}"
+        return
+    try:
+        batches = list(iter_batches(records))
+    except InvalidBatchError as exc:
+        work.error, work.message = ErrorCode.CORRUPT_MESSAGE, str(exc)
+        return
+    # Kafka: v3+ produce requests carry exactly one batch per partition.
+    if len(batches) != 1:
+        work.error, work.message = ErrorCode.INVALID_RECORD, "exactly one batch expected"
+        return
+    batch = batches[0]
+    if batch.record_count != batch.last_offset_delta + 1 or batch.is_control:
+        work.error = ErrorCode.INVALID_RECORD
+        work.message = "record count does not match last offset delta"
+        return
+    work.batch = batch
+    work.plog = ctx.logs.get(work.topic, work.partition)
+
+
+def _assign(ctx: HandlerContext, work: _Work) -> None:
+    """The synchronous step: idempotence check, offset assignment, submission."""
+    batch, plog = work.batch, work.plog
+    assert batch is not None and plog is not None and work.records is not None
+    if batch.is_idempotent:
+        verdict = ctx.producers.check(work.topic, work.partition, batch)
+        if isinstance(verdict, Duplicate):
+            work.duplicate = verdict.batch
+            return
+        if verdict is not None:
+            work.error = verdict
+            return
+    work.pending = plog.append(work.records, [batch])
+    if batch.is_idempotent:
+        ctx.producers.record(
+            work.topic, work.partition, work.pending.batches[0], work.pending.base_offset,
+            work.pending.durable,
+        )
+
+
+async def _outcome(work: _Work, timeout_s: float) -> tuple[ErrorCode, int]:
+    waiting = work.pending.durable if work.pending is not None else None
+    base = work.pending.base_offset if work.pending is not None else -1
+    if work.duplicate is not None:
+        waiting, base = work.duplicate.durable, work.duplicate.base_offset
+    if work.error != ErrorCode.NONE:
+        return work.error, -1
+    if waiting is not None:
+        try:
+            await asyncio.wait_for(asyncio.shield(waiting), timeout_s)
+        except TimeoutError:
+            return ErrorCode.REQUEST_TIMED_OUT, -1
+        except StorageFailure:
+            return ErrorCode.KAFKA_STORAGE_ERROR, -1
+    return ErrorCode.NONE, base
+
+
+async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
+    works: list[_Work] = []
+    for topic in request.topic_data:
+        for part in topic.partition_data:
+            works.append(_Work(topic.name, part.index, part.records))
+    if request.acks not in (0, 1, -1):
+        for work in works:
+            work.error = ErrorCode.INVALID_REQUIRED_ACKS
+    else:
+        for work in works:
+            _validate(ctx, work)
+        for work in works:
+            if work.plog is not None:
+                try:
+                    await work.plog.ensure_segment()
+                except Exception as exc:  # controller unreachable or stream gone
+                    work.error, work.message = ErrorCode.NOT_LEADER_OR_FOLLOWER, repr(exc)
+        # No await from here until every partition is submitted (offset order).
+        for work in works:
+            if work.error == ErrorCode.NONE and work.batch is not None:
+                _assign(ctx, work)
+    req.release()
+    if request.acks == 0:
+        return None
+    timeout_s = min(max(request.timeout_ms, 0), ctx.config.fetch_max_wait_ms_max) / 1000
+    outcomes = await asyncio.gather(*(_outcome(w, max(timeout_s, 0.001)) for w in works))
+    by_topic: dict[str, list[Any]] = {}
+    for work, (error, base) in zip(works, outcomes, strict=True):
+        start = work.plog.log_start_offset if work.plog is not None else -1
+        by_topic.setdefault(work.topic, []).append(
+            _Partition(
+                index=work.partition, error_code=error, base_offset=base,
+                log_append_time_ms=-1, log_start_offset=start,
+                error_message=work.message if error != ErrorCode.NONE else None,
+            )
+        )
+    return ProduceResponse(
+        responses=[_Topic(name=n, partition_responses=p) for n, p in by_topic.items()],
+        throttle_time_ms=0,
+    )

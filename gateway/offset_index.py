@@ -1,0 +1,172 @@
+"""The offset index: ``(topic, partition, base offset)`` → where the batch lies.
+
+Kept in RocksDB (``data_dir/gateway/index``), written without sync: everything in it is
+derived from the segments (whose envelopes describe every append) and is rebuilt at
+start from each segment's last indexed position (the ``m`` marker, written in the same
+atomic write batch as the entries it covers, so RocksDB's prefix recovery keeps them
+consistent). The only synced keys are log start offsets, which are not derivable.
+
+Keys (topic names never contain NUL):
+- ``o`` topic NUL partition:u32 base:u64 → ``IndexEntry``
+- ``t`` topic NUL partition:u32 ts+2**63:u64 → base:u64, written when a batch raises the
+  partition's running maximum timestamp (Kafka's time index rule)
+- ``m`` segment name → indexed end position in that segment
+- ``s`` topic NUL partition:u32 → log start offset (synced)
+- ``p`` topic NUL partition:u32 producer id:u64 → producer state (see producer_state)
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_ENTRY = struct.Struct(">qqqiqq")
+_TS_BIAS = 1 << 63
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    base_offset: int
+    last_offset: int
+    segment_id: int
+    position: int  # of the batch (after the envelope) in the segment
+    length: int
+    max_timestamp: int
+
+    def encode(self) -> bytes:
+        return _ENTRY.pack(
+            self.base_offset, self.last_offset, self.segment_id, self.position,
+            self.length, self.max_timestamp,
+        )
+
+    @staticmethod
+    def decode(raw: bytes) -> IndexEntry:
+        return IndexEntry(*_ENTRY.unpack(raw))
+
+
+def _tp(kind: bytes, topic: str, partition: int) -> bytes:
+    return kind + topic.encode() + b"\x00" + _U32.pack(partition)
+
+
+class OffsetIndex:
+    def __init__(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self._db = Rdict(str(path), Options(raw_mode=True))
+        self._sync = WriteOptions()
+        self._sync.sync = True
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- writes ----------------------------------------------------------------------
+
+    def batch(self) -> IndexWrite:
+        return IndexWrite(self)
+
+    def set_log_start(self, topic: str, partition: int, offset: int) -> None:
+        self._db.put(_tp(b"s", topic, partition), _U64.pack(offset), self._sync)
+
+    def delete_topic(self, topic: str) -> None:
+        """Drop every key of ``topic`` (its streams are gone)."""
+        prefix_end = topic.encode() + b"\x01"
+        for kind in (b"o", b"t", b"s", b"p"):
+            self._db.delete_range(kind + topic.encode() + b"\x00", kind + prefix_end)
+
+    # -- reads -----------------------------------------------------------------------
+
+    def log_start(self, topic: str, partition: int) -> int | None:
+        raw = self._db.get(_tp(b"s", topic, partition))
+        return None if raw is None else int(_U64.unpack(raw)[0])
+
+    def marker(self, segment: str) -> int:
+        raw = self._db.get(b"m" + segment.encode())
+        return 0 if raw is None else int(_U64.unpack(raw)[0])
+
+    def floor(self, topic: str, partition: int, offset: int) -> IndexEntry | None:
+        """The entry with the greatest base offset <= ``offset``."""
+        prefix = _tp(b"o", topic, partition)
+        it = self._db.iter()
+        it.seek_for_prev(prefix + _U64.pack(max(offset, 0)))
+        if it.valid() and bytes(it.key()).startswith(prefix):
+            return IndexEntry.decode(it.value())
+        return None
+
+    def entries_from(self, topic: str, partition: int, offset: int) -> Iterator[IndexEntry]:
+        """Entries in offset order, starting with the one that holds ``offset`` (or the
+        first one after it)."""
+        prefix = _tp(b"o", topic, partition)
+        start = self.floor(topic, partition, offset)
+        it = self._db.iter()
+        it.seek(prefix + _U64.pack(start.base_offset if start else max(offset, 0)))
+        while it.valid():
+            key = bytes(it.key())
+            if not key.startswith(prefix):
+                return
+            entry = IndexEntry.decode(it.value())
+            if entry.last_offset >= offset:
+                yield entry
+            it.next()
+
+    def first(self, topic: str, partition: int) -> IndexEntry | None:
+        prefix = _tp(b"o", topic, partition)
+        it = self._db.iter()
+        it.seek(prefix)
+        if it.valid() and bytes(it.key()).startswith(prefix):
+            return IndexEntry.decode(it.value())
+        return None
+
+    def last(self, topic: str, partition: int) -> IndexEntry | None:
+        return self.floor(topic, partition, (1 << 63) - 1)
+
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int | None:
+        """Base offset of the first batch whose max timestamp is >= ``timestamp``."""
+        prefix = _tp(b"t", topic, partition)
+        it = self._db.iter()
+        it.seek(prefix + _U64.pack(timestamp + _TS_BIAS))
+        if it.valid() and bytes(it.key()).startswith(prefix):
+            return int(_U64.unpack(it.value())[0])
+        return None
+
+    def max_timestamp(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """``(max timestamp, base offset of the batch that holds it)``."""
+        prefix = _tp(b"t", topic, partition)
+        it = self._db.iter()
+        it.seek_for_prev(prefix + b"\xff" * 8)
+        if it.valid() and bytes(it.key()).startswith(prefix):
+            ts = int(_U64.unpack(bytes(it.key())[len(prefix) :])[0]) - _TS_BIAS
+            return ts, int(_U64.unpack(it.value())[0])
+        return None
+
+    def producer_state(self, topic: str, partition: int, producer_id: int) -> bytes | None:
+        raw = self._db.get(_tp(b"p", topic, partition) + _U64.pack(producer_id))
+        return None if raw is None else bytes(raw)
+
+
+class IndexWrite:
+    """One atomic, unsynced RocksDB write batch."""
+
+    def __init__(self, index: OffsetIndex) -> None:
+        self._index = index
+        self._wb = WriteBatch(raw_mode=True)
+
+    def entry(self, topic: str, partition: int, entry: IndexEntry) -> None:
+        self._wb.put(_tp(b"o", topic, partition) + _U64.pack(entry.base_offset), entry.encode())
+
+    def time_entry(self, topic: str, partition: int, timestamp: int, base_offset: int) -> None:
+        key = _tp(b"t", topic, partition) + _U64.pack(timestamp + _TS_BIAS)
+        self._wb.put(key, _U64.pack(base_offset))
+
+    def marker(self, segment: str, end: int) -> None:
+        self._wb.put(b"m" + segment.encode(), _U64.pack(end))
+
+    def producer_state(self, topic: str, partition: int, producer_id: int, raw: bytes) -> None:
+        self._wb.put(_tp(b"p", topic, partition) + _U64.pack(producer_id), raw)
+
+    def commit(self) -> None:
+        self._index._db.write(self._wb)

@@ -1,0 +1,260 @@
+"""One Kafka partition's log: offset assignment, the append pipeline, the high watermark.
+
+Contract:
+- ``append`` is synchronous: it assigns the next dense offsets, rewrites the batches'
+  base offsets in place and hands the append (envelope + batches) to the segment store
+  before returning, so offsets are assigned in exactly the order appends reach the
+  segment (the store enqueues appends in call order; no ``await`` in between).
+- Appends complete in offset order. The high watermark is the end of the longest
+  durable prefix; only data below it is served or indexed.
+- A segment sealed under us (a scale) fails that append and every later one on the same
+  segment; once all in-flight appends have settled, the failed ones are re-sent in offset
+  order to the segment that now holds the partition's point, ahead of anything newer, so
+  no hole appears.
+- Any other store failure fails the affected appends; once the pipeline is idle the log
+  restarts from the end of the last durable append (offsets of failed appends are
+  skipped, never reused, since a later append may already be durable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from core.controller.api import SegmentRecord
+from core.segmentstore.api import SegmentNotFoundError, SegmentSealedError
+from gateway.envelope import ENVELOPE_BYTES, Envelope, encode_envelope_into
+from gateway.offset_index import IndexEntry
+from protocol.record_batch import BatchHeader, set_base_offset
+
+if TYPE_CHECKING:
+    from gateway.partitions import PartitionLogs
+
+log = logging.getLogger(__name__)
+
+
+class StorageFailure(Exception):
+    """The append could not be made durable; the client may retry."""
+
+
+class _State(enum.Enum):
+    WAITING = 1
+    SUBMITTED = 2
+    SEALED = 3
+    DONE = 4
+    FAILED = 5
+
+
+@dataclass(eq=False)
+class PendingAppend:
+    base_offset: int
+    end_offset: int
+    data: bytearray
+    batches: list[BatchHeader]
+    durable: asyncio.Future[None]
+    state: _State = _State.WAITING
+    segment: SegmentRecord | None = None
+    position: int = -1
+    producer_ids: set[int] = field(default_factory=set)
+
+
+class PartitionLog:
+    def __init__(
+        self,
+        logs: PartitionLogs,
+        topic: str,
+        partition: int,
+        next_offset: int,
+        log_start_offset: int,
+        max_timestamp: int,
+    ) -> None:
+        self._logs = logs
+        self.topic = topic
+        self.partition = partition
+        self.next_offset = next_offset
+        self.high_watermark = next_offset
+        self.log_start_offset = log_start_offset
+        self._max_timestamp = max_timestamp
+        self.segment: SegmentRecord | None = None
+        self._pending: deque[PendingAppend] = deque()
+        self._inflight = 0
+        self._recovering = False
+        self._settled = asyncio.Event()
+        self._grown = asyncio.Event()
+        #: Called (synchronously) whenever the high watermark moves.
+        self.on_grow: list[Callable[[], None]] = []
+
+    # -- produce -----------------------------------------------------------------------
+
+    async def ensure_segment(self) -> None:
+        """Resolve the segment that holds the partition's point (once, then cached)."""
+        if self.segment is None:
+            self.segment = await self._logs.topics.current_segment(self.topic, self.partition)
+
+    def append(self, payload: bytes | memoryview, batches: list[BatchHeader]) -> PendingAppend:
+        """Assign offsets to ``batches`` (headers of ``payload``, positions relative to
+        it), rewrite their base offsets and submit. Never awaits."""
+        base = self.next_offset
+        data = bytearray(ENVELOPE_BYTES + len(payload))
+        data[ENVELOPE_BYTES:] = payload
+        offset = base
+        assigned: list[BatchHeader] = []
+        for b in batches:
+            set_base_offset(data, ENVELOPE_BYTES + b.position, offset)
+            assigned.append(_rebased(b, offset))
+            offset += b.last_offset_delta + 1
+        encode_envelope_into(data, Envelope(self.partition, base, offset - base, len(payload)))
+        self.next_offset = offset
+        pending = PendingAppend(
+            base, offset, data, assigned, asyncio.get_running_loop().create_future(),
+            producer_ids={b.producer_id for b in assigned if b.is_idempotent},
+        )
+        pending.durable.add_done_callback(_retrieve)
+        self._pending.append(pending)
+        self._submit(pending)
+        return pending
+
+    def _submit(self, p: PendingAppend) -> None:
+        if self._recovering or self.segment is None:
+            p.state = _State.WAITING
+            if not self._recovering:
+                self._start_recovery()
+            return
+        p.state = _State.SUBMITTED
+        p.segment = self.segment
+        name = self._logs.topics.segment_name(self.topic, self.segment.id)
+        records = sum(b.record_count for b in p.batches)
+        task = asyncio.ensure_future(
+            self._logs.store.append(name, p.data, event_count=max(records, 1))
+        )
+        self._inflight += 1
+        self._settled.clear()
+        task.add_done_callback(lambda t, p=p: self._on_done(p, t))
+
+    def _on_done(self, p: PendingAppend, task: asyncio.Future[int]) -> None:
+        self._inflight -= 1
+        exc = task.exception() if not task.cancelled() else StorageFailure("append cancelled")
+        if exc is None:
+            p.position = task.result()
+            p.state = _State.DONE
+            self._advance()
+        elif isinstance(exc, SegmentSealedError | SegmentNotFoundError):
+            p.state = _State.SEALED
+            self._start_recovery()
+        else:
+            log.error("append to %s/%d failed: %r", self.topic, self.partition, exc)
+            p.state = _State.FAILED
+            if not p.durable.done():
+                p.durable.set_exception(StorageFailure(str(exc)))
+            self._start_recovery()
+        if self._inflight == 0:
+            self._settled.set()
+
+    def _start_recovery(self) -> None:
+        if not self._recovering:
+            self._recovering = True
+            self._logs.spawn(self._recover())
+
+    async def _recover(self) -> None:
+        """Wait for the pipeline to settle, then re-send sealed-out appends in order to
+        the partition's current segment, or skip failed ones."""
+        try:
+            if self._inflight:
+                await self._settled.wait()
+            stale = self.segment
+            for attempt in range(self._logs.refresh_attempts):
+                seg = await self._logs.topics.current_segment(self.topic, self.partition)
+                if stale is None or seg.id != stale.id:
+                    break
+                await asyncio.sleep(min(0.01 * 2**attempt, 1.0))
+            self.segment = seg
+        except Exception as exc:  # controller unavailable: fail what waits, retry later
+            log.error("cannot refresh segment of %s/%d: %r", self.topic, self.partition, exc)
+            self.segment = None
+            for p in self._pending:
+                if p.state in (_State.SEALED, _State.WAITING):
+                    p.state = _State.FAILED
+                    if not p.durable.done():
+                        p.durable.set_exception(StorageFailure(repr(exc)))
+        finally:
+            self._recovering = False
+        self._drop_failed()
+        for p in list(self._pending):
+            if p.state in (_State.SEALED, _State.WAITING):
+                self._submit(p)
+
+    def _drop_failed(self) -> None:
+        """Forget failed appends (only while nothing is in flight). Their offsets are
+        skipped, not reused: a later append may already be durable."""
+        if self._inflight or not any(p.state == _State.FAILED for p in self._pending):
+            return
+        self._pending = deque(p for p in self._pending if p.state != _State.FAILED)
+        self._advance()
+
+    def _advance(self) -> None:
+        moved = False
+        while self._pending and self._pending[0].state == _State.DONE:
+            p = self._pending.popleft()
+            self._index(p)
+            self.high_watermark = p.end_offset
+            moved = True
+            if not p.durable.done():
+                p.durable.set_result(None)
+        if moved:
+            self._grown.set()
+            self._grown = asyncio.Event()
+            for callback in self.on_grow:
+                callback()
+
+    def _index(self, p: PendingAppend) -> None:
+        assert p.segment is not None
+        write = self._logs.index.batch()
+        for b in p.batches:
+            entry = IndexEntry(
+                b.base_offset, b.last_offset, p.segment.id,
+                p.position + ENVELOPE_BYTES + b.position, b.size, b.max_timestamp,
+            )
+            write.entry(self.topic, self.partition, entry)
+            if b.max_timestamp > self._max_timestamp:
+                self._max_timestamp = b.max_timestamp
+                write.time_entry(self.topic, self.partition, b.max_timestamp, b.base_offset)
+        for pid in p.producer_ids:
+            self._logs.producers.persist(write, self.topic, self.partition, pid)
+        write.marker(
+            self._logs.topics.segment_name(self.topic, p.segment.id), p.position + len(p.data)
+        )
+        write.commit()
+
+    # -- fetch -------------------------------------------------------------------------
+
+    async def wait_for_growth(self, timeout_s: float) -> None:
+        """Return when the high watermark moves or after ``timeout_s``."""
+        try:
+            await asyncio.wait_for(self._grown.wait(), timeout_s)
+        except TimeoutError:
+            pass
+
+    def set_log_start(self, offset: int) -> None:
+        """Raise the log start offset durably (DeleteRecords, retention)."""
+        if offset > self.log_start_offset:
+            self._logs.index.set_log_start(self.topic, self.partition, offset)
+            self.log_start_offset = offset
+
+    @property
+    def idle(self) -> bool:
+        return not self._pending and self._inflight == 0
+
+
+def _rebased(b: BatchHeader, base_offset: int) -> BatchHeader:
+    return replace(b, base_offset=base_offset)
+
+
+def _retrieve(f: asyncio.Future[None]) -> None:
+    """Mark a durability failure as seen: acks=0 appends have nobody awaiting them."""
+    if not f.cancelled():
+        f.exception()

@@ -1,0 +1,178 @@
+"""All partition logs of this gateway, the offset index rebuild, and batch reads.
+
+At start, before any request is served, every segment of every topic is walked from its
+last indexed position (``OffsetIndex.marker``) to its end; each envelope found there
+becomes index entries and producer state (DESIGN.md section 3: segments describe
+themselves). Partition logs are opened lazily from the index afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+from core.segmentstore.api import SegmentNotFoundError, SegmentStore, SegmentTruncatedError
+from gateway.envelope import ENVELOPE_BYTES, InvalidEnvelopeError, decode_envelope
+from gateway.offset_index import IndexEntry, OffsetIndex
+from gateway.partition_log import PartitionLog
+from gateway.producer_state import ProducerStates
+from gateway.topics import TopicRegistry
+from protocol.record_batch import InvalidBatchError, iter_batches
+
+log = logging.getLogger(__name__)
+
+
+class PartitionLogs:
+    def __init__(
+        self,
+        topics: TopicRegistry,
+        store: SegmentStore,
+        index: OffsetIndex,
+        producers: ProducerStates,
+        *,
+        rebuild_read_bytes: int = 4 << 20,
+        refresh_attempts: int = 50,
+    ) -> None:
+        self.topics = topics
+        self.store = store
+        self.index = index
+        self.producers = producers
+        self.refresh_attempts = refresh_attempts
+        self._rebuild_read_bytes = rebuild_read_bytes
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def get(self, topic: str, partition: int) -> PartitionLog:
+        key = (topic, partition)
+        plog = self._logs.get(key)
+        if plog is None:
+            last = self.index.last(topic, partition)
+            first = self.index.first(topic, partition)
+            start = self.index.log_start(topic, partition)
+            if start is None:
+                start = first.base_offset if first is not None else 0
+            next_offset = last.last_offset + 1 if last is not None else start
+            max_ts = self.index.max_timestamp(topic, partition)
+            plog = PartitionLog(
+                self, topic, partition, max(next_offset, start), start,
+                max_ts[0] if max_ts else -(1 << 62),
+            )
+            self._logs[key] = plog
+        return plog
+
+    def drop_topic(self, topic: str) -> None:
+        for key in [k for k in self._logs if k[0] == topic]:
+            del self._logs[key]
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait (bounded) until every log has no append in flight."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while any(not plog.idle for plog in self._logs.values()) or self._tasks:
+            if asyncio.get_running_loop().time() > deadline:
+                log.warning("appends still in flight at shutdown")
+                return
+            await asyncio.sleep(0.01)
+
+    # -- rebuild -----------------------------------------------------------------------
+
+    async def rebuild(self) -> int:
+        """Index everything past the markers; return the number of envelopes indexed."""
+        count = 0
+        for topic in self.topics.names():
+            for seg in await self.topics.all_segments(topic):
+                count += await self._rebuild_segment(topic, seg.id)
+        return count
+
+    async def _read_exact(self, name: str, offset: int, length: int) -> bytes:
+        out = bytearray()
+        while len(out) < length:
+            result = await self.store.read(name, offset + len(out), length - len(out))
+            if not result.chunks:
+                raise InvalidEnvelopeError(f"{name}: short read at {offset + len(out)}")
+            for chunk in result.chunks:
+                out += chunk
+        return bytes(out)
+
+    async def _rebuild_segment(self, topic: str, segment_id: int) -> int:
+        name = self.topics.segment_name(topic, segment_id)
+        try:
+            info = await self.store.get_info(name)
+        except SegmentNotFoundError:
+            return 0  # truncated away or merged
+        position = max(self.index.marker(name), info.start_offset)
+        count = 0
+        max_ts: dict[int, int] = {}
+        while position < info.length:
+            try:
+                head = await self._read_exact(name, position, ENVELOPE_BYTES)
+                env = decode_envelope(head)
+                payload = await self._read_exact(name, position + ENVELOPE_BYTES, env.payload_length)
+                batches = list(iter_batches(payload, check_crc=False))
+            except (InvalidEnvelopeError, InvalidBatchError, SegmentTruncatedError) as exc:
+                log.error("index rebuild stops in %s at %d: %r", name, position, exc)
+                break
+            write = self.index.batch()
+            for b in batches:
+                entry = IndexEntry(
+                    b.base_offset, b.last_offset, segment_id,
+                    position + ENVELOPE_BYTES + b.position, b.size, b.max_timestamp,
+                )
+                write.entry(topic, env.partition, entry)
+                if env.partition not in max_ts:
+                    known = self.index.max_timestamp(topic, env.partition)
+                    max_ts[env.partition] = known[0] if known else -(1 << 62)
+                if b.max_timestamp > max_ts[env.partition]:
+                    max_ts[env.partition] = b.max_timestamp
+                    write.time_entry(topic, env.partition, b.max_timestamp, b.base_offset)
+                if b.is_idempotent:
+                    self.producers.replay(write, topic, env.partition, b)
+            position += env.size
+            write.marker(name, position)
+            write.commit()
+            count += 1
+        return count
+
+    # -- reads -------------------------------------------------------------------------
+
+    async def read_batches(
+        self, plog: PartitionLog, offset: int, max_bytes: int, must_return_one: bool
+    ) -> list[memoryview]:
+        """Whole batches from ``offset`` up to the high watermark, at most ``max_bytes``
+        unless ``must_return_one`` and the first batch alone is larger."""
+        out: list[memoryview] = []
+        total = 0
+        hw = plog.high_watermark
+        for entry in self.index.entries_from(plog.topic, plog.partition, offset):
+            if entry.base_offset >= hw:
+                break
+            if total + entry.length > max_bytes and (out or not must_return_one):
+                break
+            name = self.topics.segment_name(plog.topic, entry.segment_id)
+            chunks = await self._read_entry(name, entry)
+            out.extend(chunks)
+            total += entry.length
+        return out
+
+    async def _read_entry(self, name: str, entry: IndexEntry) -> list[memoryview]:
+        chunks: list[memoryview] = []
+        got = 0
+        while got < entry.length:
+            result = await self.store.read(name, entry.position + got, entry.length - got)
+            if not result.chunks:
+                raise SegmentNotFoundError(name, f"short read at {entry.position + got}")
+            for chunk in result.chunks:
+                chunks.append(chunk)
+                got += len(chunk)
+        return chunks
+
+    async def read_entry(self, topic: str, entry: IndexEntry) -> bytes:
+        """One whole batch as bytes (for the rare paths that decode records)."""
+        name = self.topics.segment_name(topic, entry.segment_id)
+        return b"".join(await self._read_entry(name, entry))

@@ -1,0 +1,164 @@
+"""Idempotent producer state per (topic, partition, producer id), as Kafka keeps it.
+
+For each producer the current epoch and its last ``BATCHES_KEPT`` batches (first and
+last sequence, offsets) are kept, so that a retried batch is answered with the offset it
+got the first time. Persisted in the offset index (``p`` keys) together with the index
+entries of the same batches; like them it is derived data, rebuilt from the batch
+headers in the segments past each segment's indexed position. In memory, an LRU of
+``cache_entries_max`` producer entries fronts RocksDB.
+
+Rules (Kafka's ``ProducerStateManager``):
+- epoch below the known one → INVALID_PRODUCER_EPOCH (fenced);
+- a new epoch must start at sequence 0 (unless the producer is unknown);
+- a batch equal to one of the kept batches → duplicate, answer its original offset;
+- otherwise the first sequence must follow the last one (mod 2**31), else
+  OUT_OF_ORDER_SEQUENCE_NUMBER; an unknown producer may start anywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+from gateway.offset_index import IndexWrite, OffsetIndex
+from protocol.errors import ErrorCode
+from protocol.record_batch import BatchHeader
+
+BATCHES_KEPT = 5
+_SEQ_MOD = 1 << 31
+
+
+@dataclass(slots=True)
+class BatchRecord:
+    first_seq: int
+    last_seq: int
+    base_offset: int
+    last_offset: int
+    #: Resolves (to None) when the batch is durable; None once loaded from disk.
+    durable: asyncio.Future[None] | None = None
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    epoch: int
+    batches: deque[BatchRecord] = field(default_factory=lambda: deque(maxlen=BATCHES_KEPT))
+
+    def encode(self) -> bytes:
+        rows = [[b.first_seq, b.last_seq, b.base_offset, b.last_offset] for b in self.batches]
+        return json.dumps({"e": self.epoch, "b": rows}).encode()
+
+    @staticmethod
+    def decode(raw: bytes) -> ProducerEntry:
+        obj = json.loads(raw)
+        entry = ProducerEntry(int(obj["e"]))
+        for row in obj["b"]:
+            entry.batches.append(BatchRecord(*(int(x) for x in row)))
+        return entry
+
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    batch: BatchRecord
+
+
+class ProducerStates:
+    def __init__(self, index: OffsetIndex, cache_entries_max: int = 100_000) -> None:
+        self._index = index
+        self._cache: OrderedDict[tuple[str, int, int], ProducerEntry] = OrderedDict()
+        self._cache_entries_max = cache_entries_max
+
+    def _get(self, topic: str, partition: int, producer_id: int) -> ProducerEntry | None:
+        key = (topic, partition, producer_id)
+        entry = self._cache.get(key)
+        if entry is not None:
+            self._cache.move_to_end(key)
+            return entry
+        raw = self._index.producer_state(topic, partition, producer_id)
+        if raw is None:
+            return None
+        entry = ProducerEntry.decode(raw)
+        self._remember(key, entry)
+        return entry
+
+    def _remember(self, key: tuple[str, int, int], entry: ProducerEntry) -> None:
+        self._cache[key] = entry
+        self._cache.move_to_end(key)
+        while len(self._cache) > self._cache_entries_max:
+            old_key, old = next(iter(self._cache.items()))
+            if any(b.durable is not None and not b.durable.done() for b in old.batches):
+                break  # never evict state of batches still in flight
+            del self._cache[old_key]
+
+    def check(
+        self, topic: str, partition: int, header: BatchHeader
+    ) -> ErrorCode | Duplicate | None:
+        """None if the batch may be appended; a ``Duplicate`` or an error otherwise."""
+        entry = self._get(topic, partition, header.producer_id)
+        if entry is None:
+            return None
+        _forget_failed(entry)
+        if header.producer_epoch < entry.epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if header.producer_epoch > entry.epoch:
+            return None if header.base_sequence == 0 else ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        for batch in entry.batches:
+            if batch.first_seq == header.base_sequence and batch.last_seq == header.last_sequence:
+                return Duplicate(batch)
+        if not entry.batches:
+            return None
+        expected = (entry.batches[-1].last_seq + 1) % _SEQ_MOD
+        if header.base_sequence != expected:
+            return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        return None
+
+    def record(
+        self,
+        topic: str,
+        partition: int,
+        header: BatchHeader,
+        base_offset: int,
+        durable: asyncio.Future[None] | None,
+    ) -> None:
+        """Note an accepted batch (offsets assigned) in the in-memory state."""
+        key = (topic, partition, header.producer_id)
+        entry = self._get(topic, partition, header.producer_id)
+        if entry is None or header.producer_epoch != entry.epoch:
+            entry = ProducerEntry(header.producer_epoch)
+            self._remember(key, entry)
+        entry.batches.append(
+            BatchRecord(
+                header.base_sequence, header.last_sequence, base_offset,
+                base_offset + header.last_offset_delta, durable,
+            )
+        )
+
+    def persist(self, write: IndexWrite, topic: str, partition: int, producer_id: int) -> None:
+        """Add the current state of a producer to an index write (after durability)."""
+        entry = self._get(topic, partition, producer_id)
+        if entry is not None:
+            write.producer_state(topic, partition, producer_id, entry.encode())
+
+    def replay(
+        self, write: IndexWrite, topic: str, partition: int, header: BatchHeader
+    ) -> None:
+        """Apply a batch found in a segment during the index rebuild."""
+        found = self.check(topic, partition, header)
+        if isinstance(found, Duplicate) or isinstance(found, ErrorCode):
+            return
+        self.record(topic, partition, header, header.base_offset, None)
+        self.persist(write, topic, partition, header.producer_id)
+
+
+def _forget_failed(entry: ProducerEntry) -> None:
+    """Drop batches whose append failed: their retry must be accepted, not answered as
+    a duplicate (appends fail as a suffix, so the rest stays a sequence)."""
+    kept = [
+        b for b in entry.batches
+        if b.durable is None or not b.durable.done() or b.durable.cancelled()
+        or b.durable.exception() is None
+    ]
+    if len(kept) != len(entry.batches):
+        entry.batches.clear()
+        entry.batches.extend(kept)

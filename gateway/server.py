@@ -1,0 +1,203 @@
+"""The Kafka listener: asyncio connections, framing, dispatch, ordered answers.
+
+Per connection:
+- frames are read with ``readexactly``; a size over ``socket.request.max.bytes`` closes
+  the connection before the body is read;
+- an unparseable header, an unknown API key, an undecodable body, or an unsupported
+  version (except ApiVersions, answered in v0 with UNSUPPORTED_VERSION) stops reading:
+  requests already accepted are answered, then the connection closes;
+- up to ``max.in.flight.requests.per.connection`` requests are read ahead and run
+  concurrently, each starting once the previous one released (see
+  ``gateway.handlers``); answers are written strictly in request order;
+- a request without an answer (acks=0 Produce) takes its turn and writes nothing.
+Shutdown stops reading on every connection, answers what was accepted, then closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from gateway.handlers import EncodedBody, HandlerContext, RequestContext
+from gateway.handlers import api_versions as api_versions_handler
+from protocol.apis import API_VERSIONS_KEY, ApiSpec
+from protocol.errors import ErrorCode, KafkaProtocolError
+from protocol.framing import (
+    SIZE_PREFIX_BYTES,
+    encode_response_header,
+    frame_size,
+    parse_request_header,
+    peek_request_header,
+    size_prefix,
+)
+
+log = logging.getLogger(__name__)
+
+_Item = tuple["asyncio.Future[Any]", RequestContext, ApiSpec]
+
+
+class Connection:
+    def __init__(
+        self, server: KafkaServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self._server = server
+        self._ctx = server.ctx
+        self._reader = reader
+        self._writer = writer
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self._queue: asyncio.Queue[_Item | None] = asyncio.Queue()
+        self._slots = asyncio.Semaphore(self._ctx.config.max_in_flight_requests_per_connection)
+        self._read_task: asyncio.Task[None] | None = None
+
+    async def run(self) -> None:
+        self._read_task = asyncio.create_task(self._read_loop())
+        try:
+            await self._write_loop()
+        finally:
+            self._read_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._read_task
+            self._writer.close()
+            with contextlib.suppress(Exception):
+                await self._writer.wait_closed()
+
+    def stop_reading(self) -> None:
+        if self._read_task is not None:
+            self._read_task.cancel()
+
+    async def _read_loop(self) -> None:
+        released = asyncio.Event()
+        released.set()
+        try:
+            while True:
+                await self._slots.acquire()
+                prefix = await self._reader.readexactly(SIZE_PREFIX_BYTES)
+                size = frame_size(prefix)
+                if size > self._ctx.config.socket_request_max_bytes:
+                    log.warning("%s: frame of %d bytes over socket.request.max.bytes",
+                                self.peer, size)
+                    return
+                frame = await self._reader.readexactly(size)
+                item = self._accept(frame, released)
+                released = item[1].released
+                self._queue.put_nowait(item)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except KafkaProtocolError as exc:
+            log.info("%s: closing: %s", self.peer, exc)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._queue.put_nowait(None)
+
+    def _accept(self, frame: bytes, previous: asyncio.Event) -> _Item:
+        key, version, correlation_id = peek_request_header(frame)
+        api = self._ctx.registry.get(key)
+        if api is None:
+            raise KafkaProtocolError(f"unknown API key {key}")
+        spec = api.spec
+        header = parse_request_header(frame, spec.request_header_flexible(version))
+        req = RequestContext(key, version, correlation_id, header.client_id, peer=self.peer)
+        if not spec.supports(version):
+            if key != API_VERSIONS_KEY:
+                raise KafkaProtocolError(f"{spec.name} v{version} is not supported")
+            # Kafka's answer: ApiVersions v0 with UNSUPPORTED_VERSION and our versions.
+            req.api_version = 0
+            answer = api_versions_handler.response(self._ctx, ErrorCode.UNSUPPORTED_VERSION)
+            return self._start(_answer(answer), req, spec, previous)
+        request = spec.decode_request(memoryview(frame)[header.body_offset :], version)
+        return self._start(api.handle(self._ctx, req, request), req, spec, previous)
+
+    def _start(self, coro: Any, req: RequestContext, spec: ApiSpec, previous: asyncio.Event) -> _Item:
+        async def run() -> Any:
+            await previous.wait()
+            try:
+                return await coro
+            finally:
+                req.release()
+
+        return asyncio.ensure_future(run()), req, spec
+
+    async def _write_loop(self) -> None:
+        while (item := await self._queue.get()) is not None:
+            task, req, spec = item
+            try:
+                result = await task
+            except Exception:
+                log.exception("%s: %s v%d failed; closing", self.peer, spec.name, req.api_version)
+                self._abort()
+                return
+            finally:
+                self._slots.release()
+            if result is None:
+                continue
+            if isinstance(result, EncodedBody):
+                body = list(result.buffers)
+            else:
+                body = [spec.encode_response(result, req.api_version)]
+            header = encode_response_header(
+                req.correlation_id, spec.response_header_flexible(req.api_version)
+            )
+            size = len(header) + sum(len(b) for b in body)
+            self._writer.writelines([size_prefix(size), header, *body])
+            try:
+                await self._writer.drain()
+            except ConnectionError:
+                self._abort()
+                return
+
+    def _abort(self) -> None:
+        self.stop_reading()
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            if item is not None:
+                item[0].cancel()
+
+
+async def _answer(value: Any) -> Any:
+    return value
+
+
+class KafkaServer:
+    def __init__(self, ctx: HandlerContext) -> None:
+        self.ctx = ctx
+        self._server: asyncio.Server | None = None
+        self._connections: dict[Connection, asyncio.Task[None]] = {}
+
+    async def start(self) -> tuple[str, int]:
+        host, port = self.ctx.config.listen_address
+        self._server = await asyncio.start_server(self._on_connection, host, port)
+        sock = self._server.sockets[0].getsockname()
+        return str(sock[0]), int(sock[1])
+
+    async def _on_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        if len(self._connections) >= self.ctx.config.max_connections:
+            writer.close()
+            return
+        conn = Connection(self, reader, writer)
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[conn] = task
+        try:
+            await conn.run()
+        finally:
+            self._connections.pop(conn, None)
+
+    async def close(self, timeout_s: float = 10.0) -> None:
+        """Stop accepting, stop reading, answer what was accepted (bounded), close."""
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._connections):
+            conn.stop_reading()
+        tasks = list(self._connections.values())
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=timeout_s)
+            for task in late:
+                task.cancel()
+        if self._server is not None:
+            await self._server.wait_closed()

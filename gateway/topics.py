@@ -1,0 +1,162 @@
+"""Topics and partitions as streams (DESIGN.md section 3).
+
+- Topic ``t`` is stream ``t`` in the configured scope (``kafka``).
+- Partition ``p`` is the routing key at the bit-reversal of ``p`` in [0, 1)
+  (0 → 0, 1 → 0.5, 2 → 0.25, 3 → 0.75, ...), so points never move when partitions are
+  added; a topic with P partitions starts with one segment per partition, the key ranges
+  cut halfway between neighbouring points.
+- The topic list (partition count, configs) is a table segment, written before the stream
+  is created; a topic whose stream is missing (a crash between the two) gets its stream
+  when the registry starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+
+from core.controller.api import (
+    Controller,
+    KeyRange,
+    ScopeExistsError,
+    SegmentRecord,
+    StreamConfig,
+    StreamExistsError,
+    qualified_segment_name,
+)
+from core.segmentstore.api import SegmentExistsError, SegmentStore, TableUpdate
+
+TOPICS_TABLE = "_system/gateway/topics"
+_TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+def partition_point(partition: int) -> float:
+    """The bit-reversal of ``partition`` as a fraction in [0, 1)."""
+    if partition < 0:
+        raise ValueError(f"negative partition {partition}")
+    bits = partition.bit_length()
+    reversed_bits = int(format(partition, "b")[::-1], 2) if partition else 0
+    return reversed_bits / (1 << bits) if bits else 0.0
+
+
+def initial_key_ranges(partitions: int) -> list[KeyRange]:
+    """One range per partition point, cut halfway between neighbouring points."""
+    points = sorted(partition_point(p) for p in range(partitions))
+    cuts = [(a + b) / 2 for a, b in zip(points, points[1:], strict=False)]
+    bounds = [0.0, *cuts, 1.0]
+    return [KeyRange(bounds[i], bounds[i + 1]) for i in range(partitions)]
+
+
+def topic_name_error(name: str) -> str | None:
+    """Why ``name`` is not a valid Kafka topic name, or None."""
+    if name in (".", ".."):
+        return f"topic name {name!r} is not allowed"
+    if not _TOPIC_RE.match(name):
+        return f"topic name {name!r} must be 1-249 characters of [a-zA-Z0-9._-]"
+    return None
+
+
+@dataclass
+class TopicInfo:
+    name: str
+    partitions: int
+    topic_id: uuid.UUID
+    configs: dict[str, str] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {"partitions": self.partitions, "id": str(self.topic_id), "configs": self.configs}
+        ).encode()
+
+    @staticmethod
+    def decode(name: str, raw: bytes) -> TopicInfo:
+        obj = json.loads(raw)
+        return TopicInfo(name, int(obj["partitions"]), uuid.UUID(obj["id"]), dict(obj["configs"]))
+
+
+class TopicRegistry:
+    """The gateway's view of topics; every change goes through the controller and the
+    topics table, so the in-memory map is a cache of durable state."""
+
+    def __init__(self, controller: Controller, store: SegmentStore, scope: str) -> None:
+        self.controller = controller
+        self.store = store
+        self.scope = scope
+        self._topics: dict[str, TopicInfo] = {}
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        try:
+            await self.controller.create_scope(self.scope)
+        except ScopeExistsError:
+            pass
+        try:
+            await self.store.create_table(TOPICS_TABLE)
+        except SegmentExistsError:
+            pass
+        for entry in await self.store.table_entries(TOPICS_TABLE):
+            info = TopicInfo.decode(entry.key.decode(), entry.value)
+            await self._ensure_stream(info)
+            self._topics[info.name] = info
+
+    def get(self, name: str) -> TopicInfo | None:
+        return self._topics.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._topics)
+
+    async def _ensure_stream(self, info: TopicInfo) -> None:
+        try:
+            await self.controller.create_stream(
+                self.scope, info.name, StreamConfig(), initial_key_ranges(info.partitions)
+            )
+        except StreamExistsError:
+            pass
+
+    async def create(
+        self, name: str, partitions: int, configs: dict[str, str] | None = None
+    ) -> TopicInfo | None:
+        """Create a topic; None if it already exists. Callers validate the arguments."""
+        async with self._lock:
+            if name in self._topics:
+                return None
+            info = TopicInfo(name, partitions, uuid.uuid4(), dict(configs or {}))
+            await self.store.table_put(TOPICS_TABLE, [TableUpdate(name.encode(), info.encode())])
+            await self._ensure_stream(info)
+            self._topics[name] = info
+            return info
+
+    async def update(self, info: TopicInfo) -> None:
+        """Store changed partition count or configs (for admin handlers)."""
+        async with self._lock:
+            await self.store.table_put(
+                TOPICS_TABLE, [TableUpdate(info.name.encode(), info.encode())]
+            )
+            self._topics[info.name] = info
+
+    async def forget(self, name: str) -> None:
+        """Drop a topic's entry (its stream is deleted by the caller)."""
+        from core.segmentstore.api import TableRemoval
+
+        async with self._lock:
+            await self.store.table_remove(TOPICS_TABLE, [TableRemoval(name.encode())])
+            self._topics.pop(name, None)
+
+    async def current_segment(self, topic: str, partition: int) -> SegmentRecord:
+        return await self.controller.get_segment_for_key(
+            self.scope, topic, partition_point(partition)
+        )
+
+    def segment_name(self, topic: str, segment_id: int) -> str:
+        return qualified_segment_name(self.scope, topic, segment_id)
+
+    async def all_segments(self, topic: str) -> list[SegmentRecord]:
+        """Every segment in the stream's history, oldest epoch first."""
+        seen: dict[int, SegmentRecord] = {}
+        for epoch in await self.controller.get_epochs(self.scope, topic):
+            for seg in epoch.segments:
+                seen.setdefault(seg.id, seg)
+        return list(seen.values())

@@ -1,0 +1,140 @@
+"""A view of Kafka record batch (magic 2) headers; records are never decoded.
+
+Wire format of one batch (big-endian)::
+
+    offset  size  field
+         0     8  baseOffset            rewritten by the broker; not covered by the CRC
+         8     4  batchLength           bytes after this field (total = 12 + batchLength)
+        12     4  partitionLeaderEpoch  not covered by the CRC
+        16     1  magic                 must be 2
+        17     4  crc                   CRC-32C (Castagnoli) of bytes 21..end
+        21     2  attributes            bits 0-2 codec, 3 timestamp type, 4 transactional,
+                                        5 control, 6 delete horizon
+        23     4  lastOffsetDelta
+        27     8  baseTimestamp
+        35     8  maxTimestamp
+        43     8  producerId
+        51     2  producerEpoch
+        53     4  baseSequence
+        57     4  recordCount
+        61     .  records (possibly compressed)
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import crc32c
+
+HEADER_BYTES = 61
+LOG_OVERHEAD_BYTES = 12  # baseOffset + batchLength
+_CRC_START = 21
+
+ATTR_COMPRESSION_MASK = 0x07
+ATTR_TIMESTAMP_TYPE = 0x08
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_BASE_OFFSET = struct.Struct(">q")
+
+
+class InvalidBatchError(ValueError):
+    """The bytes are not a well-formed, CRC-valid v2 record batch sequence."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The header fields of one batch and where it lies in its records blob."""
+
+    position: int
+    size: int
+    base_offset: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & ATTR_COMPRESSION_MASK
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def last_sequence(self) -> int:
+        """The sequence of the last record; sequences wrap at 2**31 as in Kafka."""
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) % (1 << 31)
+
+    @property
+    def is_idempotent(self) -> bool:
+        return self.producer_id != NO_PRODUCER_ID
+
+
+def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+    """Parse the header of the batch at ``position`` without checking the CRC."""
+    if len(buf) - position < HEADER_BYTES:
+        raise InvalidBatchError(f"{len(buf) - position} bytes left, a batch header is 61")
+    fields = _HEADER.unpack_from(buf, position)
+    batch_length = fields[1]
+    size = LOG_OVERHEAD_BYTES + batch_length
+    if fields[3] != 2:
+        raise InvalidBatchError(f"magic {fields[3]}, only record batch v2 is supported")
+    if size < HEADER_BYTES:
+        raise InvalidBatchError(f"batch length {batch_length} is shorter than its header")
+    if position + size > len(buf):
+        raise InvalidBatchError(f"batch of {size} bytes runs past the end of the records")
+    return BatchHeader(position, size, *fields[0:1], *fields[2:])
+
+
+def iter_batches(
+    buf: bytes | bytearray | memoryview, *, check_crc: bool = True
+) -> Iterator[BatchHeader]:
+    """Every batch in a records blob, in order. Raises ``InvalidBatchError`` for a bad
+    magic, a length that does not fit, a CRC mismatch or trailing bytes."""
+    view = memoryview(buf)
+    position = 0
+    while position < len(view):
+        header = read_header(view, position)
+        if check_crc:
+            end = position + header.size
+            actual = crc32c.crc32c(view[position + _CRC_START : end])
+            if actual != header.crc:
+                raise InvalidBatchError(
+                    f"CRC-32C mismatch at {position}: stored {header.crc:#010x}, "
+                    f"computed {actual:#010x}"
+                )
+        if header.record_count < 0 or header.last_offset_delta < 0:
+            raise InvalidBatchError("negative record count or last offset delta")
+        yield header
+        position += header.size
+
+
+def set_base_offset(buf: bytearray | memoryview, position: int, base_offset: int) -> None:
+    """Rewrite the base offset of the batch at ``position`` in place (the CRC does not
+    cover it, so the batch stays valid)."""
+    _BASE_OFFSET.pack_into(buf, position, base_offset)
