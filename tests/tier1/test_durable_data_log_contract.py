@@ -21,6 +21,7 @@ from core.segmentstore.logs.api import (
     LogAddress,
 )
 from core.segmentstore.logs.faults import FaultyDurableDataLog
+from core.segmentstore.logs.filelog import FileDurableDataLog
 from core.segmentstore.logs.inmemory import InMemoryDurableDataLog, InMemoryLogBacking
 
 LogMaker = Callable[..., DurableDataLog]
@@ -39,7 +40,19 @@ def _inmemory(tmp: Path) -> LogMaker:
     return make
 
 
-MAKERS: dict[str, Callable[[Path], LogMaker]] = {"inmemory": _inmemory}
+def _file(tmp: Path) -> LogMaker:
+    def make(**kw: int) -> DurableDataLog:
+        # Tiny files so the suite crosses file boundaries.
+        return FileDurableDataLog(
+            tmp,
+            file_bytes_max=kw.get("roll", 5) * 40,
+            in_flight_bytes_max=kw.get("in_flight_bytes_max", 1 << 20),
+        )
+
+    return make
+
+
+MAKERS: dict[str, Callable[[Path], LogMaker]] = {"inmemory": _inmemory, "file": _file}
 
 
 @pytest.fixture(params=sorted(MAKERS))

@@ -1,0 +1,45 @@
+"""Child process for the kill -9 test: appends forever, printing each acknowledgement.
+
+``python -m tests.tier1.appender_child DIR`` appends entry ``i`` (``payload(i)``) with
+up to 64 appends in flight, and prints ``i file_id position`` once append ``i`` is
+acknowledged, flushing every line, until it is killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+from core.segmentstore.logs.filelog import FileDurableDataLog
+
+
+def payload(i: int) -> bytes:
+    size = (i * 7919) % 20000 + 1
+    return (i.to_bytes(8, "big") * (size // 8 + 1))[:size]
+
+
+async def main(directory: Path) -> None:
+    log = FileDurableDataLog(directory, file_bytes_max=1 << 20, in_flight_bytes_max=1 << 20)
+    await log.open()
+    sem = asyncio.Semaphore(64)
+    out = sys.stdout
+
+    async def one(i: int) -> None:
+        addr = await log.append(payload(i))
+        out.write(f"{i} {addr.file_id} {addr.position}\n")
+        out.flush()
+        sem.release()
+
+    i = 0
+    tasks = set()
+    while True:
+        await sem.acquire()
+        t = asyncio.ensure_future(one(i))
+        tasks.add(t)
+        t.add_done_callback(tasks.discard)
+        i += 1
+
+
+if __name__ == "__main__":
+    asyncio.run(main(Path(sys.argv[1])))

@@ -1,0 +1,192 @@
+"""Behaviour specific to ``FileDurableDataLog``: crashes, torn tails, corruption, files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from core.segmentstore.logs.api import DataLogCorruptError, DataLogFencedError, LogAddress
+from core.segmentstore.logs.fileformat import FILE_HEADER_BYTES, list_log_files, log_file_name
+from core.segmentstore.logs.filelog import FileDurableDataLog
+from tests.tier1.appender_child import payload
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+async def _entries(d: Path, **kw: int) -> list[tuple[LogAddress, bytes]]:
+    log = FileDurableDataLog(d, **kw)
+    await log.open()
+    try:
+        return [item async for item in log.read()]
+    finally:
+        await log.close()
+
+
+async def _write(d: Path, entries: list[bytes], **kw: int) -> list[LogAddress]:
+    log = FileDurableDataLog(d, **kw)
+    await log.open()
+    addrs = [await log.append(e) for e in entries]
+    await log.close()
+    return addrs
+
+
+async def test_kill_9_keeps_every_acknowledged_entry(tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    for round_ in range(3):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.tier1.appender_child", str(d)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        acked: list[tuple[int, LogAddress]] = []
+        deadline = time.monotonic() + 30
+        while len(acked) < 300 + 100 * round_:
+            line = proc.stdout.readline()
+            assert line, f"child exited early with {proc.poll()}"
+            i, fid, pos = map(int, line.split())
+            acked.append((i, LogAddress(fid, pos)))
+            assert time.monotonic() < deadline
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        # Lines written before the kill but not yet read are acknowledgements too.
+        for line in proc.stdout.read().splitlines():
+            i, fid, pos = map(int, line.split())
+            acked.append((i, LogAddress(fid, pos)))
+        proc.stdout.close()
+        got = await _entries(d)
+        mine = [(a, data) for a, data in got if a.file_id >= acked[0][1].file_id]
+        # Every acknowledged entry is there, intact, at its address, in order; what
+        # follows is a prefix of the unacknowledged appends, each one whole.
+        assert len(mine) >= len(acked)
+        for k, (a, data) in enumerate(mine):
+            assert data == payload(k), f"entry {k} at {a} damaged"
+            if k < len(acked):
+                assert a == acked[k][1]
+                assert acked[k][0] == k
+
+
+async def test_torn_tail_is_cut(tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    expected: list[bytes] = []
+    for tail in (b"\x00\x00\x00", b"\x00\x00\x00\x09\x12\x34\x56\x78abc", bytes(4096)):
+        entries = [b"one", b"two", tail[:2]]
+        addrs = await _write(d, entries)
+        expected += entries
+        path = d / log_file_name(addrs[-1].file_id)
+        good_size = path.stat().st_size
+        with open(path, "ab") as f:
+            f.write(tail)
+        assert [data for _, data in await _entries(d)] == expected
+        assert path.stat().st_size == good_size
+        # The file's end is recorded now: bytes appended later are never read.
+        with open(path, "ab") as f:
+            f.write(b"\x00\x00\x00\x01")
+        assert [data for _, data in await _entries(d)] == expected
+
+
+async def test_bad_crc_at_the_tail_is_torn(tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    addrs = await _write(d, [b"a" * 100, b"b" * 100, b"c" * 100])
+    path = d / log_file_name(addrs[-1].file_id)
+    with open(path, "r+b") as f:
+        f.seek(addrs[-1].position + 8 + 50)
+        f.write(b"X")
+    assert [data for _, data in await _entries(d)] == [b"a" * 100, b"b" * 100]
+    assert path.stat().st_size == addrs[-1].position
+
+
+async def test_corrupt_middle_entry_fails_open(tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    addrs = await _write(d, [b"a" * 100, b"b" * 100, b"c" * 100])
+    path = d / log_file_name(addrs[1].file_id)
+    with open(path, "r+b") as f:
+        f.seek(addrs[1].position + 8 + 10)
+        f.write(b"X")
+    log = FileDurableDataLog(d)
+    with pytest.raises(DataLogCorruptError):
+        await log.open()
+
+
+async def test_corrupt_entry_in_closed_file_fails_read(tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    entries = [bytes([i]) * 100 for i in range(10)]
+    addrs = await _write(d, entries, file_bytes_max=400)
+    assert len({a.file_id for a in addrs}) > 2
+    victim = addrs[1]
+    with open(d / log_file_name(victim.file_id), "r+b") as f:
+        f.seek(victim.position + 8 + 3)
+        f.write(b"\xff")
+    log = FileDurableDataLog(d)
+    await log.open()
+    with pytest.raises(DataLogCorruptError):
+        _ = [item async for item in log.read()]
+    # Reading from past the damage works.
+    assert [data async for _, data in log.read(addrs[4])] == entries[4:]
+    await log.close()
+
+
+async def test_rolling_and_truncation_delete_files(tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    log = FileDurableDataLog(d, file_bytes_max=FILE_HEADER_BYTES + 3 * 108)
+    await log.open()
+    addrs = [await log.append(bytes([i]) * 100) for i in range(12)]
+    files = sorted({a.file_id for a in addrs})
+    assert len(files) == 4
+    assert [sum(a.file_id == f for a in addrs) for f in files] == [3, 3, 3, 3]
+    await log.truncate(addrs[7])
+    assert list_log_files(d) == files[2:]
+    assert [data async for _, data in log.read()] == [bytes([i]) * 100 for i in range(7, 12)]
+    await log.truncate(addrs[3])  # behind the start: nothing changes
+    assert list_log_files(d) == files[2:]
+    await log.close()
+    got = await _entries(d)
+    assert [a for a, _ in got] == addrs[7:]
+    # The reopen started a new file; the old owner's last file is kept (it has entries).
+    assert list_log_files(d)[:2] == files[2:]
+
+
+async def test_open_starts_a_new_file_per_epoch(tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    a1 = await _write(d, [b"x"])
+    a2 = await _write(d, [b"y"])
+    assert a2[0].file_id > a1[0].file_id
+    assert a2[0] > a1[0]
+    assert [data for _, data in await _entries(d)] == [b"x", b"y"]
+
+
+async def test_fenced_owner_cannot_roll(tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    old = FileDurableDataLog(d, file_bytes_max=200)
+    await old.open()
+    await old.append(b"a" * 100)
+    new = FileDurableDataLog(d)
+    await new.open()
+    with pytest.raises(DataLogFencedError):
+        await old.append(b"b" * 150)
+    await old.close()
+    await new.append(b"c")
+    await new.close()
+    assert [data for _, data in await _entries(d)] == [b"a" * 100, b"c"]
+
+
+async def test_large_entries_and_many_in_flight(tmp_path: Path) -> None:
+    import asyncio
+
+    d = tmp_path / "log"
+    log = FileDurableDataLog(d, file_bytes_max=3 << 20, in_flight_bytes_max=2 << 20)
+    await log.open()
+    big = [os.urandom(1 << 20) for _ in range(5)]
+    small = [os.urandom(100) for _ in range(3000)]
+    mixed = [*big[:2], *small, *big[2:]]
+    addrs = await asyncio.gather(*(log.append(memoryview(e)) for e in mixed))
+    assert list(addrs) == sorted(addrs)
+    await log.close()
+    assert [data for _, data in await _entries(d)] == mixed
