@@ -1,0 +1,29 @@
+"""Kafka's classic consumer-group protocol: the group coordinator and its durable state.
+
+``GroupCoordinator`` (``coordinator.py``) is the one object the gateway's handlers
+call; its state machine lives in ``model.py`` and ``membership.py``, its storage (one
+table segment) in ``store.py``.
+"""
+
+from gateway.groups.config import GroupConfig
+from gateway.groups.coordinator import (
+    GroupCoordinator,
+    GroupDescription,
+    MemberDescription,
+    OffsetCommit,
+)
+from gateway.groups.membership import JoinRequest
+from gateway.groups.model import CommittedOffset, GroupState, JoinResult, SyncResult
+
+__all__ = [
+    "CommittedOffset",
+    "GroupConfig",
+    "GroupCoordinator",
+    "GroupDescription",
+    "GroupState",
+    "JoinRequest",
+    "JoinResult",
+    "MemberDescription",
+    "OffsetCommit",
+    "SyncResult",
+]

@@ -1,0 +1,39 @@
+"""Group coordinator settings; the names in comments are Kafka's broker configs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    #: The table segment holding committed offsets and group metadata.
+    table: str = "_system/_kafka/consumer_groups"
+    #: group.min.session.timeout.ms / group.max.session.timeout.ms
+    min_session_timeout_ms: int = 6_000
+    max_session_timeout_ms: int = 1_800_000
+    #: group.initial.rebalance.delay.ms: how long a group that starts from Empty waits
+    #: for more members before it completes its first join phase.
+    initial_rebalance_delay_ms: int = 3_000
+    #: group.max.size
+    max_group_size: int = 2**31 - 1
+    #: offset.metadata.max.bytes
+    offset_metadata_bytes_max: int = 4_096
+    #: How often session, join and sync deadlines are checked.
+    tick_interval_ms: int = 100
+    #: Bound on durable writes queued and not yet done.
+    queue_writes_max: int = 10_000
+
+    @classmethod
+    def from_kafka(cls, settings: dict[str, object]) -> GroupConfig:
+        """Build from Kafka-named keys (as a TOML config would carry them); unknown keys
+        are ignored so one settings dict can feed every component."""
+        names = {
+            "group.min.session.timeout.ms": "min_session_timeout_ms",
+            "group.max.session.timeout.ms": "max_session_timeout_ms",
+            "group.initial.rebalance.delay.ms": "initial_rebalance_delay_ms",
+            "group.max.size": "max_group_size",
+            "offset.metadata.max.bytes": "offset_metadata_bytes_max",
+        }
+        kwargs = {field: int(str(settings[key])) for key, field in names.items() if key in settings}
+        return cls(**kwargs)  # type: ignore[arg-type]

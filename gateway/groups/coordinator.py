@@ -1,0 +1,358 @@
+"""The group coordinator: membership (``membership.py``) plus committed offsets and the
+admin views of groups (DescribeGroups, ListGroups, DeleteGroups, OffsetDelete).
+
+Committed offsets follow Kafka's rules: a commit with generation -1 (a "simple"
+consumer using ``assign``, or an admin) is accepted only while the group has no
+members; a member's commit must carry its current generation, and is refused with
+REBALANCE_IN_PROGRESS while the group waits for its leader's assignment. A commit is
+answered once it is durable, and a fetch only ever sees durable commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from core.segmentstore.api import SegmentStore
+from gateway.groups.config import GroupConfig
+from gateway.groups.errors import (
+    GROUP_SUBSCRIBED_TO_TOPIC,
+    NON_EMPTY_GROUP,
+    OFFSET_METADATA_TOO_LARGE,
+)
+from gateway.groups.errors import ErrorCode as E
+from gateway.groups.membership import Membership
+from gateway.groups.model import CommittedOffset, Group, GroupState
+from gateway.groups.store import (
+    GroupStore,
+    decode_group,
+    decode_offset,
+    parse_offset_key,
+)
+
+S = GroupState
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommit:
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    error: int
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol_data: str
+    members: tuple[MemberDescription, ...] = ()
+
+
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class GroupCoordinator(Membership):
+    """Every group of this node. ``start()`` loads the durable state and starts the
+    deadline ticker and the writer; ``close()`` stops both after pending writes."""
+
+    def __init__(
+        self,
+        store: SegmentStore,
+        config: GroupConfig | None = None,
+        *,
+        clock_ms: Callable[[], int] = _monotonic_ms,
+        wall_clock_ms: Callable[[], int] = _wall_ms,
+        rng: random.Random | None = None,
+    ) -> None:
+        config = config or GroupConfig()
+        super().__init__(
+            GroupStore(store, config.table, queue_writes_max=config.queue_writes_max),
+            config,
+            clock_ms,
+            rng or random.Random(),
+        )
+        self._wall_clock_ms = wall_clock_ms
+        self._ticker: asyncio.Task[None] | None = None
+
+    async def start(self, *, ticker: bool = True) -> None:
+        """Load groups and offsets. With ``ticker=False`` nothing runs in the
+        background and the caller drives ``maintain()`` (tests with a fake clock)."""
+        now = self._clock_ms()
+        entries = await self._store.open()
+        for e in entries:
+            if e.key.startswith(b"g"):
+                gid = e.key[1:].decode()
+                loaded = decode_group(gid, e.value, now)
+                if gid in self._groups:
+                    loaded.offsets = self._groups[gid].offsets
+                self._groups[gid] = loaded
+        for e in entries:
+            if e.key.startswith(b"o"):
+                gid, topic, partition = parse_offset_key(e.key)
+                g = self._groups.setdefault(gid, Group(gid, state_changed_ms=now))
+                g.offsets[(topic, partition)] = decode_offset(e.value)
+        self._loaded = True
+        if ticker:
+            self._ticker = asyncio.create_task(self._tick(), name="group-coordinator-ticker")
+        log.info("group coordinator loaded %d groups", len(self._groups))
+
+    async def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+            self._ticker = None
+        for g in self._groups.values():
+            for m in g.members.values():
+                for fut in (m.awaiting_join, m.awaiting_sync):
+                    if fut is not None and not fut.done():
+                        fut.cancel()
+        await self._store.close()
+        self._loaded = False
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.tick_interval_ms / 1000)
+            try:
+                self.maintain()
+            except Exception:  # a bug here must not stop every deadline for good
+                log.exception("group coordinator maintenance failed")
+
+    # -- offsets -------------------------------------------------------------------------
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: dict[TopicPartition, OffsetCommit],
+    ) -> dict[TopicPartition, int]:
+        def all_(err: int) -> dict[TopicPartition, int]:
+            return dict.fromkeys(offsets, err)
+
+        if not self._loaded:
+            return all_(E.COORDINATOR_LOAD_IN_PROGRESS)
+        if not group_id:
+            return all_(E.INVALID_GROUP_ID)
+        g = self._groups.get(group_id)
+        if g is None:
+            if generation_id >= 0:
+                return all_(E.ILLEGAL_GENERATION)
+            g = Group(group_id, state_changed_ms=self._clock_ms())
+            self._groups[group_id] = g
+        elif g.is_(S.DEAD):
+            return all_(E.COORDINATOR_NOT_AVAILABLE)
+        elif g.fenced(group_instance_id, member_id):
+            return all_(E.FENCED_INSTANCE_ID)
+        elif not (generation_id < 0 and g.is_(S.EMPTY)):
+            if g.is_(S.COMPLETING_REBALANCE):
+                return all_(E.REBALANCE_IN_PROGRESS)
+            m = g.members.get(member_id)
+            if m is None:
+                return all_(E.UNKNOWN_MEMBER_ID)
+            if generation_id != g.generation_id:
+                return all_(E.ILLEGAL_GENERATION)
+            m.session_deadline_ms = self._clock_ms() + m.session_timeout_ms
+        errors: dict[TopicPartition, int] = {}
+        accepted: dict[TopicPartition, CommittedOffset] = {}
+        now = self._wall_clock_ms()
+        for tp, c in offsets.items():
+            if c.metadata is not None and len(c.metadata.encode()) > self.config.offset_metadata_bytes_max:
+                errors[tp] = OFFSET_METADATA_TOO_LARGE
+            else:
+                accepted[tp] = CommittedOffset(c.offset, c.leader_epoch, c.metadata, now)
+        if accepted:
+            try:
+                await self._store.put_offsets(group_id, accepted)
+            except Exception:  # noqa: BLE001 - reported to the client, which retries
+                log.exception("committing offsets of group %r failed", group_id)
+                return {**errors, **dict.fromkeys(accepted, E.COORDINATOR_NOT_AVAILABLE)}
+            if self._groups.get(group_id) is g:
+                g.offsets.update(accepted)
+            else:  # deleted meanwhile: the commit must not outlive its group
+                self._store.remove_offsets(group_id, list(accepted))
+        return {**errors, **dict.fromkeys(accepted, E.NONE)}
+
+    def fetch_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition] | None
+    ) -> tuple[int, dict[TopicPartition, CommittedOffset | None]]:
+        """Committed offsets of ``partitions`` (None: every committed partition).
+        Partitions with no commit map to None."""
+        if not self._loaded:
+            return E.COORDINATOR_LOAD_IN_PROGRESS, {}
+        g = self._groups.get(group_id)
+        stored = g.offsets if g is not None else {}
+        if partitions is None:
+            return E.NONE, dict(stored)
+        return E.NONE, {tp: stored.get(tp) for tp in partitions}
+
+    async def delete_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition]
+    ) -> tuple[int, dict[TopicPartition, int]]:
+        if not self._loaded:
+            return E.COORDINATOR_LOAD_IN_PROGRESS, {}
+        g = self._groups.get(group_id)
+        if g is None or g.is_(S.DEAD):
+            return E.GROUP_ID_NOT_FOUND, {}
+        subscribed: set[str] = set()
+        if not g.is_(S.EMPTY):
+            topics = g.subscribed_topics()
+            if topics is None:
+                return NON_EMPTY_GROUP, {}
+            subscribed = topics
+        result: dict[TopicPartition, int] = {}
+        removable: list[TopicPartition] = []
+        for tp in partitions:
+            if tp[0] in subscribed:
+                result[tp] = GROUP_SUBSCRIBED_TO_TOPIC
+            else:
+                result[tp] = E.NONE
+                if tp in g.offsets:
+                    removable.append(tp)
+        if removable:
+            await self._store.remove_offsets(group_id, removable)
+            for tp in removable:
+                g.offsets.pop(tp, None)
+            self._forget_if_unused(g)
+        return E.NONE, result
+
+    async def remove_topic_offsets(self, topics: Iterable[str]) -> int:
+        """Called by the topic-deletion path: drop every group's commits for
+        ``topics`` (durably); returns how many commits were removed."""
+        gone = set(topics)
+        removed = 0
+        writes = []
+        for g in list(self._groups.values()):
+            tps = [tp for tp in g.offsets if tp[0] in gone]
+            if not tps:
+                continue
+            writes.append(self._store.remove_offsets(g.group_id, tps))
+            for tp in tps:
+                del g.offsets[tp]
+            removed += len(tps)
+            self._forget_if_unused(g)
+        for w in writes:
+            await w
+        return removed
+
+    def _forget_if_unused(self, g: Group) -> None:
+        """An Empty group with no commits left is gone, as Kafka's cleanup does it."""
+        if g.is_(S.EMPTY) and not g.offsets and not g.members and not g.pending_members:
+            g.transition(S.DEAD, self._clock_ms())
+            del self._groups[g.group_id]
+            self._store.remove_group(g)
+
+    # -- admin views ---------------------------------------------------------------------
+
+    def describe_groups(
+        self, group_ids: Sequence[str], *, unknown_is_error: bool = False
+    ) -> list[GroupDescription]:
+        """Kafka's group summary: protocol and member metadata/assignments only when
+        Stable. An unknown group is described as Dead, or (``unknown_is_error``,
+        DescribeGroups v6+) answered with GROUP_ID_NOT_FOUND."""
+        out: list[GroupDescription] = []
+        for gid in group_ids:
+            if not self._loaded:
+                out.append(GroupDescription(E.COORDINATOR_LOAD_IN_PROGRESS, gid, "", "", ""))
+                continue
+            if not gid:
+                out.append(GroupDescription(E.INVALID_GROUP_ID, gid, "", "", ""))
+                continue
+            g = self._groups.get(gid)
+            if g is None:
+                err = E.GROUP_ID_NOT_FOUND if unknown_is_error else E.NONE
+                out.append(GroupDescription(err, gid, S.DEAD.value, "", ""))
+                continue
+            stable = g.is_(S.STABLE)
+            members = tuple(
+                MemberDescription(
+                    m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                    m.metadata_for(g.protocol_name) if stable else b"",
+                    m.assignment if stable else b"",
+                )
+                for m in g.members.values()
+            )
+            out.append(
+                GroupDescription(
+                    E.NONE, gid, g.state.value, g.protocol_type or "",
+                    (g.protocol_name or "") if stable else "", members,
+                )
+            )
+        return out
+
+    def list_groups(
+        self, states: Sequence[str] = (), types: Sequence[str] = ()
+    ) -> tuple[int, list[tuple[str, str, str]]]:
+        """``(group_id, protocol_type, state)`` of every group. ``states`` filters by
+        state (case-insensitive), ``types`` by group type; every group here is
+        "classic" (the group protocol of KIP-848 is not served)."""
+        if not self._loaded:
+            return E.COORDINATOR_LOAD_IN_PROGRESS, []
+        wanted_states = {s.lower() for s in states}
+        wanted_types = {t.lower() for t in types}
+        if wanted_types and "classic" not in wanted_types:
+            return E.NONE, []
+        return E.NONE, [
+            (g.group_id, g.protocol_type or "", g.state.value)
+            for g in self._groups.values()
+            if not wanted_states or g.state.value.lower() in wanted_states
+        ]
+
+    async def delete_groups(self, group_ids: Sequence[str]) -> dict[str, int]:
+        result: dict[str, int] = {}
+        writes = []
+        for gid in group_ids:
+            if not self._loaded:
+                result[gid] = E.COORDINATOR_LOAD_IN_PROGRESS
+                continue
+            if not gid:
+                result[gid] = E.INVALID_GROUP_ID
+                continue
+            g = self._groups.get(gid)
+            if g is None or g.is_(S.DEAD):
+                result[gid] = E.GROUP_ID_NOT_FOUND
+            elif not g.is_(S.EMPTY):
+                result[gid] = NON_EMPTY_GROUP
+            else:
+                g.transition(S.DEAD, self._clock_ms())
+                del self._groups[gid]
+                writes.append((gid, self._store.remove_group(g)))
+                result[gid] = E.NONE
+        for gid, w in writes:
+            try:
+                await w
+            except Exception:  # noqa: BLE001 - reported to the client
+                log.exception("deleting group %r failed", gid)
+                result[gid] = E.COORDINATOR_NOT_AVAILABLE
+        return result
+
+    # -- introspection for tests and the REST service -------------------------------------
+
+    def group(self, group_id: str) -> Group | None:
+        return self._groups.get(group_id)
