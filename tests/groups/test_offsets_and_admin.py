@@ -8,7 +8,11 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
 from core.segmentstore.inmemory import InMemorySegmentStore
 from gateway.groups import GroupCoordinator, GroupState, OffsetCommit
-from gateway.groups.errors import GROUP_SUBSCRIBED_TO_TOPIC, NON_EMPTY_GROUP, OFFSET_METADATA_TOO_LARGE
+from gateway.groups.errors import (
+    GROUP_SUBSCRIBED_TO_TOPIC,
+    NON_EMPTY_GROUP,
+    OFFSET_METADATA_TOO_LARGE,
+)
 from protocol.errors import ErrorCode as E
 from tests.groups.conftest import FakeClock, join_all, join_req, make_coordinator
 
