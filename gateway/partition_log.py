@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -130,11 +131,11 @@ class PartitionLog:
         name = self._logs.topics.segment_name(self.topic, self.segment.id)
         records = sum(b.record_count for b in p.batches)
         task = asyncio.ensure_future(
-            self._logs.store.append(name, p.data, event_count=max(records, 1))
+            self._logs.store.append(name, memoryview(p.data), event_count=max(records, 1))
         )
         self._inflight += 1
         self._settled.clear()
-        task.add_done_callback(lambda t, p=p: self._on_done(p, t))
+        task.add_done_callback(functools.partial(self._on_done, p))
 
     def _on_done(self, p: PendingAppend, task: asyncio.Future[int]) -> None:
         self._inflight -= 1

@@ -54,7 +54,8 @@ class ProducerEntry:
         obj = json.loads(raw)
         entry = ProducerEntry(int(obj["e"]))
         for row in obj["b"]:
-            entry.batches.append(BatchRecord(*(int(x) for x in row)))
+            first, last, base, end = (int(x) for x in row)
+            entry.batches.append(BatchRecord(first, last, base, end))
         return entry
 
 

@@ -27,7 +27,7 @@ from core.controller.api import (
     StreamExistsError,
     qualified_segment_name,
 )
-from core.segmentstore.api import SegmentExistsError, SegmentStore, TableUpdate
+from core.segmentstore.api import SegmentExistsError, SegmentStore, TableRemoval, TableUpdate
 
 TOPICS_TABLE = "_system/gateway/topics"
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -139,8 +139,6 @@ class TopicRegistry:
 
     async def forget(self, name: str) -> None:
         """Drop a topic's entry (its stream is deleted by the caller)."""
-        from core.segmentstore.api import TableRemoval
-
         async with self._lock:
             await self.store.table_remove(TOPICS_TABLE, [TableRemoval(name.encode())])
             self._topics.pop(name, None)

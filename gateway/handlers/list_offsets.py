@@ -60,10 +60,10 @@ async def _lookup(ctx: HandlerContext, plog: PartitionLog, timestamp: int) -> tu
         return base, max_ts
     if timestamp < 0:
         return -1, -1
-    base = ctx.index.offset_for_timestamp(plog.topic, plog.partition, timestamp)
-    if base is None or base >= plog.high_watermark:
+    found_base = ctx.index.offset_for_timestamp(plog.topic, plog.partition, timestamp)
+    if found_base is None or found_base >= plog.high_watermark:
         return -1, -1
-    for offset, ts in await _records(ctx, plog, base):
+    for offset, ts in await _records(ctx, plog, found_base):
         if ts >= timestamp and offset >= plog.log_start_offset:
             return offset, ts
     return -1, -1
