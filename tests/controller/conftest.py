@@ -4,12 +4,16 @@ background policies off unless a test turns them on, and a clock tests can move.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
 from core.controller.config import ControllerConfig
 from core.controller.controller import StreamController
+from core.segmentstore.api import SegmentStore
+from core.segmentstore.config import SegmentStoreConfig
 from core.segmentstore.inmemory import InMemorySegmentStore
+from core.segmentstore.service import StreamSegmentStore
 
 QUIET = ControllerConfig(
     autoscale_period_ms=0, retention_period_ms=0, txn_timeout_check_period_ms=0
@@ -34,13 +38,32 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture
-def store() -> InMemorySegmentStore:
-    return InMemorySegmentStore()
+#: Containers of the durable store in these tests (a module may override the fixture).
+CONTAINERS = 2
 
 
 @pytest.fixture
-async def ctl(store: InMemorySegmentStore, clock: Clock) -> AsyncIterator[StreamController]:
+def container_count() -> int:
+    return CONTAINERS
+
+
+@pytest.fixture(params=["inmemory", "durable"])
+async def store(
+    request: pytest.FixtureRequest, tmp_path: Path, container_count: int
+) -> AsyncIterator[SegmentStore]:
+    """Each scenario runs on the in-memory model and on the durable store (files on
+    disk in a temporary directory)."""
+    if request.param == "inmemory":
+        yield InMemorySegmentStore()
+        return
+    s = StreamSegmentStore(tmp_path / "data", SegmentStoreConfig(container_count=container_count))
+    await s.start()
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+async def ctl(store: SegmentStore, clock: Clock) -> AsyncIterator[StreamController]:
     c = StreamController(store, QUIET, clock=clock)
     await c.start()
     await c.create_scope("s")

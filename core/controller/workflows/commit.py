@@ -16,6 +16,7 @@ in the workflow's final update.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from core.controller.api import (
@@ -64,26 +65,25 @@ async def commit_marked(ctx: Context, meta: StreamMeta) -> None:
 
 
 def roll_plan(h: History, rec: TxnRecord, time_ms: int) -> Json:
+    """Duplicates keep their original's segment number (with the new epoch), as in
+    Pravega, so a store that places segments by ``scope/stream/number`` keeps a shadow
+    segment, its parent and the parent's duplicate in one container, and the merge is
+    local."""
     cur = h.current
-    number = max(s & 0xFFFFFFFF for s in h.segments) + 1
     parents = sorted((h.segments[p] for p in rec.segments), key=lambda s: s.key_start)
-    dup = EpochRecord(
-        cur.epoch + 1,
-        time_ms,
-        tuple(
-            SegmentRecord(segment_id(cur.epoch + 1, number + i), time_ms, p.key_start, p.key_end)
-            for i, p in enumerate(parents)
-        ),
-    )
-    number += len(parents)
-    nxt = EpochRecord(
-        cur.epoch + 2,
-        time_ms,
-        tuple(
-            SegmentRecord(segment_id(cur.epoch + 2, number + i), time_ms, s.key_start, s.key_end)
-            for i, s in enumerate(cur.segments)
-        ),
-    )
+
+    def dups(epoch: int, of: Sequence[SegmentRecord]) -> EpochRecord:
+        return EpochRecord(
+            epoch,
+            time_ms,
+            tuple(
+                SegmentRecord(segment_id(epoch, s.number), time_ms, s.key_start, s.key_end)
+                for s in of
+            ),
+        )
+
+    dup = dups(cur.epoch + 1, parents)
+    nxt = dups(cur.epoch + 2, cur.segments)
     return {
         "dup": epoch_to_json(dup),
         "next": epoch_to_json(nxt),
