@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
-import re
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -20,24 +18,27 @@ from core.controller.api import (
     ConflictError,
     Controller,
     ControllerError,
-    EpochRecord,
     InvalidArgumentError,
-    KeyRange,
-    RetentionPolicy,
-    RetentionType,
-    ScalingPolicy,
-    ScalingType,
     ScopeExistsError,
     ScopeNotEmptyError,
     ScopeNotFoundError,
-    SegmentRecord,
-    StreamConfig,
     StreamExistsError,
-    StreamInfo,
     StreamNotFoundError,
     TransactionNotFoundError,
 )
-from gateway.rest.models import NAME_PATTERN
+from gateway.grpc_model import (
+    HistoryQueries,
+    Transactions,
+    check_key,
+    check_name,
+    config_from_pb,
+    epoch_to_pb,
+    lease_of,
+    ranges_of,
+    segment_to_pb,
+    stream_to_pb,
+    txn_to_pb,
+)
 from protocol.controller_grpc import pb2, pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -57,8 +58,10 @@ _CODE_OF: dict[type[ControllerError], grpc.StatusCode] = {
     ConflictError: grpc.StatusCode.FAILED_PRECONDITION,
 }
 
-_NAME = re.compile(NAME_PATTERN)
-_NAME_LENGTH_MAX = 255
+
+
+class Unimplemented(Exception):
+    """The controller behind the service lacks an optional capability."""
 
 
 def code_of(error: ControllerError) -> grpc.StatusCode:
@@ -88,6 +91,8 @@ def _rpc(method: Handler[R]) -> Handler[R]:
                 str(e) or type(e).__name__,
                 trailing_metadata=((ERROR_METADATA_KEY, type(e).__name__),),
             )
+        except Unimplemented as e:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, str(e))
         except Exception as e:
             if isinstance(e, grpc.aio.AbortError):
                 raise
@@ -96,88 +101,6 @@ def _rpc(method: Handler[R]) -> Handler[R]:
         raise AssertionError("unreachable: context.abort raises")
 
     return wrapper
-
-
-# -- conversions ---------------------------------------------------------------------------
-
-
-def _name(value: str, what: str) -> str:
-    if not (0 < len(value) <= _NAME_LENGTH_MAX and _NAME.match(value)):
-        raise InvalidArgumentError(f"{what} {value!r} is not 1-255 of [A-Za-z0-9._-]")
-    return value
-
-
-def _key(value: float) -> float:
-    if not math.isfinite(value):
-        raise InvalidArgumentError(f"key {value} is not a finite number")
-    return value
-
-
-def config_from_pb(c: Any) -> StreamConfig:
-    scaling = ScalingPolicy()
-    if c.HasField("scaling"):
-        s = c.scaling
-        scaling = ScalingPolicy(
-            ScalingType[pb2.ScalingType.Name(s.type)], s.target_rate, s.scale_factor, s.min_segments
-        )
-    retention = None
-    if c.HasField("retention"):
-        r = c.retention
-        retention = RetentionPolicy(RetentionType[pb2.RetentionType.Name(r.type)], r.value)
-    return StreamConfig(scaling=scaling, retention=retention, tags=tuple(dict.fromkeys(c.tags)))
-
-
-def config_to_pb(c: StreamConfig) -> Any:
-    out = pb2.StreamConfig(
-        scaling=pb2.ScalingPolicy(
-            type=pb2.ScalingType.Value(c.scaling.type.name),
-            target_rate=c.scaling.target_rate,
-            scale_factor=c.scaling.scale_factor,
-            min_segments=c.scaling.min_segments,
-        ),
-        tags=list(c.tags),
-    )
-    if c.retention is not None:
-        out.retention.CopyFrom(
-            pb2.RetentionPolicy(
-                type=pb2.RetentionType.Value(c.retention.type.name), value=c.retention.value
-            )
-        )
-    return out
-
-
-def stream_to_pb(i: StreamInfo) -> Any:
-    return pb2.StreamInfo(
-        scope=i.scope,
-        stream=i.stream,
-        config=config_to_pb(i.config),
-        state=pb2.StreamState.Value(i.state.name),
-        current_epoch=i.current_epoch,
-        creation_time_ms=i.creation_time_ms,
-    )
-
-
-def segment_to_pb(s: SegmentRecord) -> Any:
-    return pb2.Segment(
-        id=s.id,
-        creation_time_ms=s.creation_time_ms,
-        key_start=s.key_start,
-        key_end=s.key_end,
-        epoch=s.epoch,
-        number=s.number,
-    )
-
-
-def epoch_to_pb(e: EpochRecord) -> Any:
-    return pb2.Epoch(
-        epoch=e.epoch,
-        creation_time_ms=e.creation_time_ms,
-        segments=[segment_to_pb(s) for s in e.segments],
-    )
-
-
-def _ranges(ranges: Any) -> list[KeyRange]:
-    return [KeyRange(_key(r.start), _key(r.end)) for r in ranges]
 
 
 # -- the service ---------------------------------------------------------------------------
@@ -191,17 +114,27 @@ class ControllerServicer(_ServicerBase):  # type: ignore[misc]
         self._c = controller
 
     def _stream(self, request: Any) -> tuple[str, str]:
-        return _name(request.scope, "scope"), _name(request.stream, "stream")
+        return check_name(request.scope, "scope"), check_name(request.stream, "stream")
+
+    def _history(self) -> HistoryQueries:
+        if not isinstance(self._c, HistoryQueries):
+            raise Unimplemented("this controller answers no history queries beyond epochs")
+        return self._c
+
+    def _txns(self) -> Transactions:
+        if not isinstance(self._c, Transactions):
+            raise Unimplemented("this controller has no stream transactions")
+        return self._c
 
     # scopes
     @_rpc
     async def CreateScope(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await self._c.create_scope(_name(request.scope, "scope"))
+        await self._c.create_scope(check_name(request.scope, "scope"))
         return pb2.ScopeResponse(scope=request.scope)
 
     @_rpc
     async def DeleteScope(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await self._c.delete_scope(_name(request.scope, "scope"))
+        await self._c.delete_scope(check_name(request.scope, "scope"))
         return pb2.ScopeResponse(scope=request.scope)
 
     @_rpc
@@ -212,7 +145,7 @@ class ControllerServicer(_ServicerBase):  # type: ignore[misc]
     @_rpc
     async def CreateStream(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         scope, stream = self._stream(request)
-        ranges = _ranges(request.key_ranges) or None
+        ranges = ranges_of(request.key_ranges) or None
         info = await self._c.create_stream(scope, stream, config_from_pb(request.config), ranges)
         return stream_to_pb(info)
 
@@ -223,7 +156,7 @@ class ControllerServicer(_ServicerBase):  # type: ignore[misc]
     @_rpc
     async def ListStreams(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         tag = request.tag if request.HasField("tag") else None
-        names = await self._c.list_streams(_name(request.scope, "scope"), tag)
+        names = await self._c.list_streams(check_name(request.scope, "scope"), tag)
         return pb2.ListStreamsResponse(streams=sorted(names))
 
     @_rpc
@@ -256,7 +189,7 @@ class ControllerServicer(_ServicerBase):  # type: ignore[misc]
     @_rpc
     async def GetSegmentForKey(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         scope, stream = self._stream(request)
-        segment = await self._c.get_segment_for_key(scope, stream, _key(request.key))
+        segment = await self._c.get_segment_for_key(scope, stream, check_key(request.key))
         return segment_to_pb(segment)
 
     @_rpc
@@ -274,12 +207,40 @@ class ControllerServicer(_ServicerBase):  # type: ignore[misc]
         epochs = await self._c.get_epochs(*self._stream(request))
         return pb2.EpochList(epochs=[epoch_to_pb(e) for e in epochs])
 
+    @_rpc
+    async def GetPredecessors(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        scope, stream = self._stream(request)
+        found = await self._history().get_predecessors(scope, stream, request.segment_id)
+        entries = [
+            pb2.PredecessorsResponse.Entry(segment=segment_to_pb(s), successors=sorted(n))
+            for s, n in sorted(found.items(), key=lambda kv: kv[0].key_start)
+        ]
+        return pb2.PredecessorsResponse(predecessors=entries)
+
+    @_rpc
+    async def GetSegmentsAt(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        scope, stream = self._stream(request)
+        return epoch_to_pb(await self._history().get_segments_at(scope, stream, request.time_ms))
+
+    @_rpc
+    async def IsStreamCutAtOrAfter(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        scope, stream = self._stream(request)
+        a, b = dict(request.a.cut), dict(request.b.cut)
+        ge = await self._history().is_cut_ge(scope, stream, a, b)
+        return pb2.StreamCutComparison(a_at_or_after_b=ge)
+
+    @_rpc
+    async def BytesBetween(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        scope, stream = self._stream(request)
+        a, b = dict(request.a.cut), dict(request.b.cut)
+        return pb2.BytesBetweenResponse(bytes=await self._history().bytes_between(scope, stream, a, b))
+
     # workflows
     @_rpc
     async def Scale(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         scope, stream = self._stream(request)
         epoch = await self._c.scale(
-            scope, stream, list(request.sealed_segments), _ranges(request.new_ranges)
+            scope, stream, list(request.sealed_segments), ranges_of(request.new_ranges)
         )
         return epoch_to_pb(epoch)
 
@@ -288,6 +249,48 @@ class ControllerServicer(_ServicerBase):  # type: ignore[misc]
         scope, stream = self._stream(request)
         await self._c.truncate(scope, stream, dict(request.cut.cut))
         return pb2.StreamCut(cut=await self._c.get_head_segments(scope, stream))
+
+
+    # transactions
+    @_rpc
+    async def CreateTransaction(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        scope, stream = self._stream(request)
+        txns = self._txns()
+        return txn_to_pb(await txns.create_transaction(scope, stream, lease_of(request)), txns)
+
+    @_rpc
+    async def PingTransaction(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        scope, stream = self._stream(request)
+        txns = self._txns()
+        info = await txns.ping_transaction(scope, stream, request.id, lease_of(request))
+        return txn_to_pb(info, txns)
+
+    @_rpc
+    async def CommitTransaction(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        scope, stream = self._stream(request)
+        txns = self._txns()
+        await txns.commit_transaction(scope, stream, request.id)
+        return txn_to_pb(await txns.get_transaction(scope, stream, request.id), txns)
+
+    @_rpc
+    async def AbortTransaction(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        scope, stream = self._stream(request)
+        txns = self._txns()
+        await txns.abort_transaction(scope, stream, request.id)
+        return txn_to_pb(await txns.get_transaction(scope, stream, request.id), txns)
+
+    @_rpc
+    async def GetTransaction(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        scope, stream = self._stream(request)
+        txns = self._txns()
+        return txn_to_pb(await txns.get_transaction(scope, stream, request.id), txns)
+
+    @_rpc
+    async def ListTransactions(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        scope, stream = self._stream(request)
+        txns = self._txns()
+        found = await txns.list_transactions(scope, stream)
+        return pb2.TransactionList(transactions=[txn_to_pb(t, txns) for t in found])
 
 
 async def start_grpc_server(controller: Controller, host: str, port: int) -> grpc.aio.Server:

@@ -189,3 +189,103 @@ async def test_seal_and_delete(rpc: Grpc) -> None:
 async def test_port_in_use_is_an_os_error(rpc: Grpc) -> None:
     with pytest.raises(OSError):
         await start_grpc_server(rpc.controller, "127.0.0.1", rpc.port)
+
+
+async def test_history_queries(rpc: Grpc) -> None:
+    await _create(rpc)
+    await rpc.store.append(qualified_segment_name("sc", "s", 0), b"z" * 100)
+    epoch = await rpc.stub.Scale(
+        pb2.ScaleRequest(
+            scope="sc",
+            stream="s",
+            sealed_segments=[0],
+            new_ranges=[pb2.KeyRange(start=0, end=0.5), pb2.KeyRange(start=0.5, end=1)],
+        )
+    )
+    new = sorted(epoch.segments, key=lambda s: s.key_start)
+    pred = await rpc.stub.GetPredecessors(
+        pb2.SegmentRequest(scope="sc", stream="s", segment_id=new[0].id)
+    )
+    assert [(e.segment.id, sorted(e.successors)) for e in pred.predecessors] == [
+        (0, sorted(s.id for s in new))
+    ]
+    first = await rpc.stub.GetSegmentsAt(pb2.SegmentsAtRequest(scope="sc", stream="s", time_ms=0))
+    assert first.epoch == 0
+    now = await rpc.stub.GetSegmentsAt(
+        pb2.SegmentsAtRequest(scope="sc", stream="s", time_ms=epoch.creation_time_ms)
+    )
+    assert now.epoch == 1
+
+    start = pb2.StreamCut(cut={0: 0})
+    middle = pb2.StreamCut(cut={0: 60})
+    after = pb2.StreamCut(cut={s.id: 0 for s in new})
+    pair = pb2.StreamCutPair
+    ge = await rpc.stub.IsStreamCutAtOrAfter(pair(scope="sc", stream="s", a=after, b=start))
+    assert ge.a_at_or_after_b
+    ge = await rpc.stub.IsStreamCutAtOrAfter(pair(scope="sc", stream="s", a=start, b=middle))
+    assert not ge.a_at_or_after_b
+    between = await rpc.stub.BytesBetween(pair(scope="sc", stream="s", a=after, b=middle))
+    assert between.bytes == 40
+    await _fails(
+        rpc.stub.BytesBetween(pair(scope="sc", stream="s", a=start, b=after)),
+        grpc.StatusCode.FAILED_PRECONDITION,
+    )
+
+
+async def test_transactions(rpc: Grpc) -> None:
+    await _create(rpc)
+    s = rpc.stub
+    txn = await s.CreateTransaction(
+        pb2.CreateTransactionRequest(scope="sc", stream="s", lease_ms=60_000)
+    )
+    assert txn.state == "OPEN" and txn.epoch == 0 and [x.parent.id for x in txn.segments] == [0]
+    listed = await s.ListTransactions(_sr())
+    assert [t.id for t in listed.transactions] == [txn.id]
+    await rpc.store.append(txn.segments[0].segment_name, b"committed data")
+    pinged = await s.PingTransaction(
+        pb2.PingTransactionRequest(scope="sc", stream="s", id=txn.id, lease_ms=120_000)
+    )
+    assert pinged.lease_expiry_ms > txn.lease_expiry_ms
+    done = await s.CommitTransaction(pb2.TransactionRequest(scope="sc", stream="s", id=txn.id))
+    assert done.state == "COMMITTED"
+    info = await rpc.store.get_info(qualified_segment_name("sc", "s", 0))
+    assert info.length == len(b"committed data")
+    assert list((await s.ListTransactions(_sr())).transactions) == []
+
+    other = await s.CreateTransaction(pb2.CreateTransactionRequest(scope="sc", stream="s"))
+    aborted = await s.AbortTransaction(pb2.TransactionRequest(scope="sc", stream="s", id=other.id))
+    assert aborted.state == "ABORTED"
+    await _fails(
+        s.CommitTransaction(pb2.TransactionRequest(scope="sc", stream="s", id=other.id)),
+        grpc.StatusCode.FAILED_PRECONDITION,
+    )
+    await _fails(
+        s.GetTransaction(pb2.TransactionRequest(scope="sc", stream="s", id="nope")),
+        grpc.StatusCode.NOT_FOUND,
+        "TransactionNotFoundError",
+    )
+    await _fails(
+        s.CreateTransaction(pb2.CreateTransactionRequest(scope="sc", stream="s", lease_ms=-5)),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+
+
+async def test_transaction_commits_across_a_scale(rpc: Grpc) -> None:
+    await _create(rpc)
+    s = rpc.stub
+    txn = await s.CreateTransaction(pb2.CreateTransactionRequest(scope="sc", stream="s"))
+    await rpc.store.append(txn.segments[0].segment_name, b"rolled")
+    await s.Scale(
+        pb2.ScaleRequest(
+            scope="sc",
+            stream="s",
+            sealed_segments=[0],
+            new_ranges=[pb2.KeyRange(start=0, end=0.5), pb2.KeyRange(start=0.5, end=1)],
+        )
+    )
+    done = await s.CommitTransaction(pb2.TransactionRequest(scope="sc", stream="s", id=txn.id))
+    assert done.state == "COMMITTED"
+    epochs = (await s.GetEpochs(_sr())).epochs
+    assert len(epochs) > 2  # the transaction was rolled into epochs of its own
+    current = (await s.GetCurrentSegments(_sr())).segments
+    assert sorted((x.key_start, x.key_end) for x in current) == [(0, 0.5), (0.5, 1)]
