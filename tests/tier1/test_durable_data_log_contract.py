@@ -138,6 +138,8 @@ async def test_truncate(make_log: LogMaker) -> None:
     # Truncating at an address between entries keeps the entry at or after it.
     await log2.truncate(LogAddress(addrs[11].file_id, addrs[11].position + 1))
     assert (await _read_all(log2))[0] == (addrs[12], b"e12")
+    with pytest.raises(DataLogError):
+        await log2.truncate(LogAddress(10**6, 0))
     await log2.close()
 
 

@@ -87,6 +87,7 @@ class FileDurableDataLog:
         self._file_id = 0
         self._pos = 0
         self._synced = LogAddress(0, 0)
+        self.syncs = 0  # fdatasync calls made by the writer, for benchmarks and tests
 
     @property
     def epoch(self) -> int:
@@ -114,12 +115,10 @@ class FileDurableDataLog:
             write_meta(d, meta)
         self._epoch = meta.epoch
         start_id = meta.start.file_id if meta.start else 0
-        files = list_log_files(d)
-        for fid in files:
+        for fid in list_log_files(d):
             if fid < start_id:  # truncated away; a crash left the file behind
                 (d / log_file_name(fid)).unlink(missing_ok=True)
-        files = [f for f in files if f >= start_id]
-        fid = max([*files, *meta.ends, start_id]) + 1
+        fid = max([*list_log_files(d), *meta.ends, start_id]) + 1
         while True:
             try:
                 self._fd = create_log_file(d, fid, self._epoch)
@@ -128,14 +127,22 @@ class FileDurableDataLog:
                 fid += 1  # a fenced owner rolled into it concurrently
         self._file_id, self._pos = fid, FILE_HEADER_BYTES
         self._synced = LogAddress(fid, FILE_HEADER_BYTES)
-        ends = {f: scan_valid_end(d / log_file_name(f)) for f in files if f not in meta.ends}
-        with self._meta_lock, meta_lock(d):
-            meta, _ = read_meta(d)
-            if meta.epoch != self._epoch:
-                os.close(self._fd)
-                raise DataLogFencedError(f"epoch {self._epoch} fenced during open by {meta.epoch}")
-            meta.ends.update(ends)
-            write_meta(d, meta)
+        try:
+            # Listed after our file exists: a fenced owner can no longer add one below it.
+            earlier = [f for f in list_log_files(d) if start_id <= f < fid]
+            ends = {f: scan_valid_end(d / log_file_name(f)) for f in earlier if f not in meta.ends}
+            with self._meta_lock, meta_lock(d):
+                meta, _ = read_meta(d)
+                if meta.epoch != self._epoch:
+                    raise DataLogFencedError(
+                        f"epoch {self._epoch} fenced during open by {meta.epoch}"
+                    )
+                meta.ends.update(ends)
+                write_meta(d, meta)
+        except BaseException:
+            os.close(self._fd)
+            self._fd = -1
+            raise
 
     # ------------------------------------------------------------------ append
 
@@ -237,6 +244,7 @@ class FileDurableDataLog:
                 i += 1
             _pwritev_all(self._fd, bufs, start)
             os.fdatasync(self._fd)
+            self.syncs += 1
             self._pos = pos
             self._synced = LogAddress(self._file_id, pos)
         return addrs
@@ -292,6 +300,8 @@ class FileDurableDataLog:
 
     async def truncate(self, upto: LogAddress) -> None:
         self._check_usable()
+        if upto > self._synced:
+            raise DataLogError(f"truncate at {upto}, past the durable end {self._synced}")
         await asyncio.to_thread(self._truncate_sync, upto)
 
     def _truncate_sync(self, upto: LogAddress) -> None:

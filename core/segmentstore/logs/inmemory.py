@@ -148,6 +148,9 @@ class InMemoryDurableDataLog:
 
     async def truncate(self, upto: LogAddress) -> None:
         self._check_usable()
+        end = LogAddress(self._file_id, self._position)
+        if upto > end:
+            raise DataLogError(f"truncate at {upto}, past the durable end {end}")
         self.backing.entries = [(a, d) for a, d in self.backing.entries if a >= upto]
 
     async def close(self) -> None:
