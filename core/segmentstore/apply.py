@@ -37,20 +37,40 @@ class Applier:
 
     def commit(self, ops: list[Operation]) -> None:
         c = self.c
-        writer = c.writer
+        by_id = c.md.by_id
+        get_index = c.read_index.get
         now_ms = int(c.wall_clock() * 1000)
+        traffic: dict[SegmentMeta, list[int]] = {}
         for op in ops:
-            kind = op.kind
-            if kind == OpKind.APPEND:
+            if op.kind is OpKind.APPEND:
+                # The hot path, inlined: metadata, read index, traffic.
                 assert isinstance(op, AppendOp)
-                meta = c.md.by_id[op.segment_id]
-                self._append(meta, op, op.offset, op.length, now_ms)
+                meta = by_id[op.segment_id]
+                n = op.length
+                if op.offset != meta.length:
+                    raise AssertionError(f"{meta.name}: append at {op.offset}, length {meta.length}")
+                meta.length += n
+                meta.last_modified_ms = now_ms
                 if op.attributes:
                     meta.attributes.update(op.attributes)
-                c.traffic.record(meta.name, op.length, op.event_count)
+                idx = get_index(meta)
+                if n:
+                    assert op.data is not None
+                    idx.add_append(op.offset, op.data, op)
+                op.data = None
+                if idx.waiters:
+                    idx.notify()
+                t = traffic.get(meta)
+                if t is None:
+                    traffic[meta] = [n, op.event_count]
+                else:
+                    t[0] += n
+                    t[1] += op.event_count
             else:
                 self._apply(op, now_ms, live=True)
-            writer.add(op)
+        c.writer.add_many(ops)
+        for meta, (nbytes, events) in traffic.items():
+            c.traffic.record(meta.name, nbytes, events)
 
     def replay(self, op: Operation) -> None:
         c = self.c

@@ -95,6 +95,9 @@ class SegmentContainer:
         self.durable: DurableLog | None = None
         self._ckpt_bytes = 0
         self._ckpt_ops = 0
+        self._ckpt_interval_bytes = config.checkpoint_interval_bytes
+        self._ckpt_interval_ops = config.checkpoint_interval_ops
+        self._loop: asyncio.AbstractEventLoop
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -104,6 +107,7 @@ class SegmentContainer:
         if self.state != STOPPED:
             raise RuntimeError(f"container {self.id} is {self.state}")
         self.state = STARTING
+        self._loop = asyncio.get_running_loop()
         try:
             await recover(self)
             self.epoch = self.log.epoch
@@ -157,19 +161,18 @@ class SegmentContainer:
 
     # -- queueing -----------------------------------------------------------------------
 
-    def _queue(self, op: Operation, *, new_frame: bool = False) -> asyncio.Future[Any]:
+    def _queue(self, op: Operation) -> asyncio.Future[Any]:
         durable = self.durable
         assert durable is not None
-        op.seq = self.md.next_seq()
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        md = self.md
+        md.seq += 1
+        op.seq = md.seq
+        fut: asyncio.Future[Any] = self._loop.create_future()
         op.future = fut
-        durable.add(op, new_frame=new_frame)
-        cfg = self.config
-        if op.kind == CheckpointOp.kind:
-            self._ckpt_bytes, self._ckpt_ops = durable.bytes_logged, durable.ops_logged
-        elif (
-            durable.bytes_logged - self._ckpt_bytes >= cfg.checkpoint_interval_bytes
-            or durable.ops_logged - self._ckpt_ops >= cfg.checkpoint_interval_ops
+        durable.add(op)
+        if (
+            durable.bytes_logged - self._ckpt_bytes >= self._ckpt_interval_bytes
+            or durable.ops_logged - self._ckpt_ops >= self._ckpt_interval_ops
         ):
             self.queue_checkpoint()
         return fut
@@ -185,6 +188,7 @@ class SegmentContainer:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         op.future = fut
         durable.add(op, new_frame=True)
+        fut.add_done_callback(_consume)
         self._ckpt_bytes, self._ckpt_ops = durable.bytes_logged, durable.ops_logged
         return fut
 
@@ -360,7 +364,7 @@ class SegmentContainer:
         op = TableCompactOp(meta.id, meta.name, meta.p_length, below, data)
         meta.p_length += len(data)
         meta.p_start = max(meta.p_start, below)
-        self._queue(op)
+        self._queue(op).add_done_callback(_consume)
 
     # -- reads --------------------------------------------------------------------------
 
@@ -408,3 +412,10 @@ class SegmentContainer:
         t = self.table(name)
         return [t.get(k) for k in keys]
 
+
+
+def _consume(fut: asyncio.Future[Any]) -> None:
+    """Retrieve the outcome of an operation nobody awaits (checkpoints, compactions);
+    a failure of theirs stops the container, which is reported there."""
+    if not fut.cancelled():
+        fut.exception()

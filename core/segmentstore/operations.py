@@ -257,11 +257,20 @@ class CheckpointOp(Operation):
         return [_U32.pack(len(self.data)), self.data]
 
 
-def serialize(op: Operation) -> list[bytes | memoryview]:
-    """The operation's record: head, then body parts (payloads are not copied)."""
+_APPEND_PLAIN = struct.Struct("<IBQQQHI")  # head + APPEND body without attributes
+
+
+def serialize(op: Operation) -> tuple[list[bytes | memoryview], int]:
+    """The operation's record as parts (payloads are not copied), and its size."""
+    if op.kind is OpKind.APPEND:
+        assert isinstance(op, AppendOp) and op.data is not None
+        if not op.attributes:
+            n = op.length
+            head = _APPEND_PLAIN.pack(_APPEND_PLAIN.size - 4 + n, 2, op.seq, op.segment_id, op.offset, 0, n)
+            return [head, op.data], _APPEND_PLAIN.size + n
     body = op.body()
     size = 9 + sum(len(p) for p in body)
-    return [_HEAD.pack(size, op.kind, op.seq), *body]
+    return [_HEAD.pack(size, op.kind, op.seq), *body], size + 4
 
 
 HEAD_BYTES = _HEAD.size

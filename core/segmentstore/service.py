@@ -72,6 +72,7 @@ class StreamSegmentStore:
         self.owned = frozenset(range(config.container_count) if owned is None else owned)
         self.containers: dict[int, SegmentContainer] = {}
         self._closed = False
+        self._cids: dict[str, int] = {}  # memo of container_of
 
     def _file_log(self, container_id: int) -> DurableDataLog:
         from core.segmentstore.logs.filelog import FileDurableDataLog
@@ -127,7 +128,11 @@ class StreamSegmentStore:
                 await c.writer.flush_all()
 
     def _c(self, name: str) -> SegmentContainer:
-        cid = container_of(name, self.config.container_count)
+        cid = self._cids.get(name)
+        if cid is None:
+            if len(self._cids) >= 100_000:
+                self._cids.clear()
+            cid = self._cids[name] = container_of(name, self.config.container_count)
         c = self.containers.get(cid)
         if c is None:
             if cid not in self.owned:
@@ -152,8 +157,10 @@ class StreamSegmentStore:
         attribute_updates: Sequence[AttributeUpdate] = (),
         event_count: int = 1,
     ) -> int:
-        fut = self._c(name).queue_append(name, data, expected_offset, attribute_updates, event_count)
-        return int(await fut)
+        offset: int = await self._c(name).queue_append(
+            name, data, expected_offset, attribute_updates, event_count
+        )
+        return offset
 
     async def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> None:
         await self._c(name).queue_update_attributes(name, updates)

@@ -94,11 +94,18 @@ class DurableLog:
         if cur.first_op_pos == NO_OP_START:
             cur.first_op_pos = cur.size
         cur.starts.append((op, cur.size))
-        for part in serialize(op):
-            self._write(part)
+        parts, size = serialize(op)
+        if cur.size + size <= self._payload_max:
+            cur.parts += parts
+            cur.size += size
+            self.bytes_logged += size
+        else:
+            for part in parts:
+                self._write(part)
         self._cur.completes.append(op)
         self.ops_logged += 1
-        self._idle.clear()
+        if self._idle.is_set():
+            self._idle.clear()
         if not self._cut_scheduled:
             self._cut_scheduled = True
             asyncio.get_running_loop().call_soon(self._cut_soon)

@@ -108,6 +108,10 @@ class StorageWriter:
         self._ops.append(op)
         self._wake.set()
 
+    def add_many(self, ops: list[Operation]) -> None:
+        self._ops.extend(ops)
+        self._wake.set()
+
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -126,8 +130,7 @@ class StorageWriter:
         interval_s = self.config.flush_interval_ms / 1000
         try:
             while True:
-                while self._ops:
-                    await self._process(self._ops.popleft())
+                await self._drain_ops()
                 await self._flush_due(force=False)
                 await self._truncate_tier1()
                 if not self._ops:
@@ -148,12 +151,30 @@ class StorageWriter:
     async def flush_all(self) -> None:
         """Process every committed operation, flush every aggregator, truncate Tier-1
         as far as checkpoints allow (for tests, benchmarks and orderly shutdown)."""
-        while self._ops:
-            await self._process(self._ops.popleft())
+        await self._drain_ops()
         await self._flush_due(force=True)
         await self._truncate_tier1()
         if self.error is not None:
             raise self.error
+
+    async def _drain_ops(self) -> None:
+        ops = self._ops
+        aggs = self._aggs
+        flush_bytes = self.config.flush_bytes
+        while ops:
+            op = ops.popleft()
+            if op.kind is OpKind.APPEND:
+                # The common case without a coroutine call: extend an aggregator.
+                assert isinstance(op, AppendOp)
+                agg = aggs.get(op.segment_id)
+                if agg is not None and agg.end == op.offset:
+                    agg.end += op.length
+                    self._next_seq = op.seq + 1
+                    if agg.end - agg.start < flush_bytes:
+                        continue
+                    await self._flush(agg.meta)
+                    continue
+            await self._process(op)
 
     async def _process(self, op: Operation) -> None:
         kind = op.kind
