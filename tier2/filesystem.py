@@ -408,11 +408,11 @@ class FileSystemStorage:
             return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def concat(self, target: str, target_offset: int, source: str) -> None:
-        if target == source:
-            raise BadOffsetError(target, "cannot concat a segment into itself")
         with self._lock(target, source):
             tgt = self._load(target)
             src = self._load(source)
+            if target == source:
+                raise BadOffsetError(target, "cannot concat a segment into itself")
             if tgt.meta.sealed:
                 raise SegmentSealedError(target)
             if not src.meta.sealed:
