@@ -61,6 +61,13 @@ class Gateway:
             logs=logs, index=index, producers=producers, producer_ids=producer_ids,
             registry=self.registry, clock_ms=self.clock_ms,
         )
+        # Consumer groups (gateway/groups): coordinator state from its table segment.
+        from gateway.groups import GroupConfig, GroupCoordinator
+        from gateway.groups.wiring import EXTENSION_KEY
+
+        groups = GroupCoordinator(self.store, GroupConfig(**self.config.groups))
+        await groups.start()
+        self.ctx.extensions[EXTENSION_KEY] = groups
         self.server = KafkaServer(self.ctx)
         self.address = await self.server.start()
         if self.config.advertised_listener is None:
@@ -75,5 +82,8 @@ class Gateway:
         if self.server is not None:
             await self.server.close(timeout_s)
         await self.ctx.logs.drain(timeout_s)
+        groups = self.ctx.extensions.pop("groups", None)  # gateway/groups/wiring.py
+        if groups is not None:
+            await groups.close()
         self.ctx.index.close()
         self.ctx = None

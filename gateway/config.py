@@ -57,6 +57,8 @@ class GatewayConfig:
     #: Extra store configuration passed through to the segment store and controller.
     store: dict[str, Any] = field(default_factory=dict)
     controller: dict[str, Any] = field(default_factory=dict)
+    #: Group coordinator settings (``gateway.groups.GroupConfig`` fields).
+    groups: dict[str, Any] = field(default_factory=dict)
 
     @property
     def listen_address(self) -> tuple[str, int]:

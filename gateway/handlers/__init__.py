@@ -111,6 +111,18 @@ HANDLER_MODULES = [
     "list_offsets",
     "init_producer_id",
     "create_topics",
+    # Consumer groups (gateway/groups).
+    "find_coordinator",
+    "join_group",
+    "sync_group",
+    "heartbeat",
+    "leave_group",
+    "offset_commit",
+    "offset_fetch",
+    "offset_delete",
+    "describe_groups",
+    "list_groups",
+    "delete_groups",
 ]
 
 

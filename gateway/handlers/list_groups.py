@@ -1,0 +1,31 @@
+"""ListGroups (key 16), with the state (v4+) and type (v5+) filters; every group is a
+"classic" group."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import ListGroupsRequest, ListGroupsResponse
+
+from gateway.groups.wiring import coordinator_of
+from gateway.handlers import HandlerContext, RequestContext
+from protocol.apis import ApiSpec
+
+SPEC = ApiSpec(ListGroupsRequest, ListGroupsResponse, 0, 5)
+
+
+async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
+    v = req.api_version
+    states = list(request.states_filter or ()) if v >= 4 else []
+    types = list(request.types_filter or ()) if v >= 5 else []
+    error, groups = coordinator_of(ctx).list_groups(states, types)
+    return ListGroupsResponse(
+        throttle_time_ms=0,
+        error_code=error,
+        groups=[
+            ListGroupsResponse.ListedGroup(
+                group_id=gid, protocol_type=ptype, group_state=state, group_type="classic"
+            )
+            for gid, ptype, state in groups
+        ],
+    )
