@@ -54,6 +54,7 @@ from core.segmentstore.logs.fileformat import (
 
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 _READ_BATCH_BYTES = 4 * 1024 * 1024
+ENTRY_BYTES_MAX = 0xFFFFFFFF  # the u32 length field; refused without closing the log
 
 _Item = tuple[memoryview, "asyncio.Future[LogAddress]"]
 
@@ -157,6 +158,8 @@ class FileDurableDataLog:
         view = memoryview(entry)
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
+        if view.nbytes > ENTRY_BYTES_MAX:
+            raise DataLogError(f"entry of {view.nbytes} bytes exceeds {ENTRY_BYTES_MAX}")
         assert self._loop is not None
         fut: asyncio.Future[LogAddress] = self._loop.create_future()
         self._pending.append((view, fut))
