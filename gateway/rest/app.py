@@ -284,7 +284,25 @@ def create_app(
         return StreamCutBody(streamCut={str(k): v for k, v in sorted(head.items())})
 
     app.include_router(v1)
+    _document_limits(app, limits)
     return app
+
+
+def _document_limits(app: FastAPI, limits: RestLimits) -> None:
+    """Put the configured bounds into ``/openapi.json`` so that the schema promises no
+    more than the service accepts."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            spec = generate()
+            schemas = spec["components"]["schemas"]
+            schemas["ScalingConfig"]["properties"]["minSegments"]["maximum"] = limits.segments_max
+            schemas["ScaleRequest"]["properties"]["newKeyRanges"]["maxItems"] = limits.segments_max
+            app.openapi_schema = spec
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 class _BodyLimit:

@@ -15,7 +15,7 @@ from core.segmentstore.inmemory import InMemorySegmentStore
 from gateway.grpc_service import start_grpc_server
 from protocol.controller_grpc import pb2_grpc
 from tests.conftest import free_port
-from tests.rest.harness import QUIET
+from tests.rest.quiet import QUIET
 
 
 @dataclass

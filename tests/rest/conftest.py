@@ -13,7 +13,7 @@ from core.controller.controller import StreamController
 from core.segmentstore.inmemory import InMemorySegmentStore
 from gateway.rest import RestLimits, create_app, serve_rest, stop_rest
 from tests.conftest import free_port
-from tests.rest.harness import QUIET
+from tests.rest.quiet import QUIET
 
 
 @dataclass

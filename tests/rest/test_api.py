@@ -334,3 +334,6 @@ async def test_openapi_lists_exactly_the_api(rest: Rest) -> None:
         "minSegments",
     }
     assert set(schemas["ScaleRequest"]["properties"]) == {"sealedSegments", "newKeyRanges"}
+    # The configured bound (16 here) is in the schema, not only in the code.
+    assert schemas["ScalingConfig"]["properties"]["minSegments"]["maximum"] == 16
+    assert schemas["ScaleRequest"]["properties"]["newKeyRanges"]["maxItems"] == 16

@@ -1,5 +1,6 @@
-"""The REST and gRPC APIs of a separate controller process (``tests.rest.harness``):
-schemathesis fuzzes ``/openapi.json`` over HTTP, and a clean SIGTERM stop is checked."""
+"""The REST and gRPC APIs of a running ``tidegate serve`` (a real process over the real
+segment store on disk): schemathesis fuzzes ``/openapi.json`` over HTTP, a scenario runs
+through httpx and a gRPC channel, and SIGTERM stops the process cleanly."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +18,7 @@ import pytest
 
 from tests.conftest import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 30.0
 #: Schemathesis budget: examples per operation and phase, and a wall-time cap.
 FUZZ_EXAMPLES = int(os.environ.get("TIDEGATE_FUZZ_EXAMPLES", "40"))
 FUZZ_MAX_TIME_S = int(os.environ.get("TIDEGATE_FUZZ_MAX_TIME_S", "40"))
@@ -30,35 +32,46 @@ class Served:
 
 
 @pytest.fixture
-def served() -> Iterator[Served]:
-    rest_port, grpc_port = free_port(), free_port()
+def served(tmp_path: Path) -> Iterator[Served]:
+    rest_port, grpc_port, kafka_port = free_port(), free_port(), free_port()
+    tidegate = Path(sys.executable).parent / "tidegate"
     process = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "tests.rest.harness",
-            "--rest",
-            f"127.0.0.1:{rest_port}",
-            "--grpc",
-            f"127.0.0.1:{grpc_port}",
+            str(tidegate),
+            "serve",
+            f"--data-dir={tmp_path / 'data'}",
+            f"--listen=127.0.0.1:{kafka_port}",
+            f"--rest=127.0.0.1:{rest_port}",
+            f"--grpc=127.0.0.1:{grpc_port}",
+            "--log-level=WARNING",
         ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        assert process.stdout is not None
-        line = process.stdout.readline()  # bounded by the test timeout
-        if line.strip() != "READY":
-            process.kill()
-            _, err = process.communicate(timeout=10)
-            raise AssertionError(f"controller process did not start: {line!r}\n{err}")
+        _wait_ready(process, rest_port)
         yield Served(process, rest_port, grpc_port)
     finally:
         if process.poll() is None:
             process.kill()
             process.communicate(timeout=10)
+
+
+def _wait_ready(process: subprocess.Popen[str], rest_port: int) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            _, err = process.communicate(timeout=10)
+            raise AssertionError(f"tidegate serve exited with {process.returncode}:\n{err}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{rest_port}/health", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"tidegate serve answered no /health within {START_TIMEOUT_S} s")
 
 
 def _stop(served: Served) -> str:
@@ -109,15 +122,41 @@ def test_schemathesis_finds_no_server_errors(served: Served, tmp_path: Path) -> 
     assert "Traceback" not in err, err
 
 
-def test_process_serves_both_apis_and_stops_on_sigterm(served: Served) -> None:
+def test_scenario_over_rest_and_grpc(served: Served) -> None:
+    streams = "/v1/scopes/ops/streams"
+    with httpx.Client(base_url=f"http://127.0.0.1:{served.rest_port}", timeout=10) as c:
+        assert c.get("/health").json() == {"status": "ready"}
+        assert c.post("/v1/scopes", json={"scopeName": "ops"}).status_code == 201
+        policy = {"type": "FIXED_NUM_SEGMENTS", "minSegments": 2}
+        r = c.post(streams, json={"streamName": "s", "scalingPolicy": policy, "tags": ["t"]})
+        assert r.status_code == 201, r.text
+        segments = c.get(f"{streams}/s/segments").json()["segments"]
+        assert [(s["keyStart"], s["keyEnd"]) for s in segments] == [(0.0, 0.5), (0.5, 1.0)]
+        scale = {"sealedSegments": [1], "newKeyRanges": [[0.5, 0.75], [0.75, 1.0]]}
+        r = c.post(f"{streams}/s/scale", json=scale)
+        assert r.status_code == 200 and r.json()["epoch"] == 1, r.text
+        succ = c.get(f"{streams}/s/segments/1/successors").json()["successors"]
+        assert [e["predecessors"] for e in succ] == [[1], [1]]
+        events = c.get(f"{streams}/s/scaling-events").json()["scalingEvents"]
+        assert [e["epoch"] for e in events] == [0, 1]
+        cut = {str(s["id"]): 0 for s in r.json()["segmentList"]}
+        r = c.post(f"{streams}/s/truncate", json={"streamCut": cut})
+        assert r.status_code == 200 and r.json() == {"streamCut": cut}, r.text
+        assert c.delete(f"{streams}/s").status_code == 409
+        assert c.put(f"{streams}/s/state", json={"streamState": "SEALED"}).status_code == 200
+        assert c.get(streams, params={"tag": "t"}).json()["streams"][0]["streamState"] == "SEALED"
+        assert c.delete(f"{streams}/s").status_code == 204
+        assert c.get(f"{streams}/s").status_code == 404
+
     import grpc
 
     from protocol.controller_grpc import pb2, pb2_grpc
 
-    with httpx.Client(base_url=f"http://127.0.0.1:{served.rest_port}", timeout=10) as client:
-        assert client.get("/health").json() == {"status": "ready"}
-        assert client.post("/v1/scopes", json={"scopeName": "both"}).status_code == 201
     with grpc.insecure_channel(f"127.0.0.1:{served.grpc_port}") as channel:
         stub = pb2_grpc.ControllerServiceStub(channel)
-        assert list(stub.ListScopes(pb2.ListScopesRequest(), timeout=10).scopes) == ["both"]
+        assert "ops" in stub.ListScopes(pb2.ListScopesRequest(), timeout=10).scopes
+        info = stub.CreateStream(pb2.CreateStreamRequest(scope="ops", stream="g"), timeout=10)
+        assert info.state == pb2.ACTIVE
+    with httpx.Client(base_url=f"http://127.0.0.1:{served.rest_port}", timeout=10) as c:
+        assert c.get(f"{streams}/g").json()["streamState"] == "ACTIVE"
     _stop(served)
