@@ -8,10 +8,12 @@ Writes. ``write`` appends to the last chunk with ``pwrite`` and ``fdatasync``s b
 returns; when the last chunk reaches ``chunk_bytes_max`` a new chunk file is created
 (file fsynced, directory fsynced), then listed in the metadata (atomic replace), then
 written. The length is not in the metadata: it is the last chunk's start plus its file
-size. So a crash mid-write shows up as a shorter length holding a prefix of the data
-(ext4/xfs never expose unwritten blocks past the old size after ``fdatasync`` ordering),
+size. So a crash mid-write shows up as a shorter length holding a prefix of the data,
 and the writer re-writes from the length it finds; a write at any offset other than the
-length is ``BadOffsetError``. A write that raises rolls back what it wrote (chunk files
+length is ``BadOffsetError``. (A killed process leaves a clean prefix: the page cache
+survives it. After power loss, ext4's default ``data=ordered`` still grows the size only
+over written blocks; a filesystem without that ordering could show zeros in the torn
+region, which Tier-2 holds no checksum to detect.) A write that raises rolls back what it wrote (chunk files
 cut back to their old size, chunks it added removed) so the segment is as before.
 
 Truncation raises ``start_offset`` in the metadata first, then deletes the chunk files
