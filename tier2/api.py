@@ -11,7 +11,10 @@ Contract, for every implementation:
 - ``write`` only appends: the offset given must equal the current length, otherwise
   ``BadOffsetError`` and nothing is written. A write either lands whole and durably
   (data and metadata synced before it returns) or raises and leaves the segment as it was
-  before the call, as far as any later ``get_info``/``read`` can see.
+  before the call, as far as any later ``get_info``/``read`` can see. After a crash (as
+  opposed to a raise) a write that had not returned may be present in part: a prefix of
+  its data, seen as a length between the old and the intended one; the writer
+  reconciles by re-writing from the length ``get_info`` reports.
 - ``concat`` appends a sealed source segment to the target at ``target_offset`` (which
   must equal the target's length) and deletes the source, atomically from a reader's view.
   The target must not be sealed (``SegmentSealedError``); the source must be sealed
