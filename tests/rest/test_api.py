@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import httpx
 
-from core.controller.api import qualified_segment_name
+from core.controller.api import RetentionPolicy, RetentionType, qualified_segment_name
 from tests.rest.conftest import Rest
 
 STREAMS = "/v1/scopes/sc/streams"
@@ -337,3 +338,24 @@ async def test_openapi_lists_exactly_the_api(rest: Rest) -> None:
     # The configured bound (16 here) is in the schema, not only in the code.
     assert schemas["ScalingConfig"]["properties"]["minSegments"]["maximum"] == 16
     assert schemas["ScaleRequest"]["properties"]["newKeyRanges"]["maxItems"] == 16
+
+
+async def test_retention_units_round_trip(rest: Rest) -> None:
+    created = await _stream(rest, retentionPolicy={"type": "LIMITED_DAYS", "value": 0.5})
+    assert created["retentionPolicy"] == {"type": "LIMITED_DAYS", "value": 0.5}
+    info = await rest.controller.get_stream("sc", "s")
+    assert info.config.retention is not None and info.config.retention.value == 43_200_000
+    # A retention set elsewhere in ms that is no whole number of days shows as a fraction.
+    await rest.controller.update_stream(
+        "sc", "s", replace(info.config, retention=RetentionPolicy(RetentionType.TIME, 1_000))
+    )
+    got = await _ok(await rest.client.get(f"{STREAMS}/s"))
+    assert got["retentionPolicy"] == {"type": "LIMITED_DAYS", "value": 1_000 / 86_400_000}
+    updated = await _ok(
+        await rest.client.put(
+            f"{STREAMS}/s", json={"retentionPolicy": {"type": "LIMITED_SIZE_MB", "value": 3}}
+        )
+    )
+    assert updated["retentionPolicy"] == {"type": "LIMITED_SIZE_MB", "value": 3}
+    info = await rest.controller.get_stream("sc", "s")
+    assert info.config.retention == RetentionPolicy(RetentionType.SIZE, 3 << 20)
