@@ -65,6 +65,13 @@ from tier2.api import (
     StorageError,
     check_read_range,
 )
+from tier2.fschunks import (
+    append_to_chunk,
+    create_empty_chunk,
+    cut_back_chunk,
+    read_chunk,
+    remove_unlisted_chunks,
+)
 from tier2.fsmeta import (
     META,
     META_NEXT,
@@ -73,7 +80,6 @@ from tier2.fsmeta import (
     chunk_file_name,
     encode_name,
     fsync_dir,
-    parse_chunk_file_name,
     read_json,
     write_json_atomic,
 )
@@ -186,7 +192,7 @@ class FileSystemStorage:
         if (source_dir / META).exists():
             current = Meta.from_json(read_json(target_dir / META))
             os.unlink(target_dir / META_NEXT)
-            _remove_unlisted_chunks(target_dir, current.chunks, below=None)
+            remove_unlisted_chunks(target_dir, current.chunks, below=None)
             fsync_dir(target_dir)
         else:
             os.replace(target_dir / META_NEXT, target_dir / META)
@@ -322,15 +328,8 @@ class FileSystemStorage:
     def _new_chunk(self, name: str, seg: _Seg) -> None:
         d = self._dir(name)
         start = seg.length
-        path = d / chunk_file_name(start)
         try:
-            path.unlink(missing_ok=True)  # an unlisted leftover; may be a hard link
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            fsync_dir(d)
+            create_empty_chunk(d, start)
         except OSError as e:
             raise StorageError(name, f"cannot create chunk {start}: {e}") from e
         meta = Meta(name, seg.meta.start_offset, seg.meta.sealed, [*seg.meta.chunks, start])
@@ -340,31 +339,7 @@ class FileSystemStorage:
 
     def _append_to_last(self, name: str, seg: _Seg, piece: memoryview) -> None:
         start = seg.meta.chunks[-1]
-        path = self._dir(name) / chunk_file_name(start)
-        try:
-            fd = os.open(path, os.O_WRONLY)
-        except FileNotFoundError:
-            raise DataMissingError(name, f"chunk {start} is missing") from None
-        except OSError as e:
-            raise StorageError(name, f"cannot open chunk {start}: {e}") from e
-        try:
-            size = os.fstat(fd).st_size
-            if size != seg.last_size:
-                raise DataMissingError(
-                    name, f"chunk {start} has {size} bytes, expected {seg.last_size}"
-                )
-            pos = size
-            rest = piece
-            while rest:
-                n = os.pwrite(fd, rest, pos)
-                pos += n
-                rest = rest[n:]
-            os.fdatasync(fd)
-        except OSError as e:
-            raise StorageError(name, f"write to chunk {start} failed: {e}") from e
-        finally:
-            os.close(fd)
-        seg.last_size = pos
+        seg.last_size = append_to_chunk(name, self._dir(name), start, seg.last_size, piece)
 
     def _roll_back_write(self, name: str, seg: _Seg, chunks_before: int, last_size: int) -> None:
         """Undo a failed write; if that fails too, forget the cache so the disk decides."""
@@ -380,13 +355,7 @@ class FileSystemStorage:
                 for start in added:
                     (d / chunk_file_name(start)).unlink(missing_ok=True)
             if seg.meta.chunks:
-                fd = os.open(d / chunk_file_name(seg.meta.chunks[-1]), os.O_WRONLY)
-                try:
-                    if os.fstat(fd).st_size > last_size:  # cut back, never extend
-                        os.ftruncate(fd, last_size)
-                        os.fdatasync(fd)
-                finally:
-                    os.close(fd)
+                cut_back_chunk(d, seg.meta.chunks[-1], last_size)
             seg.last_size = last_size if seg.meta.chunks else 0
         except OSError:
             self._cache_drop(name)
@@ -404,7 +373,7 @@ class FileSystemStorage:
             pos, end = offset, offset + length
             while pos < end:
                 take = min(seg.chunk_end(i), end) - pos
-                parts.append(_read_chunk(name, d, chunks[i], pos - chunks[i], take))
+                parts.append(read_chunk(name, d, chunks[i], pos - chunks[i], take))
                 pos += take
                 i += 1
             return parts[0] if len(parts) == 1 else b"".join(parts)
@@ -476,7 +445,7 @@ class FileSystemStorage:
                 seg.last_size = 0
             d = self._dir(name)
             try:
-                _remove_unlisted_chunks(d, keep, below=keep[0] if keep else offset)
+                remove_unlisted_chunks(d, keep, below=keep[0] if keep else offset)
                 fsync_dir(d)
             except OSError:
                 pass  # the metadata is authoritative; the next truncate retries
@@ -493,41 +462,3 @@ class _MultiLock:
     def __exit__(self, *exc: object) -> None:
         for lock in reversed(self._locks):
             lock.release()
-
-
-def _remove_unlisted_chunks(d: Path, listed: list[int], below: int | None) -> None:
-    """Unlink chunk files of ``d`` not in ``listed`` (only those starting below ``below``)."""
-    keep = set(listed)
-    for entry in os.listdir(d):
-        start = parse_chunk_file_name(entry)
-        if start is None or start in keep or (below is not None and start >= below):
-            continue
-        os.unlink(d / entry)
-
-
-def _read_chunk(name: str, d: Path, start: int, pos: int, n: int) -> bytes:
-    try:
-        fd = os.open(d / chunk_file_name(start), os.O_RDONLY)
-    except FileNotFoundError:
-        raise DataMissingError(name, f"chunk {start} is missing") from None
-    except OSError as e:
-        raise StorageError(name, f"cannot open chunk {start}: {e}") from e
-    try:
-        data = os.pread(fd, n, pos)
-        if len(data) < n:
-            parts = [data]
-            got = len(data)
-            while got < n:
-                more = os.pread(fd, n - got, pos + got)
-                if not more:
-                    raise DataMissingError(
-                        name, f"chunk {start} ends at {pos + got}, expected {pos + n}"
-                    )
-                parts.append(more)
-                got += len(more)
-            data = b"".join(parts)
-        return data
-    except OSError as e:
-        raise StorageError(name, f"read of chunk {start} failed: {e}") from e
-    finally:
-        os.close(fd)

@@ -1,0 +1,105 @@
+"""Chunk-file I/O of ``FileSystemStorage``: create, append (fsynced), cut back, read.
+
+A chunk file ``<start>.chunk`` holds segment bytes ``[start, start + size)``. These
+functions never fill a gap with zeros: an append checks the file still has the size the
+caller last saw, and a read that finds fewer bytes than expected raises
+``DataMissingError``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tier2.api import DataMissingError, StorageError
+from tier2.fsmeta import chunk_file_name, fsync_dir, parse_chunk_file_name
+
+
+def create_empty_chunk(d: Path, start: int) -> None:
+    """Create ``<start>.chunk`` empty and durably (file and directory fsynced)."""
+    path = d / chunk_file_name(start)
+    path.unlink(missing_ok=True)  # an unlisted leftover, possibly a hard link: never reuse
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(d)
+
+
+def append_to_chunk(name: str, d: Path, start: int, size: int, piece: memoryview) -> int:
+    """Append ``piece`` to the chunk, which must hold ``size`` bytes, and ``fdatasync``;
+    the chunk's new size."""
+    path = d / chunk_file_name(start)
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except FileNotFoundError:
+        raise DataMissingError(name, f"chunk {start} is missing") from None
+    except OSError as e:
+        raise StorageError(name, f"cannot open chunk {start}: {e}") from e
+    try:
+        actual = os.fstat(fd).st_size
+        if actual != size:
+            raise DataMissingError(name, f"chunk {start} has {actual} bytes, expected {size}")
+        pos = size
+        rest = piece
+        while rest:
+            n = os.pwrite(fd, rest, pos)
+            pos += n
+            rest = rest[n:]
+        os.fdatasync(fd)
+    except OSError as e:
+        raise StorageError(name, f"write to chunk {start} failed: {e}") from e
+    finally:
+        os.close(fd)
+    return pos
+
+
+def cut_back_chunk(d: Path, start: int, size: int) -> None:
+    """Shorten the chunk to ``size`` bytes if it is longer (never extend it), durably."""
+    fd = os.open(d / chunk_file_name(start), os.O_WRONLY)
+    try:
+        if os.fstat(fd).st_size > size:
+            os.ftruncate(fd, size)
+            os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_unlisted_chunks(d: Path, listed: list[int], below: int | None) -> None:
+    """Unlink chunk files of ``d`` not in ``listed`` (only those starting below ``below``)."""
+    keep = set(listed)
+    for entry in os.listdir(d):
+        start = parse_chunk_file_name(entry)
+        if start is None or start in keep or (below is not None and start >= below):
+            continue
+        os.unlink(d / entry)
+
+
+def read_chunk(name: str, d: Path, start: int, pos: int, n: int) -> bytes:
+    """Exactly ``n`` bytes from position ``pos`` of the chunk, or ``DataMissingError``."""
+    try:
+        fd = os.open(d / chunk_file_name(start), os.O_RDONLY)
+    except FileNotFoundError:
+        raise DataMissingError(name, f"chunk {start} is missing") from None
+    except OSError as e:
+        raise StorageError(name, f"cannot open chunk {start}: {e}") from e
+    try:
+        data = os.pread(fd, n, pos)
+        if len(data) < n:
+            parts = [data]
+            got = len(data)
+            while got < n:
+                more = os.pread(fd, n - got, pos + got)
+                if not more:
+                    raise DataMissingError(
+                        name, f"chunk {start} ends at {pos + got}, expected {pos + n}"
+                    )
+                parts.append(more)
+                got += len(more)
+            data = b"".join(parts)
+        return data
+    except OSError as e:
+        raise StorageError(name, f"read of chunk {start} failed: {e}") from e
+    finally:
+        os.close(fd)
