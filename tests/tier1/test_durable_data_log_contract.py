@@ -121,6 +121,7 @@ async def test_read_from_address(make_log: LogMaker) -> None:
     await log2.open()
     got = await _read_all(log2, addrs[7])
     assert got == [(a, b"e%d" % i) for i, a in enumerate(addrs) if i >= 7]
+    assert await _read_all(log2, LogAddress(10**6, 0)) == []
 
 
 async def test_truncate(make_log: LogMaker) -> None:

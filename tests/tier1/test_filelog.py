@@ -133,6 +133,17 @@ async def test_corrupt_entry_in_closed_file_fails_read(tmp_path: Path) -> None:
     await log.close()
 
 
+async def test_missing_file_is_corruption(tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    addrs = await _write(d, [bytes([i]) * 100 for i in range(6)], file_bytes_max=250)
+    (d / log_file_name(addrs[2].file_id)).unlink()
+    log = FileDurableDataLog(d)
+    await log.open()
+    with pytest.raises(DataLogCorruptError):
+        _ = [item async for item in log.read()]
+    await log.close()
+
+
 async def test_rolling_and_truncation_delete_files(tmp_path: Path) -> None:
     d = tmp_path / "log"
     log = FileDurableDataLog(d, file_bytes_max=FILE_HEADER_BYTES + 3 * 108)

@@ -285,19 +285,22 @@ class FileDurableDataLog:
         meta, _ = await asyncio.to_thread(read_meta, self.directory)
         lower = max(a for a in (start, meta.start, LogAddress(0, 0)) if a is not None)
         synced = self._synced
-        for fid in await asyncio.to_thread(list_log_files, self.directory):
-            if fid < lower.file_id or fid > synced.file_id:
-                continue
-            end = synced.position if fid == synced.file_id else meta.ends.get(fid)
-            if end is None:
-                raise DataLogCorruptError(f"file {fid} has no recorded end")
+        # Every file below ours has a recorded end (``open`` saw to that), so a recorded
+        # file that is missing on disk is a hole, not an end.
+        ends = {f: e for f, e in meta.ends.items() if lower.file_id <= f < synced.file_id}
+        if synced.file_id >= lower.file_id:
+            ends[synced.file_id] = synced.position
+        for fid, end in sorted(ends.items()):
             path = self.directory / log_file_name(fid)
             skip = lower.position if fid == lower.file_id else 0
             pos = FILE_HEADER_BYTES
             while pos < end:
-                entries, pos = await asyncio.to_thread(
-                    read_entries, path, pos, end, _READ_BATCH_BYTES, skip
-                )
+                try:
+                    entries, pos = await asyncio.to_thread(
+                        read_entries, path, pos, end, _READ_BATCH_BYTES, skip
+                    )
+                except FileNotFoundError:
+                    raise DataLogCorruptError(f"log file {fid} is missing") from None
                 for p, data in entries:
                     yield LogAddress(fid, p), data
 
