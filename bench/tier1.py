@@ -25,7 +25,9 @@ from bench.baselines import MIB, disk_fdatasync_bandwidth
 from core.segmentstore.logs.filelog import FileDurableDataLog
 
 
-async def measure(directory: Path, entry_bytes: int, total_bytes: int, appenders: int) -> dict[str, Any]:
+async def measure(
+    directory: Path, entry_bytes: int, total_bytes: int, appenders: int
+) -> dict[str, Any]:
     log = FileDurableDataLog(directory)
     await log.open()
     payload = os.urandom(entry_bytes)
@@ -37,7 +39,9 @@ async def measure(directory: Path, entry_bytes: int, total_bytes: int, appenders
             await log.append(payload)
 
     t0 = time.perf_counter()
-    await asyncio.gather(*(appender(min(per, count - i * per)) for i in range(appenders) if count > i * per))
+    await asyncio.gather(
+        *(appender(min(per, count - i * per)) for i in range(appenders) if count > i * per)
+    )
     elapsed = time.perf_counter() - t0
     await log.close()
     return {

@@ -98,9 +98,7 @@ class InMemoryStorage:
             if src.start_offset != 0:
                 raise BadOffsetError(source, "cannot concat a truncated source")
             if target_offset != tgt.length:
-                raise BadOffsetError(
-                    target, f"concat at {target_offset}, length is {tgt.length}"
-                )
+                raise BadOffsetError(target, f"concat at {target_offset}, length is {tgt.length}")
             tgt.data += src.data
             del self._segments[source]
 

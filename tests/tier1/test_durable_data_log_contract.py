@@ -60,7 +60,9 @@ def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> LogMaker:
     return MAKERS[request.param](tmp_path / "t1")
 
 
-async def _read_all(log: DurableDataLog, start: LogAddress | None = None) -> list[tuple[LogAddress, bytes]]:
+async def _read_all(
+    log: DurableDataLog, start: LogAddress | None = None
+) -> list[tuple[LogAddress, bytes]]:
     return [item async for item in log.read(start)]
 
 

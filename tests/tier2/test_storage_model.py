@@ -35,8 +35,19 @@ def test_filesystem_matches_model(tmp_path: Path, seed: int) -> None:
         length = info[1].length if info[0] == "ok" else 0  # type: ignore[index,attr-defined]
         start = info[1].start_offset if info[0] == "ok" else 0  # type: ignore[index,attr-defined]
         op = rnd.choice(
-            ["create", "write", "write", "write", "read", "read", "seal", "truncate", "concat",
-             "delete", "reopen"]
+            [
+                "create",
+                "write",
+                "write",
+                "write",
+                "read",
+                "read",
+                "seal",
+                "truncate",
+                "concat",
+                "delete",
+                "reopen",
+            ]
         )
         if op == "reopen":
             real = FileSystemStorage(root, chunk_bytes_max=rnd.choice([1, 3, 8, 64]))

@@ -279,7 +279,9 @@ class FileDurableDataLog:
 
     # ------------------------------------------------------------ read, truncate
 
-    async def read(self, start: LogAddress | None = None) -> AsyncIterator[tuple[LogAddress, bytes]]:
+    async def read(
+        self, start: LogAddress | None = None
+    ) -> AsyncIterator[tuple[LogAddress, bytes]]:
         if self._state == "new":
             raise DataLogClosedError("open the log before reading it")
         meta, _ = await asyncio.to_thread(read_meta, self.directory)

@@ -141,7 +141,9 @@ class InMemoryDurableDataLog:
             if not fut.done():
                 fut.set_exception(closed)
 
-    async def read(self, start: LogAddress | None = None) -> AsyncIterator[tuple[LogAddress, bytes]]:
+    async def read(
+        self, start: LogAddress | None = None
+    ) -> AsyncIterator[tuple[LogAddress, bytes]]:
         for addr, data in list(self.backing.entries):
             if start is None or addr >= start:
                 yield addr, data
