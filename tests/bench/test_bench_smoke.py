@@ -1,0 +1,66 @@
+"""`python -m bench.run` end to end with tiny sizes, against Tansu and `tidegate serve`.
+
+This checks the harness, not performance: every phase runs on both systems, every record
+comes back, and the outputs (Markdown, JSON, PNG, the `RESULT` line) are there.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import report
+
+TINY = [
+    "--runs", "1",
+    "--large-mb", "2",
+    "--small-records", "20000",
+    "--partitions", "1,4",
+    "--producers", "2",
+    "--latency-mbps", "1",
+    "--latency-seconds", "1",
+    "--latency-warmup-seconds", "0.2",
+    "--disk-mb", "4",
+    "--loopback-mb", "16",
+    "--phase-timeout-s", "40",
+]  # fmt: skip
+
+
+@pytest.mark.timeout(120)
+def test_bench_runs_both_systems(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    results = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.run", *TINY, "--results-dir", str(results),
+         "--work-dir", str(tmp_path / "work")],
+        cwd=repo, capture_output=True, text=True, timeout=110,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("RESULT "), last
+    result = json.loads(last.removeprefix("RESULT "))
+    assert result["failures"] == 0
+    assert set(result["versions"]) == {report.PEER, report.TIDEGATE}
+    assert set(result["ratios"]["goals_met"]) == set(report.GOALS)
+
+    (out_dir,) = results.iterdir()
+    doc = json.loads((out_dir / "results.json").read_text())
+    assert (out_dir / "results.md").read_text().startswith("# tidegate benchmark")
+    assert (out_dir / "throughput_latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    med = doc["medians"]
+    for system in (report.PEER, report.TIDEGATE):
+        for size, records in ((1024, 2 * 1024 * 1024 // 1024), (100, 20_000)):
+            for parts in (1, 4):
+                produced = med[system][f"produce-{size}B-p{parts}"]
+                consumed = med[system][f"consume-{size}B-p{parts}"]
+                assert produced["records"] == consumed["records"] == records
+                assert consumed["payload_bytes"] == records * size
+        assert med[system]["latency-1024B-p1"]["produce_p99_ms"] > 0
+        assert med[system]["server"]["peak_rss_mb"] > 0
+    assert med["baseline"]["disk-fdatasync-1MiB"]["mb_per_s"] > 0
+    assert med["baseline"]["loopback-tcp"]["mb_per_s"] > 0
+    assert any("tansu-postgres" in note for note in doc["skipped"])
