@@ -185,9 +185,12 @@ class PartitionLog:
         finally:
             self._recovering = False
         self._drop_failed()
-        for p in list(self._pending):
-            if p.state in (_State.SEALED, _State.WAITING):
-                self._submit(p)
+        resend = [p for p in self._pending if p.state in (_State.SEALED, _State.WAITING)]
+        if resend and self.segment is not None:
+            log.info("%s/%d: re-sending %d appends to segment %d", self.topic, self.partition,
+                     len(resend), self.segment.id)
+        for p in resend:
+            self._submit(p)
 
     def _drop_failed(self) -> None:
         """Forget failed appends (only while nothing is in flight). Their offsets are

@@ -55,6 +55,15 @@ def _resolve(ctx: HandlerContext, part: _Part) -> None:
     part.plog = ctx.logs.get(part.topic, part.partition)
 
 
+def _check_ranges(parts: list[_Part]) -> None:
+    for part in parts:
+        plog = part.plog
+        if plog is not None and part.error == ErrorCode.NONE and not (
+            plog.log_start_offset <= part.offset <= plog.high_watermark
+        ):
+            part.error = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
 def _available(part: _Part) -> bool:
     return part.plog is not None and part.error == ErrorCode.NONE and (
         part.plog.high_watermark > part.offset
@@ -67,9 +76,6 @@ async def _read(ctx: HandlerContext, parts: list[_Part], response_max_bytes: int
         part.chunks, part.size = [], 0
         plog = part.plog
         if plog is None or part.error != ErrorCode.NONE:
-            continue
-        if part.offset < plog.log_start_offset or part.offset > plog.high_watermark:
-            part.error = ErrorCode.OFFSET_OUT_OF_RANGE
             continue
         budget = min(part.max_bytes, response_max_bytes - total)
         if part.offset == plog.high_watermark or (budget <= 0 and total > 0):
@@ -147,7 +153,8 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     min_bytes = max(request.min_bytes, 0)
     while True:
         total = 0
-        if any(_available(p) for p in parts) or any(p.error for p in parts):
+        _check_ranges(parts)
+        if any(_available(p) for p in parts):
             total = await _read(ctx, parts, response_max_bytes)
         remaining = deadline - loop.time()
         if total >= min_bytes or remaining <= 0 or any(p.error for p in parts):
