@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from tests.tier2.writer_child import NAME, stream_bytes
 from tier2 import filesystem as fs_module
 from tier2.api import DataMissingError, SegmentInfo, StorageError
 from tier2.filesystem import FileSystemStorage
@@ -244,3 +249,32 @@ def test_concat_moves_files_without_copying(tmp_path: Path) -> None:
     assert _chunks(tmp_path, "t") == [0, 4, 6, 10, 14]
     st.write("t", 15, b"xyz")
     assert FileSystemStorage(tmp_path).read("t", 0, 18) == b"targetsource!!!xyz"
+
+
+def test_kill_9_mid_write_leaves_a_prefix(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    root = tmp_path / "t2"
+    acked = 0
+    for _ in range(3):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.tier2.writer_child", str(root)],
+            cwd=repo,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 30
+        for _ in range(40):
+            line = proc.stdout.readline()
+            assert line, f"child exited early with {proc.poll()}"
+            acked = int(line)
+            assert time.monotonic() < deadline
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        for line in proc.stdout.read().splitlines():
+            acked = int(line)
+        proc.stdout.close()
+        st = FileSystemStorage(root, chunk_bytes_max=64 * 1024)
+        info = st.get_info(NAME)
+        assert info.length >= acked  # everything acknowledged is there
+        assert st.read(NAME, 0, info.length) == stream_bytes(info.length)  # and no garbage
