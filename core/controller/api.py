@@ -59,6 +59,22 @@ class TransactionNotFoundError(ControllerError):
     pass
 
 
+class KeyValueTableNotFoundError(ControllerError):
+    pass
+
+
+class KeyValueTableExistsError(ControllerError):
+    pass
+
+
+class ReaderGroupNotFoundError(ControllerError):
+    pass
+
+
+class ReaderGroupExistsError(ControllerError):
+    pass
+
+
 # ---------------------------------------------------------------------------------------
 # Model
 
@@ -171,6 +187,56 @@ class TransactionInfo:
     lease_expiry_ms: int
     state: str = "OPEN"
     extra: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Watermark:
+    """Every writer of the stream had written all its events with times up to
+    ``lower_time_ms`` at positions no later than ``stream_cut``, which is the upper bound
+    of the writers' reported positions (it names only segments writers reported)."""
+
+    lower_time_ms: int
+    upper_time_ms: int
+    stream_cut: Mapping[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValueTableInfo:
+    scope: str
+    name: str
+    partitions: int
+    state: str  # CREATING | ACTIVE | DELETING
+    creation_time_ms: int
+    #: the table segment of each partition, in partition order
+    segments: tuple[str, ...]
+
+
+class ReaderGroupRetention(enum.Enum):
+    """Whether the reader group holds back the truncation of the streams it reads
+    (consumption-based retention) and how it reports its position."""
+
+    NONE = "NONE"
+    MANUAL_RELEASE_AT_USER_STREAMCUT = "MANUAL_RELEASE_AT_USER_STREAMCUT"
+    AUTOMATIC_RELEASE_AT_LAST_CHECKPOINT = "AUTOMATIC_RELEASE_AT_LAST_CHECKPOINT"
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderGroupConfig:
+    #: ``"scope/stream"`` -> the StreamCut to start reading at (``None``: the head).
+    streams: Mapping[str, Mapping[int, int] | None]
+    retention: ReaderGroupRetention = ReaderGroupRetention.NONE
+    group_refresh_time_ms: int = 3_000
+    automatic_checkpoint_interval_ms: int = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderGroupInfo:
+    scope: str
+    name: str
+    id: str
+    #: raised by every update of the configuration
+    generation: int
+    config: ReaderGroupConfig
 
 
 def qualified_segment_name(scope: str, stream: str, seg_id: int) -> str:

@@ -41,6 +41,11 @@ class ControllerConfig:
     watermark_period_ms: int = 10_000
     #: Bound on the watermarks kept per stream (oldest dropped first).
     watermarks_max: int = 1_000
+    #: A writer that has not reported a mark for this long no longer holds watermarks back.
+    watermark_writer_timeout_ms: int = 60_000
+
+    # -- key-value tables -----------------------------------------------------------------
+    kvt_partitions_max: int = 1_024
 
     # -- validation -------------------------------------------------------------------------
     name_length_max: int = 255

@@ -36,9 +36,11 @@ from core.controller.api import (
 from core.controller.config import ControllerConfig
 from core.controller.history import History, head_cut
 from core.controller.keyspace import equal_cover
+from core.controller.kvtables import KeyValueTables
 from core.controller.metadata import MetadataStore, StreamMeta
 from core.controller.policies.autoscale import AutoScaler
 from core.controller.policies.retention import RetentionManager
+from core.controller.readergroups import ReaderGroups
 from core.controller.transactions import TransactionManager
 from core.controller.validation import (
     RESERVED_SCOPES,
@@ -46,6 +48,7 @@ from core.controller.validation import (
     check_initial_ranges,
     check_name,
 )
+from core.controller.watermarks import Watermarks
 from core.controller.workflows import create, delete, scale, seal, truncate, update
 from core.controller.workflows.base import Context, txn_segment_name
 from core.segmentstore.api import NOT_EXISTS, SegmentNotFoundError, SegmentStore, SegmentTraffic
@@ -74,13 +77,17 @@ class StreamController:
         self.md = MetadataStore(store, config.metadata_prefix)
         self.ctx = Context(store, self.md, config, self.now_ms)
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
-        self._scope_lock = asyncio.Lock()
+        self.scope_lock = asyncio.Lock()
         self._histories: dict[str, History] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
         self.autoscaler = AutoScaler(self, traffic or store.traffic)
         self.retention = RetentionManager(self)
         self.txns = TransactionManager(self, rng or random.Random())
+        #: Key-value tables, reader groups and watermarks (beyond ``api.Controller``).
+        self.kv_tables = KeyValueTables(self)
+        self.reader_groups = ReaderGroups(self)
+        self.watermarks = Watermarks(self)
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -89,6 +96,8 @@ class StreamController:
     async def start(self) -> None:
         await self.md.ensure_table(self.md.scopes_table)
         await recovery.resume_all(self)
+        await self.kv_tables.resume()
+        await self.reader_groups.resume()
         await self.txns.load()
         self._started = True
         c = self.config
@@ -96,6 +105,7 @@ class StreamController:
             (c.autoscale_period_ms, self.autoscaler.run_once, "autoscale"),
             (c.retention_period_ms, self.retention.run_once, "retention"),
             (c.txn_timeout_check_period_ms, self.txns.expire, "txn-timeouts"),
+            (c.watermark_period_ms, self.watermarks.run_once, "watermarks"),
         ):
             if period > 0:
                 self._tasks.append(asyncio.create_task(self._periodic(period, job, name)))
@@ -142,7 +152,7 @@ class StreamController:
         check_name("scope", scope, self.config)
         if scope in RESERVED_SCOPES:
             raise ScopeExistsError(f"scope {scope} is reserved")
-        async with self._scope_lock:
+        async with self.scope_lock:
             await self.md.ensure_table(self.md.scope_table(scope))
             try:
                 await self.md.put(self.md.scopes_table, {scope: None}, {scope: NOT_EXISTS})
@@ -150,26 +160,30 @@ class StreamController:
                 raise ScopeExistsError(f"scope {scope} exists") from e
 
     async def delete_scope(self, scope: str) -> None:
-        async with self._scope_lock:
-            await self._check_scope(scope)
+        async with self.scope_lock:
+            await self.check_scope(scope)
             table = self.md.scope_table(scope)
-            for kind in ("stream/", "kvt/", "rg/"):
+            for kind, what in (
+                ("stream/", "streams"),
+                ("kvt/", "key-value tables"),
+                ("rg/", "reader groups"),
+            ):
                 if await self.md.entries(table, kind):
-                    raise ScopeNotEmptyError(f"scope {scope} still has {kind[:-1]}s")
+                    raise ScopeNotEmptyError(f"scope {scope} still has {what}")
             await self.md.remove(self.md.scopes_table, [scope])
             await self.md.drop_table(table)
 
     async def list_scopes(self) -> list[str]:
         return [k for k, _ in await self.md.entries(self.md.scopes_table)]
 
-    async def _check_scope(self, scope: str) -> None:
+    async def check_scope(self, scope: str) -> None:
         if not isinstance(scope, str) or await self.md.get(self.md.scopes_table, scope) is None:
             raise ScopeNotFoundError(f"scope {scope} not found")
 
     # -- streams ------------------------------------------------------------------------------
     async def stream_meta(self, scope: str, stream: str) -> StreamMeta:
         """The stream's metadata, or ``ScopeNotFoundError`` / ``StreamNotFoundError``."""
-        await self._check_scope(scope)
+        await self.check_scope(scope)
         entry = (
             await self.md.get(self.md.scope_table(scope), f"stream/{stream}")
             if isinstance(stream, str)
@@ -206,10 +220,11 @@ class StreamController:
             equal_cover(config.scaling.min_segments) if key_ranges is None else list(key_ranges)
         )
         check_initial_ranges(ranges, self.config)
-        await self._check_scope(scope)
         req = create.request(config, ranges, self.now_ms())
         async with self.workflow_lock(scope, stream):
-            await create.claim(self.ctx, scope, stream, req)
+            async with self.scope_lock:  # not racing a delete_scope
+                await self.check_scope(scope)
+                await create.claim(self.ctx, scope, stream, req)
             await create.steps(self.ctx, scope, stream, req)
         return await self.get_stream(scope, stream)
 
@@ -226,11 +241,15 @@ class StreamController:
         )
 
     async def list_streams(self, scope: str, tag: str | None = None) -> list[str]:
-        await self._check_scope(scope)
+        await self.check_scope(scope)
         table = self.md.scope_table(scope)
         if tag is None:
-            return [k[len("stream/"):] for k, v in await self.md.entries(table, "stream/") if v.value is None]
-        return [k[len(f"tag/{tag}/"):] for k, _ in await self.md.entries(table, f"tag/{tag}/")]
+            return [
+                k[len("stream/") :]
+                for k, v in await self.md.entries(table, "stream/")
+                if v.value is None
+            ]
+        return [k[len(f"tag/{tag}/") :] for k, _ in await self.md.entries(table, f"tag/{tag}/")]
 
     async def update_stream(self, scope: str, stream: str, config: StreamConfig) -> StreamInfo:
         check_config(config, self.config)

@@ -140,9 +140,7 @@ class History:
         cut_segs = [self.segments[i] for i in cut]
         out = set()
         for s in self.segments.values():
-            if s.id not in cut and any(
-                _overlap(s, c) and s.epoch < c.epoch for c in cut_segs
-            ):
+            if s.id not in cut and any(_overlap(s, c) and s.epoch < c.epoch for c in cut_segs):
                 out.add(s.id)
         return out
 
@@ -177,9 +175,7 @@ class History:
         final length of a sealed segment."""
         return sum(self.position(cut, s, size) for s in self.segments)
 
-    def bytes_between(
-        self, a: StreamCut, b: StreamCut, size: Callable[[int], int]
-    ) -> int:
+    def bytes_between(self, a: StreamCut, b: StreamCut, size: Callable[[int], int]) -> int:
         """Bytes from ``b`` up to ``a`` (``a >= b``, else ``ConflictError``)."""
         if not self.cut_ge(a, b):
             raise ConflictError("the first StreamCut is not at or after the second")

@@ -24,9 +24,7 @@ def check_range(r: KeyRange) -> None:
     if not (math.isfinite(r.start) and math.isfinite(r.end)):
         raise InvalidArgumentError(f"key range bounds must be finite: {r!r}")
     if not 0.0 <= r.start < r.end <= 1.0:
-        raise InvalidArgumentError(
-            f"key range [{r.start!r}, {r.end!r}) is empty or outside [0, 1)"
-        )
+        raise InvalidArgumentError(f"key range [{r.start!r}, {r.end!r}) is empty or outside [0, 1)")
 
 
 def merged(ranges: Iterable[Interval]) -> list[Interval]:

@@ -154,7 +154,9 @@ class RetentionCut:
 
     @staticmethod
     def from_json(d: Json) -> RetentionCut:
-        return RetentionCut(time_ms=d["time"], cut=cut_from_json(d["cut"]), recording_size=d["size"])
+        return RetentionCut(
+            time_ms=d["time"], cut=cut_from_json(d["cut"]), recording_size=d["size"]
+        )
 
 
 class TxnState:

@@ -24,7 +24,7 @@ async def resume_all(ctl: StreamController) -> None:
         table = md.scope_table(scope)
         await md.ensure_table(table)
         for key, v in await md.entries(table, "stream/"):
-            stream = key[len("stream/"):]
+            stream = key[len("stream/") :]
             await resume_stream(ctl, scope, stream, v.value)
 
 

@@ -32,6 +32,4 @@ def allowed(current: StreamState, new: StreamState) -> bool:
 def check_transition(stream: str, current: StreamState, new: StreamState) -> None:
     """Raise ``ConflictError`` unless ``current -> new`` is allowed."""
     if not allowed(current, new):
-        raise ConflictError(
-            f"stream {stream} is {current.value}; it cannot go to {new.value}"
-        )
+        raise ConflictError(f"stream {stream} is {current.value}; it cannot go to {new.value}")

@@ -49,7 +49,9 @@ class TransactionManager:
         #: completed transactions -> completion time (ms)
         self.done: dict[TxnKey, int] = {}
 
-    def _info(self, meta: StreamMeta, rec: TxnRecord, segs: dict[int, SegmentRecord]) -> TransactionInfo:
+    def _info(
+        self, meta: StreamMeta, rec: TxnRecord, segs: dict[int, SegmentRecord]
+    ) -> TransactionInfo:
         return TransactionInfo(
             id=rec.id,
             scope=meta.scope,
@@ -69,7 +71,11 @@ class TransactionManager:
 
     def _lease(self, lease_ms: int | None) -> int:
         lease = self.ctl.config.txn_lease_ms_default if lease_ms is None else lease_ms
-        if isinstance(lease, bool) or not isinstance(lease, int) or not 0 < lease <= self.ctl.config.txn_lease_ms_max:
+        if (
+            isinstance(lease, bool)
+            or not isinstance(lease, int)
+            or not 0 < lease <= self.ctl.config.txn_lease_ms_max
+        ):
             raise InvalidArgumentError(
                 f"lease {lease!r} ms outside 1..{self.ctl.config.txn_lease_ms_max}"
             )
@@ -81,7 +87,7 @@ class TransactionManager:
         md = self.ctl.md
         for scope, _ in await md.entries(md.scopes_table):
             for key, _ in await md.entries(md.scope_table(scope), "stream/"):
-                stream = key[len("stream/"):]
+                stream = key[len("stream/") :]
                 meta = StreamMeta(md, scope, stream)
                 for _, v in await md.entries(meta.table, "txn/"):
                     rec = TxnRecord.from_json(v.value)
@@ -139,7 +145,9 @@ class TransactionManager:
                 out.append(self._info(meta, rec, dict(h.segments)))
         return out
 
-    async def ping(self, scope: str, stream: str, txn_id: str, lease_ms: int | None) -> TransactionInfo:
+    async def ping(
+        self, scope: str, stream: str, txn_id: str, lease_ms: int | None
+    ) -> TransactionInfo:
         lease = self._lease(lease_ms)
         meta = await self.ctl.stream_meta(scope, stream)
         rec, version = await self._record(meta, txn_id)
@@ -175,7 +183,10 @@ class TransactionManager:
                 marked = replace(rec, state=TxnState.COMMITTING, commit_order=n)
                 await meta.put(
                     {f"txn/{txn_id}": marked.to_json(), "txn_order": n + 1},
-                    {f"txn/{txn_id}": version, "txn_order": NOT_EXISTS if order is None else order.version},
+                    {
+                        f"txn/{txn_id}": version,
+                        "txn_order": NOT_EXISTS if order is None else order.version,
+                    },
                 )
             self.open.pop((scope, stream, txn_id), None)
             await commit.commit_marked(self.ctl.ctx, meta)

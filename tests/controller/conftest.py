@@ -16,7 +16,10 @@ from core.segmentstore.inmemory import InMemorySegmentStore
 from core.segmentstore.service import StreamSegmentStore
 
 QUIET = ControllerConfig(
-    autoscale_period_ms=0, retention_period_ms=0, txn_timeout_check_period_ms=0
+    autoscale_period_ms=0,
+    retention_period_ms=0,
+    txn_timeout_check_period_ms=0,
+    watermark_period_ms=0,
 )
 
 

@@ -39,10 +39,24 @@ from core.segmentstore.api import SegmentNotFoundError, SegmentStore
 from core.segmentstore.config import SegmentStoreConfig
 from core.segmentstore.service import StreamSegmentStore
 
-CONFIG = ControllerConfig(autoscale_period_ms=0, retention_period_ms=0, txn_timeout_check_period_ms=0)
+CONFIG = ControllerConfig(
+    autoscale_period_ms=0,
+    retention_period_ms=0,
+    txn_timeout_check_period_ms=0,
+    watermark_period_ms=0,
+)
 MUTATING = {
-    "create_segment", "append", "seal", "truncate", "merge", "delete_segment",
-    "create_table", "delete_table", "table_put", "table_remove", "update_attributes",
+    "create_segment",
+    "append",
+    "seal",
+    "truncate",
+    "merge",
+    "delete_segment",
+    "create_table",
+    "delete_table",
+    "table_put",
+    "table_remove",
+    "update_attributes",
 }
 
 
@@ -92,7 +106,9 @@ async def work(data_dir: str, seed: int, kill_at: int) -> None:
     while True:
         segs = await ctl.get_current_segments("s", "t")
         for s in segs:
-            await store.append(qualified_segment_name("s", "t", s.id), os.urandom(rng.randint(1, 300)))
+            await store.append(
+                qualified_segment_name("s", "t", s.id), os.urandom(rng.randint(1, 300))
+            )
         cuts.append(await ctl.get_tail_cut("s", "t"))
         i = rng.randrange(len(segs))
         if len(segs) > 2 and rng.random() < 0.5 and i + 1 < len(segs):
@@ -147,14 +163,23 @@ async def check(data_dir: str) -> int:
         if props.sealed != (seg_id not in current):
             problems.append(f"segment {seg_id} sealed={props.sealed}")
         if seg_id in sealed and props.length != sealed[seg_id]:
-            problems.append(f"segment {seg_id} length {props.length} != sealed size {sealed[seg_id]}")
+            problems.append(
+                f"segment {seg_id} length {props.length} != sealed size {sealed[seg_id]}"
+            )
         if seg_id in head and props.start_offset != head[seg_id]:
-            problems.append(f"segment {seg_id} starts at {props.start_offset}, head says {head[seg_id]}")
+            problems.append(
+                f"segment {seg_id} starts at {props.start_offset}, head says {head[seg_id]}"
+            )
     # the stream still works: one more scale and truncate
     segs = await ctl.get_current_segments("s", "t")
     await ctl.scale("s", "t", [segs[0].id], split(segs[0].key_start, segs[0].key_end, 2))
     await ctl.truncate("s", "t", await ctl.get_tail_cut("s", "t"))
-    print(json.dumps({"pending": pending and pending["type"], "epochs": len(epochs), "problems": problems}), flush=True)
+    print(
+        json.dumps(
+            {"pending": pending and pending["type"], "epochs": len(epochs), "problems": problems}
+        ),
+        flush=True,
+    )
     await ctl.close()
     await store.close()
     return 1 if problems else 0

@@ -18,19 +18,24 @@ from core.segmentstore.service import StreamSegmentStore
 
 
 async def test_split_under_load_then_merge_when_idle(tmp_path: Path) -> None:
-    store = StreamSegmentStore(tmp_path, SegmentStoreConfig(container_count=2, traffic_window_ms=300))
+    store = StreamSegmentStore(
+        tmp_path, SegmentStoreConfig(container_count=2, traffic_window_ms=300)
+    )
     await store.start()
     config = ControllerConfig(
         autoscale_period_ms=100,
         autoscale_cooldown_ms=600,
         retention_period_ms=0,
         txn_timeout_check_period_ms=0,
+        watermark_period_ms=0,
     )
     ctl = StreamController(store, config)
     await ctl.start()
     try:
         await ctl.create_scope("s")
-        policy = ScalingPolicy(ScalingType.BY_RATE_IN_EVENTS_PER_SEC, target_rate=50, scale_factor=2, min_segments=1)
+        policy = ScalingPolicy(
+            ScalingType.BY_RATE_IN_EVENTS_PER_SEC, target_rate=50, scale_factor=2, min_segments=1
+        )
         await ctl.create_stream("s", "t", StreamConfig(scaling=policy))
 
         # ~300 events/s at routing key 0.25, always into whichever segment holds it now
@@ -45,7 +50,10 @@ async def test_split_under_load_then_merge_when_idle(tmp_path: Path) -> None:
                 pass  # sealed by the scale under way: a writer asks for the new segment
             await asyncio.sleep(0.01)
         split_epochs = await ctl.get_epochs("s", "t")
-        assert [(s.key_start, s.key_end) for s in split_epochs[1].segments] == [(0.0, 0.5), (0.5, 1.0)]
+        assert [(s.key_start, s.key_end) for s in split_epochs[1].segments] == [
+            (0.0, 0.5),
+            (0.5, 1.0),
+        ]
 
         # no traffic: the two halves go cold and are merged back into one
         deadline = time.monotonic() + 20

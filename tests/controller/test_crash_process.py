@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_check(data_dir: Path) -> dict[str, object]:
-    p = subprocess.run([*WORKER, str(data_dir), "check"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [*WORKER, str(data_dir), "check"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     result: dict[str, object] = json.loads(p.stdout.strip().splitlines()[-1])
     return result
@@ -29,7 +31,13 @@ def test_kill_at_every_step_of_scale_and_truncate(tmp_path: Path) -> None:
     pending = set()
     for k in range(0, 22):
         data = tmp_path / f"k{k}"
-        p = subprocess.run([*WORKER, str(data), "work", "7", str(k)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        p = subprocess.run(
+            [*WORKER, str(data), "work", "7", str(k)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert p.returncode == -signal.SIGKILL, p.stdout + p.stderr
         result = run_check(data)
         assert result["problems"] == [], result
@@ -45,8 +53,13 @@ def test_random_kill_rounds(tmp_path: Path) -> None:
     data = tmp_path / "data"
     done_ops = 0
     for round_no in range(5):
-        proc = subprocess.Popen([*WORKER, str(data), "work", str(round_no), "-1"], cwd=ROOT,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [*WORKER, str(data), "work", str(round_no), "-1"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
         time.sleep(rng.uniform(0.2, 0.8))

@@ -27,8 +27,17 @@ from core.segmentstore.inmemory import InMemorySegmentStore
 from tests.controller.conftest import QUIET, Clock
 
 MUTATING = {
-    "create_segment", "append", "seal", "truncate", "merge", "delete_segment",
-    "create_table", "delete_table", "table_put", "table_remove", "update_attributes",
+    "create_segment",
+    "append",
+    "seal",
+    "truncate",
+    "merge",
+    "delete_segment",
+    "create_table",
+    "delete_table",
+    "table_put",
+    "table_remove",
+    "update_attributes",
 }
 
 
@@ -234,7 +243,9 @@ async def test_crash_during_create() -> None:
         await crashing.start()
         crashing_store.left = n
         try:
-            await crashing.create_stream("s", "t", StreamConfig(scaling=ScalingPolicy(min_segments=3)))
+            await crashing.create_stream(
+                "s", "t", StreamConfig(scaling=ScalingPolicy(min_segments=3))
+            )
             crashed = False
         except Crash:
             crashed = True

@@ -28,6 +28,7 @@ POLICY = ControllerConfig(
     autoscale_cooldown_ms=0,
     retention_period_ms=0,
     txn_timeout_check_period_ms=0,
+    watermark_period_ms=0,
 )
 
 
@@ -42,8 +43,14 @@ class Rates:
         return SegmentTraffic(bytes_per_second=e * 1024, events_per_second=e)
 
 
-def rate_config(min_segments: int = 1, factor: int = 2, kind: ScalingType = ScalingType.BY_RATE_IN_EVENTS_PER_SEC) -> StreamConfig:
-    return StreamConfig(scaling=ScalingPolicy(kind, target_rate=100, scale_factor=factor, min_segments=min_segments))
+def rate_config(
+    min_segments: int = 1,
+    factor: int = 2,
+    kind: ScalingType = ScalingType.BY_RATE_IN_EVENTS_PER_SEC,
+) -> StreamConfig:
+    return StreamConfig(
+        scaling=ScalingPolicy(kind, target_rate=100, scale_factor=factor, min_segments=min_segments)
+    )
 
 
 @pytest.fixture
@@ -75,10 +82,15 @@ async def test_hot_split_then_cold_merge(scaler: tuple[StreamController, Rates])
     rates.events = {name(segs[0].id): 10, name(segs[1].id): 10, name(segs[2].id): 80}
     await ctl.autoscaler.run_once()
     after = await ctl.get_current_segments("s", "t")
-    assert [(s.key_start, s.key_end) for s in after] == [(0.0, segs[1].key_end), (segs[2].key_start, 1.0)]
+    assert [(s.key_start, s.key_end) for s in after] == [
+        (0.0, segs[1].key_end),
+        (segs[2].key_start, 1.0),
+    ]
     rates.events = {}
     await ctl.autoscaler.run_once()
-    assert [(s.key_start, s.key_end) for s in await ctl.get_current_segments("s", "t")] == [(0.0, 1.0)]
+    assert [(s.key_start, s.key_end) for s in await ctl.get_current_segments("s", "t")] == [
+        (0.0, 1.0)
+    ]
     await ctl.close()
 
 
@@ -102,7 +114,13 @@ async def test_fixed_policy_never_scales(scaler: tuple[StreamController, Rates])
 
 async def test_kbytes_policy_and_cooldown(store: InMemorySegmentStore, clock: Clock) -> None:
     rates = Rates()
-    config = ControllerConfig(autoscale_period_ms=0, autoscale_cooldown_ms=5_000, retention_period_ms=0, txn_timeout_check_period_ms=0)
+    config = ControllerConfig(
+        autoscale_period_ms=0,
+        autoscale_cooldown_ms=5_000,
+        retention_period_ms=0,
+        txn_timeout_check_period_ms=0,
+        watermark_period_ms=0,
+    )
     ctl = StreamController(store, config, clock=clock, traffic=rates)
     await ctl.start()
     await ctl.create_scope("s")
@@ -118,7 +136,13 @@ async def test_kbytes_policy_and_cooldown(store: InMemorySegmentStore, clock: Cl
 
 async def test_background_autoscale_loop(store: InMemorySegmentStore, clock: Clock) -> None:
     rates = Rates()
-    config = ControllerConfig(autoscale_period_ms=20, autoscale_cooldown_ms=0, retention_period_ms=0, txn_timeout_check_period_ms=0)
+    config = ControllerConfig(
+        autoscale_period_ms=20,
+        autoscale_cooldown_ms=0,
+        retention_period_ms=0,
+        txn_timeout_check_period_ms=0,
+        watermark_period_ms=0,
+    )
     ctl = StreamController(store, config, clock=clock, traffic=rates)
     await ctl.start()
     await ctl.create_scope("s")
@@ -166,7 +190,9 @@ async def test_size_retention_across_scale(store: InMemorySegmentStore, clock: C
     ctl = StreamController(store, POLICY, clock=clock)
     await ctl.start()
     await ctl.create_scope("s")
-    await ctl.create_stream("s", "t", StreamConfig(retention=RetentionPolicy(RetentionType.SIZE, 150)))
+    await ctl.create_stream(
+        "s", "t", StreamConfig(retention=RetentionPolicy(RetentionType.SIZE, 150))
+    )
     s0 = segment_id(0, 0)
     await store.append(name(s0), b"a" * 100)
     await ctl.retention.run_once()  # size 100

@@ -28,17 +28,18 @@ from core.controller.keyspace import is_cover
 from core.segmentstore.inmemory import InMemorySegmentStore
 from tests.controller.conftest import QUIET, Clock
 
-SETTINGS = settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def overlap(a: KeyRange, b: KeyRange) -> bool:
     return a.start < b.end and b.start < a.end
 
 
-def check_history(epochs: list[EpochRecord], succ: dict[int, dict[int, list[int]]],
-                  pred: dict[int, dict[int, list[int]]]) -> None:
+def check_history(
+    epochs: list[EpochRecord],
+    succ: dict[int, dict[int, list[int]]],
+    pred: dict[int, dict[int, list[int]]],
+) -> None:
     """Every epoch is a cover; successors/predecessors match the epoch transitions."""
     for e in epochs:
         assert is_cover([s.key_range for s in e.segments]), e
@@ -116,7 +117,9 @@ async def _random_scales(plan: list[tuple[int, int, list[int], bool]], initial: 
 
 @SETTINGS
 @given(plan=scale_plan(), initial=st.integers(1, 5))
-def test_random_valid_scales_keep_covers(plan: list[tuple[int, int, list[int], bool]], initial: int) -> None:
+def test_random_valid_scales_keep_covers(
+    plan: list[tuple[int, int, list[int], bool]], initial: int
+) -> None:
     asyncio.run(_random_scales(plan, initial))
 
 
@@ -128,8 +131,9 @@ bounds = st.one_of(
 )
 
 
-def oracle(live: dict[int, KeyRange], known: set[int], sealed: list[int],
-           ranges: list[tuple[float, float]]) -> type[ControllerError] | None:
+def oracle(
+    live: dict[int, KeyRange], known: set[int], sealed: list[int], ranges: list[tuple[float, float]]
+) -> type[ControllerError] | None:
     if not sealed or not ranges or len(set(sealed)) != len(sealed):
         return InvalidArgumentError
     for s in sealed:
@@ -160,8 +164,9 @@ def oracle(live: dict[int, KeyRange], known: set[int], sealed: list[int],
 Request = tuple[bool, list[int], list[tuple[float, float]], list[int], int]
 
 
-def derived(live: list[KeyRange], ids: list[int], picks: list[int], cuts: list[int],
-            nudge: int) -> tuple[list[int], list[tuple[float, float]]]:
+def derived(
+    live: list[KeyRange], ids: list[int], picks: list[int], cuts: list[int], nudge: int
+) -> tuple[list[int], list[tuple[float, float]]]:
     """A request built from a run of live segments, valid unless ``nudge`` moves one bound
     by one float step."""
     i = (picks[0] if picks else 0) % len(live)
@@ -191,13 +196,13 @@ async def _random_requests(requests: list[Request]) -> None:
         known = {s.id for e in epochs for s in e.segments}
         live = {s.id: s.key_range for s in epochs[-1].segments}
         if from_live:
-            sealed, ranges = derived(
-                list(live.values()), list(live), picks, cuts, nudge
-            )
+            sealed, ranges = derived(list(live.values()), list(live), picks, cuts, nudge)
         else:
             ordered = sorted(known)
             sealed = [ordered[p % len(ordered)] if p >= 0 else (99 << 32) | 99 for p in picks]
-        outcomes[expected.__name__ if (expected := oracle(live, known, sealed, ranges)) else "ok"] += 1
+        outcomes[
+            expected.__name__ if (expected := oracle(live, known, sealed, ranges)) else "ok"
+        ] += 1
         before = len(epochs)
         try:
             await ctl.scale("s", "t", sealed, [KeyRange(a, b) for a, b in ranges])
@@ -240,12 +245,16 @@ def test_random_requests_match_oracle() -> None:
     """The property holds, and the run exercised accepted requests and both errors."""
     outcomes.clear()
     random_requests_match_oracle()
-    assert outcomes["ok"] and outcomes["InvalidArgumentError"] and outcomes["ConflictError"], outcomes
+    assert outcomes["ok"] and outcomes["InvalidArgumentError"] and outcomes["ConflictError"], (
+        outcomes
+    )
 
 
 @st.composite
 def cover(draw: st.DrawFn) -> list[KeyRange]:
-    cuts = sorted(set(draw(st.lists(st.floats(0.0, 1.0, exclude_min=True, exclude_max=True), max_size=6))))
+    cuts = sorted(
+        set(draw(st.lists(st.floats(0.0, 1.0, exclude_min=True, exclude_max=True), max_size=6)))
+    )
     points = [0.0, *cuts, 1.0]
     return [KeyRange(a, b) for a, b in zip(points, points[1:], strict=False)]
 

@@ -33,7 +33,9 @@ async def two(ctl: StreamController) -> StreamController:
 S0, S1 = segment_id(0, 0), segment_id(0, 1)
 
 
-async def test_split_and_merge(two: StreamController, store: InMemorySegmentStore, clock: Clock) -> None:
+async def test_split_and_merge(
+    two: StreamController, store: InMemorySegmentStore, clock: Clock
+) -> None:
     ctl = two
     await store.append(name(S0), b"x" * 10)
     clock.advance(1)

@@ -54,13 +54,20 @@ async def test_scopes(ctl: StreamController) -> None:
         await ctl.create_stream("other", "t", fixed(1))
 
 
-async def test_create_equal_segments(ctl: StreamController, store: InMemorySegmentStore, clock: Clock) -> None:
+async def test_create_equal_segments(
+    ctl: StreamController, store: InMemorySegmentStore, clock: Clock
+) -> None:
     info = await ctl.create_stream("s", "t", fixed(4))
     assert info.state == StreamState.ACTIVE
     assert info.current_epoch == 0
     assert info.creation_time_ms == int(clock() * 1000)
     segs = await ctl.get_current_segments("s", "t")
-    assert [(s.key_start, s.key_end) for s in segs] == [(0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0)]
+    assert [(s.key_start, s.key_end) for s in segs] == [
+        (0.0, 0.25),
+        (0.25, 0.5),
+        (0.5, 0.75),
+        (0.75, 1.0),
+    ]
     assert [s.id for s in segs] == [segment_id(0, i) for i in range(4)]
     for s in segs:
         info2 = await store.get_info(qualified_segment_name("s", "t", s.id))

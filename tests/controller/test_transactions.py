@@ -52,7 +52,9 @@ async def two(ctl: StreamController) -> StreamController:
     return ctl
 
 
-async def test_commit_merges_in_commit_order(two: StreamController, store: InMemorySegmentStore) -> None:
+async def test_commit_merges_in_commit_order(
+    two: StreamController, store: InMemorySegmentStore
+) -> None:
     ctl = two
     t1 = await ctl.create_transaction("s", "t")
     t2 = await ctl.create_transaction("s", "t")
@@ -120,7 +122,12 @@ async def test_lease_ping_and_expiry(two: StreamController, clock: Clock) -> Non
 
 
 async def test_background_timeout(store: InMemorySegmentStore, clock: Clock) -> None:
-    config = ControllerConfig(autoscale_period_ms=0, retention_period_ms=0, txn_timeout_check_period_ms=20)
+    config = ControllerConfig(
+        autoscale_period_ms=0,
+        retention_period_ms=0,
+        txn_timeout_check_period_ms=20,
+        watermark_period_ms=0,
+    )
     ctl = StreamController(store, config, clock=clock)
     await ctl.start()
     try:
@@ -171,11 +178,18 @@ async def test_rolling_transaction(two: StreamController, store: InMemorySegment
     assert sorted(s.key_start for s in succ) == [0.0, 0.25]
     assert (await ctl.get_stream("s", "t")).state == StreamState.ACTIVE
     assert await ctl.get_sealed_sizes("s", "t") == {
-        S0: 4, a: 5, segment_id(1, 3): 0, S1: 0, dup.segments[0].id: 4, dup.segments[1].id: 4
+        S0: 4,
+        a: 5,
+        segment_id(1, 3): 0,
+        S1: 0,
+        dup.segments[0].id: 4,
+        dup.segments[1].id: 4,
     }
 
 
-async def test_seal_aborts_open_transactions(two: StreamController, store: InMemorySegmentStore) -> None:
+async def test_seal_aborts_open_transactions(
+    two: StreamController, store: InMemorySegmentStore
+) -> None:
     ctl = two
     t = await ctl.create_transaction("s", "t")
     await ctl.seal_stream("s", "t")

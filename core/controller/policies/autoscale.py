@@ -111,8 +111,12 @@ class AutoScaler:
             else:
                 i += 1
         if pairs:
-            log.info("auto-scaling %s/%s: merging cold neighbours %s", scope, stream,
-                     [(a.id, b.id) for a, b in pairs])
+            log.info(
+                "auto-scaling %s/%s: merging cold neighbours %s",
+                scope,
+                stream,
+                [(a.id, b.id) for a, b in pairs],
+            )
             await self.ctl.scale(
                 scope,
                 stream,

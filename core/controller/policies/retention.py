@@ -74,7 +74,8 @@ class RetentionManager:
                 c for _, c in cuts if latest.recording_size - c.recording_size >= policy.value
             ]
         subscribers = [
-            cut_from_json(v.value) for _, v in await self.ctl.md.entries(meta.table, "subscriber/")
+            cut_from_json(v.value["cut"])
+            for _, v in await self.ctl.md.entries(meta.table, "subscriber/")
         ]
         eligible = [c for c in eligible if all(h.cut_ge(s, c.cut) for s in subscribers)]
         trunc = await meta.truncation()

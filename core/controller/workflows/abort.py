@@ -35,4 +35,3 @@ async def steps(ctx: Context, meta: StreamMeta, rec: TxnRecord) -> TxnRecord:
     done = replace(rec, state=TxnState.ABORTED, completed_ms=ctx.now_ms())
     await meta.put({f"txn/{rec.id}": done.to_json()})
     return done
-

@@ -49,9 +49,7 @@ from core.segmentstore.api import SegmentNotFoundError, SegmentStore
 
 async def marked(ctx: Context, meta: StreamMeta) -> list[TxnRecord]:
     recs = [TxnRecord.from_json(v.value) for _, v in await ctx.md.entries(meta.table, "txn/")]
-    return sorted(
-        (r for r in recs if r.state == TxnState.COMMITTING), key=lambda r: r.commit_order
-    )
+    return sorted((r for r in recs if r.state == TxnState.COMMITTING), key=lambda r: r.commit_order)
 
 
 async def commit_marked(ctx: Context, meta: StreamMeta) -> None:

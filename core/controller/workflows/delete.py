@@ -16,7 +16,9 @@ from core.segmentstore.api import SegmentNotFoundError
 async def start(ctx: Context, meta: StreamMeta) -> None:
     state, _ = await meta.state()
     if state not in (StreamState.SEALED, StreamState.DELETING):
-        raise ConflictError(f"stream {meta.name} is {state.value}; only a sealed stream may be deleted")
+        raise ConflictError(
+            f"stream {meta.name} is {state.value}; only a sealed stream may be deleted"
+        )
     if state == StreamState.SEALED:
         await begin(meta, StreamState.DELETING, {"type": "delete"})
     await steps(ctx, meta.scope, meta.stream)

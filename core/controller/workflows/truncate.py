@@ -48,7 +48,9 @@ async def start(ctx: Context, meta: StreamMeta, cut: StreamCut) -> None:
             info = await ctx.store.get_info(qualified_segment_name(meta.scope, meta.stream, seg))
             length = info.length
         if offset > length:
-            raise InvalidArgumentError(f"StreamCut offset {offset} is past the end ({length}) of {seg}")
+            raise InvalidArgumentError(
+                f"StreamCut offset {offset} is past the end ({length}) of {seg}"
+            )
     gone = old.deleted if old else frozenset()
     record = {
         "type": "truncate",
@@ -65,7 +67,9 @@ async def steps(ctx: Context, meta: StreamMeta, record: Json) -> None:
     for seg in record["delete"]:
         await delete_segment(ctx.store, qualified_segment_name(meta.scope, meta.stream, seg))
     for seg, offset in cut.items():
-        await truncate_segment(ctx.store, qualified_segment_name(meta.scope, meta.stream, seg), offset)
+        await truncate_segment(
+            ctx.store, qualified_segment_name(meta.scope, meta.stream, seg), offset
+        )
     old = await meta.truncation()
     gone = (old.deleted if old else frozenset()) | frozenset(record["delete"])
     rec = TruncationRecord(cut=cut, deleted=gone, time_ms=record["time"])
