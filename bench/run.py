@@ -23,6 +23,7 @@ import platform
 import shutil
 import sys
 import tempfile
+import tomllib
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -96,7 +97,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--tidegate-config",
         type=Path,
         default=None,
-        help="TOML passed to `tidegate serve --config`",
+        help="TOML passed to `tidegate serve --config` (else one setting only the cache)",
+    )
+    p.add_argument(
+        "--tidegate-cache-mib",
+        type=float,
+        default=256.0,
+        help="store.cache_bytes_max given to tidegate when no --tidegate-config is given",
+    )
+    p.add_argument(
+        "--rss-overhead-mib",
+        type=float,
+        default=256.0,
+        help="fixed RSS allowed on top of the cache by the memory goal",
     )
     args = p.parse_args(argv)
     args.system_list = [s.strip() for s in args.systems.split(",") if s.strip()]
@@ -158,7 +171,26 @@ class Bench:
         if name == report.PEER:
             return systems.tansu_memory_server(tansu_exe, logs)
         data = self.work_dir / f"run{run}-tidegate-data"
-        return systems.tidegate_server(data, logs, self.args.tidegate_config)
+        return systems.tidegate_server(data, logs, self.tidegate_config)
+
+    @functools.cached_property
+    def tidegate_config(self) -> Path:
+        """The user's TOML, or one written here that sets only the cache bound."""
+        if self.args.tidegate_config is not None:
+            return Path(self.args.tidegate_config)
+        path = self.work_dir / "tidegate.toml"
+        path.write_text(f"[store]\ncache_bytes_max = {int(self.args.tidegate_cache_mib * MIB)}\n")
+        return path
+
+    def tidegate_cache_bytes(self) -> int:
+        """The read cache bound tidegate runs with (its own default if the TOML is silent)."""
+        with open(self.tidegate_config, "rb") as f:
+            store = tomllib.load(f).get("store", {})
+        if "cache_bytes_max" in store:
+            return int(store["cache_bytes_max"])
+        from core.segmentstore.config import SegmentStoreConfig
+
+        return SegmentStoreConfig().cache_bytes_max
 
     def baselines(self, run: int) -> None:
         try:
@@ -334,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     work_dir = Path(tempfile.mkdtemp(prefix="tidegate-bench-")) if own_work_dir else args.work_dir
     work_dir.mkdir(parents=True, exist_ok=True)
     bench = Bench(args, work_dir, out_dir)
+    cache_bytes = bench.tidegate_cache_bytes() if report.TIDEGATE in args.system_list else None
     skipped: list[str] = []
     try:
         with tqdm(
@@ -365,8 +398,18 @@ def main(argv: list[str] | None = None) -> int:
         "failures": bench.failures,
         "medians": med,
     }
+    rss_limit_mb = None
+    if cache_bytes is not None:
+        doc["tidegate_cache_bytes_max"] = cache_bytes
+        rss_limit_mb = (cache_bytes + args.rss_overhead_mib * MIB) / 1e6
     doc["ratios"] = report.goal_ratios(
-        med, args.large_bytes, args.small_bytes, max(args.partition_list), bench.latency_workload
+        med,
+        args.large_bytes,
+        args.small_bytes,
+        max(args.partition_list),
+        bench.latency_workload,
+        measurements=bench.measurements,
+        rss_limit_mb=rss_limit_mb,
     )
     paths = report.write_outputs(doc, out_dir)
     print(report.markdown(doc))

@@ -48,6 +48,19 @@ def test_goal_ratios_against_peer_and_disk() -> None:
     }
 
 
+def test_memory_goal_uses_the_largest_instance() -> None:
+    ms = [
+        _m(0, "tidegate", "server", peak_rss_mb=300.0),
+        _m(1, "tidegate", "server", peak_rss_mb=600.0),
+        _m(2, "tidegate", "server", peak_rss_mb=310.0),
+    ]
+    med = report.medians(ms)
+    r = report.goal_ratios(med, 1024, 100, 16, "latency-1024B-p1", ms, rss_limit_mb=512.0)
+    assert r[report.RSS_GOAL] == 600.0
+    assert r["goals_met"][report.RSS_GOAL] is False
+    assert r["targets"][report.RSS_GOAL] == "<= 512"
+
+
 def test_missing_side_gives_no_ratio() -> None:
     r = report.goal_ratios({}, 1024, 100, 16, "latency-1024B-p1")
     assert r["produce_1k_vs_tansu_memory"] is None
