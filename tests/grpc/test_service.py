@@ -7,9 +7,9 @@ from typing import Any
 import grpc
 import pytest
 
-from core.controller.api import qualified_segment_name
+from core.controller.api import Controller, qualified_segment_name
 from gateway.grpc_service import ERROR_METADATA_KEY, start_grpc_server
-from protocol.controller_grpc import pb2
+from protocol.controller_grpc import pb2, pb2_grpc
 from tests.grpc.conftest import Grpc
 
 
@@ -289,3 +289,38 @@ async def test_transaction_commits_across_a_scale(rpc: Grpc) -> None:
     assert len(epochs) > 2  # the transaction was rolled into epochs of its own
     current = (await s.GetCurrentSegments(_sr())).segments
     assert sorted((x.key_start, x.key_end) for x in current) == [(0, 0.5), (0.5, 1)]
+
+
+class _ProtocolOnly:
+    """The real controller seen through the ``Controller`` protocol alone."""
+
+    def __init__(self, controller: Any) -> None:
+        self._c = controller
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in Controller.__dict__:
+            raise AttributeError(name)
+        return getattr(self._c, name)
+
+
+async def test_optional_capabilities_are_unimplemented_without_them(rpc: Grpc) -> None:
+    from tests.conftest import free_port
+
+    port = free_port()
+    server = await start_grpc_server(_ProtocolOnly(rpc.controller), "127.0.0.1", port)  # type: ignore[arg-type]
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb2_grpc.ControllerServiceStub(channel)
+            await stub.CreateScope(pb2.ScopeRequest(scope="sc"))
+            await stub.CreateStream(pb2.CreateStreamRequest(scope="sc", stream="s"))
+            await _fails(
+                stub.CreateTransaction(pb2.CreateTransactionRequest(scope="sc", stream="s")),
+                grpc.StatusCode.UNIMPLEMENTED,
+            )
+            await _fails(
+                stub.GetPredecessors(pb2.SegmentRequest(scope="sc", stream="s", segment_id=0)),
+                grpc.StatusCode.UNIMPLEMENTED,
+            )
+            assert len((await stub.GetCurrentSegments(_sr())).segments) == 1
+    finally:
+        await server.stop(None)

@@ -6,8 +6,10 @@ from dataclasses import replace
 from typing import Any
 
 import httpx
+import pytest
 
 from core.controller.api import RetentionPolicy, RetentionType, qualified_segment_name
+from gateway.rest import bound_port, create_app, serve_rest, stop_rest
 from tests.rest.conftest import Rest
 
 STREAMS = "/v1/scopes/sc/streams"
@@ -359,3 +361,17 @@ async def test_retention_units_round_trip(rest: Rest) -> None:
     assert updated["retentionPolicy"] == {"type": "LIMITED_SIZE_MB", "value": 3}
     info = await rest.controller.get_stream("sc", "s")
     assert info.config.retention == RetentionPolicy(RetentionType.SIZE, 3 << 20)
+
+
+async def test_serve_rest_binds_or_raises_and_stops(rest: Rest) -> None:
+    app = create_app(rest.controller)
+    server, task = await serve_rest(app, "127.0.0.1", 0)
+    port = bound_port(server)
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+        assert (await client.get("/health")).status_code == 200
+        with pytest.raises(OSError):
+            await serve_rest(app, "127.0.0.1", port)
+        await stop_rest(server, task)
+        assert task.done() and task.exception() is None
+        with pytest.raises(httpx.ConnectError):
+            await client.get("/health")
