@@ -50,8 +50,6 @@ class GatewayConfig:
     fetch_max_wait_ms_max: int = 30_000
     #: Fetch response size cap applied on top of the request's max_bytes.
     fetch_max_bytes: int = 55 * 1024 * 1024
-    #: Index entries per partition kept in memory for tail lookups.
-    index_tail_entries: int = 64
     #: Bytes of segment read per rebuild step at start-up.
     rebuild_read_bytes: int = 4 * 1024 * 1024
     #: Extra store configuration passed through to the segment store and controller.
