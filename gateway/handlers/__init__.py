@@ -13,7 +13,8 @@ How to add an API (the admin and consumer-group work plug in here):
      ``EncodedBody`` (pre-encoded buffers, see ``fetch``), or ``None`` for no answer
      (acks=0 Produce).
 
-2. Add the module to ``HANDLER_MODULES`` below.
+2. Add the module's name to ``HANDLER_MODULES`` below (two modules registering the
+   same API key is an error at start).
 
 Ordering on a connection: a request's handler starts only after the previous request on
 the same connection has *released* (by returning, or by calling ``req.release()``

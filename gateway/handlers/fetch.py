@@ -16,18 +16,22 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from typing import Any
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.schemas.fields.codecs.types import Int32, UnsignedVarInt32
 
+from core.segmentstore.api import SegmentStoreError, SegmentTruncatedError
 from gateway.handlers import EncodedBody, HandlerContext, RequestContext
 from gateway.partition_log import PartitionLog
 from protocol.apis import ApiSpec
 from protocol.errors import ErrorCode
 
 SPEC = ApiSpec(FetchRequest, FetchResponse, 4, 12)
+
+log = logging.getLogger(__name__)
 
 _Topic = FetchResponse.FetchableTopicResponse
 _Partition = _Topic.PartitionData
@@ -80,7 +84,16 @@ async def _read(ctx: HandlerContext, parts: list[_Part], response_max_bytes: int
         budget = min(part.max_bytes, response_max_bytes - total)
         if part.offset == plog.high_watermark or (budget <= 0 and total > 0):
             continue
-        chunks = await ctx.logs.read_batches(plog, part.offset, max(budget, 0), total == 0)
+        try:
+            chunks = await ctx.logs.read_batches(plog, part.offset, max(budget, 0), total == 0)
+        except SegmentTruncatedError:
+            # Truncated behind the log start we know (retention): the offset is gone.
+            part.error = ErrorCode.OFFSET_OUT_OF_RANGE
+            continue
+        except SegmentStoreError as exc:
+            log.error("fetch %s/%d@%d: %r", part.topic, part.partition, part.offset, exc)
+            part.error = ErrorCode.KAFKA_STORAGE_ERROR
+            continue
         part.chunks = chunks
         part.size = sum(len(c) for c in chunks)
         total += part.size

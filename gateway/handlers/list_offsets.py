@@ -35,10 +35,10 @@ async def _records(ctx: HandlerContext, plog: PartitionLog, base_offset: int) ->
     entry = ctx.index.floor(plog.topic, plog.partition, base_offset)
     if entry is None:
         return []
-    raw = await ctx.logs.read_entry(plog.topic, entry)
     try:
+        raw = await ctx.logs.read_entry(plog.topic, entry)
         return [(r.offset, r.timestamp) for r in DefaultRecordBatch(raw)]
-    except Exception as exc:  # a codec library missing: answer at batch granularity
+    except Exception as exc:  # codec library missing, data truncated: batch granularity
         log.warning("cannot decode batch at %s/%d@%d: %r", plog.topic, plog.partition,
                     entry.base_offset, exc)
         return [(entry.base_offset, entry.max_timestamp)]
