@@ -27,6 +27,7 @@ GOALS: dict[str, tuple[str, float]] = {
 }
 RSS_GOAL = "tidegate_peak_rss_mb_max"
 
+_PROFILE_ROWS = 10
 _NOT_METRICS = {"run", "system", "workload", "kind"}
 
 
@@ -210,6 +211,21 @@ def markdown(doc: dict[str, Any]) -> str:
         f"\nMemory: {_fmt(ratios['tidegate_mb_through_per_instance'])} MB flowed through each "
         "tidegate instance (the issue judges RSS while 10 GB flow: raise the sizes for that)."
     )
+    if doc.get("profiles"):
+        lines += ["", "## Where tidegate's time goes (py-spy, extra pass, not in the medians)", ""]
+        for workload, prof in doc["profiles"].items():
+            lines += [f"### {workload} — {prof['samples']} samples, `{prof['raw']}`", ""]
+            lines += [
+                "| on top of the stack | % | anywhere on the stack | % |",
+                "|---|---|---|---|",
+            ]
+            for (own, own_pct), (inc, inc_pct) in zip(
+                prof["self_pct"][:_PROFILE_ROWS],
+                prof["inclusive_pct"][:_PROFILE_ROWS],
+                strict=False,
+            ):
+                lines.append(f"| `{own}` | {own_pct:.1f} | `{inc}` | {inc_pct:.1f} |")
+            lines.append("")
     if doc["failures"]:
         lines += ["", "## Failures", ""]
         lines += [

@@ -16,6 +16,7 @@ The exit status is 1 if any phase failed (its error is in the outputs).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -25,7 +26,7 @@ import sys
 import tempfile
 import tomllib
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from tqdm import tqdm
 
 from bench import report, systems, workloads
 from bench.procstat import peak_rss_bytes
+from bench.profile import PySpy, summarize
 from bench.workloads import ClientTuning
 
 RESULTS_DIR = systems.REPO_ROOT / "bench" / "results"
@@ -111,6 +113,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=256.0,
         help="fixed RSS allowed on top of the cache by the memory goal",
     )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="one extra tidegate pass, not in the medians, each phase sampled by py-spy",
+    )
+    p.add_argument("--profile-rate-hz", type=int, default=100, help="py-spy samples per second")
     args = p.parse_args(argv)
     args.system_list = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = set(args.system_list) - set(ALL_SYSTEMS)
@@ -139,13 +147,19 @@ class Bench:
             for parts in args.partition_list
         ]
         self.latency_workload = f"latency-{args.large_bytes}B-p1"
+        # Set during the extra `--profile` pass: figures then go to `profiled`, not into
+        # the medians, and each phase is sampled by py-spy into this directory.
+        self.profile_dir: Path | None = None
+        self.profiled: list[dict[str, Any]] = []
+        self.profiles: dict[str, Any] = {}
 
     def steps_per_system(self) -> int:
         return 1 + 2 * len(self.cases) + 1  # start, produce + consume per case, latency
 
     def steps_total(self) -> int:
         runs: int = self.args.runs
-        return runs * (1 + len(self.args.system_list) * self.steps_per_system())
+        extra = self.steps_per_system() if self.args.profile else 0
+        return runs * (1 + len(self.args.system_list) * self.steps_per_system()) + extra
 
     def records_for(self, size: int) -> int:
         if size == self.args.large_bytes:
@@ -165,6 +179,24 @@ class Bench:
             for name in self.args.system_list:
                 server = self.make_server(name, run, tansu_exe)
                 self.one_system(run, server, bar)
+        if self.args.profile:
+            self.profile_dir = self.out_dir / "profiles"
+            run = self.args.runs
+            self.one_system(run, self.make_server(report.TIDEGATE, run, tansu_exe), bar)
+            self.profile_dir = None
+
+    @contextlib.contextmanager
+    def profiling(self, server: systems.Server, workload: str) -> Iterator[None]:
+        """Sample `server` with py-spy around a phase of the profile pass (else nothing)."""
+        if self.profile_dir is None:
+            yield
+            return
+        spy = PySpy(server.pid, self.profile_dir / f"{workload}.txt", self.args.profile_rate_hz)
+        try:
+            yield
+        finally:
+            spy.stop()
+            self.profiles[workload] = {"raw": str(spy.raw_path), **summarize(spy.raw_path)}
 
     def make_server(self, name: str, run: int, tansu_exe: Path) -> systems.Server:
         logs = self.out_dir / "logs"
@@ -315,7 +347,9 @@ class Bench:
             return figures
 
         try:
-            self.record(run, server.name, self.latency_workload, **measure())
+            with self.profiling(server, self.latency_workload):
+                figures = measure()
+            self.record(run, server.name, self.latency_workload, **figures)
         except Exception as e:
             self.fail(run, server.name, self.latency_workload, _describe(e, server))
 
@@ -327,7 +361,8 @@ class Bench:
         body: Callable[[], workloads.PhaseResult],
     ) -> bool:
         try:
-            r = body()
+            with self.profiling(server, workload):
+                r = body()
         except Exception as e:
             self.fail(run, server.name, workload, _describe(e, server))
             return False
@@ -347,7 +382,8 @@ class Bench:
         return True
 
     def record(self, run: int, system: str, workload: str, **metrics: float) -> None:
-        self.measurements.append({"run": run, "system": system, "workload": workload, **metrics})
+        into = self.measurements if self.profile_dir is None else self.profiled
+        into.append({"run": run, "system": system, "workload": workload, **metrics})
 
     def fail(self, run: int, system: str, workload: str, error: str) -> None:
         self.failures.append({"run": run, "system": system, "workload": workload, "error": error})
@@ -397,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
         "measurements": bench.measurements,
         "failures": bench.failures,
         "medians": med,
+        "profiles": bench.profiles,
+        "profiled_measurements": bench.profiled,
     }
     rss_limit_mb = None
     if cache_bytes is not None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from bench import report
 from bench.procstat import cpu_seconds, peak_rss_bytes
+from bench.profile import summarize
 from bench.workloads import PhaseResult, percentiles_ms
 
 
@@ -84,3 +86,16 @@ def test_proc_readers_see_this_process() -> None:
     sum(i * i for i in range(2_000_000))
     assert cpu_seconds(pid) > before
     assert peak_rss_bytes(pid) > 10 * 1024 * 1024
+
+
+def test_profile_summary_folds_lines_and_keeps_project_frames(tmp_path: Path) -> None:
+    raw = tmp_path / "p.txt"
+    raw.write_text(
+        "main (gateway/cli.py:10);run (asyncio/runners.py:5);append (core/log.py:7) 3\n"
+        "main (gateway/cli.py:10);run (asyncio/runners.py:5);append (core/log.py:9) 1\n"
+        "main (gateway/cli.py:10);select (selectors.py:1) 4\n"
+    )
+    s = summarize(raw)
+    assert s["samples"] == 8
+    assert s["self_pct"] == [("append (core/log.py)", 50.0), ("select (selectors.py)", 50.0)]
+    assert s["inclusive_pct"] == [("append (core/log.py)", 50.0)]
