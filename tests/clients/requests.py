@@ -110,3 +110,74 @@ def split_frames(data: bytes) -> list[bytes]:
         frames.append(data[4 : 4 + size])
         data = data[4 + size :]
     return frames
+
+
+class CaptureProxy:
+    """A TCP proxy in front of the server that records every byte clients send, so real
+    client requests (librdkafka's, kafka-python's) can be replayed and mutated."""
+
+    def __init__(self, target_port: int) -> None:
+        import threading
+
+        self.target_port = target_port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._lock = threading.Lock()
+        self._streams: list[bytearray] = []
+        self._closed = False
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                client.close()
+                continue
+            recorded = bytearray()
+            with self._lock:
+                self._streams.append(recorded)
+            threading.Thread(target=self._pump, args=(client, upstream, recorded), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, None), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket, recorded: bytearray | None) -> None:
+        try:
+            while chunk := src.recv(1 << 16):
+                if recorded is not None:
+                    recorded += chunk
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+
+    def frames(self) -> list[bytes]:
+        """Every complete request frame seen so far, size prefix included."""
+        out = []
+        with self._lock:
+            streams = [bytes(s) for s in self._streams]
+        for data in streams:
+            while len(data) >= 4:
+                (size,) = struct.unpack_from(">i", data)
+                if len(data) < 4 + size:
+                    break
+                out.append(data[: 4 + size])
+                data = data[4 + size :]
+        return out
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()

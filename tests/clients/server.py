@@ -16,10 +16,14 @@ READY_TIMEOUT_S = 60.0
 
 
 class Tidegate:
-    def __init__(self, data_dir: Path, log_path: Path, config: Path | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, log_path: Path, config: Path | None = None,
+        advertised: str | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.log_path = log_path
         self.config = config
+        self.advertised = advertised
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
@@ -42,6 +46,8 @@ class Tidegate:
         ]
         if self.config is not None:
             cmd += ["--config", str(self.config)]
+        if self.advertised is not None:
+            cmd += ["--advertised-listener", self.advertised]
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + READY_TIMEOUT_S

@@ -6,7 +6,10 @@ before is unchanged (DESIGN.md invariant 5)."""
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from hypothesis import HealthCheck, given, settings
@@ -78,12 +81,45 @@ def random_frame(draw: st.DrawFn) -> bytes:
     return struct.pack(">i", len(body)) + body
 
 
-def test_fuzz_frames_leave_server_and_data_intact(tidegate: Tidegate) -> None:
-    _produce(tidegate.bootstrap, TOPIC, 40)
-    _produce(tidegate.bootstrap, SINK, 2)
-    before = _snapshot(tidegate.bootstrap)
-    corpus = kreq.corpus(SINK)
-    for request in corpus:  # the unmutated corpus is answered
+@pytest.fixture
+def proxied(tmp_path: Path) -> Iterator[tuple[Tidegate, kreq.CaptureProxy]]:
+    """A server that advertises a capturing proxy, so every client request passes it."""
+    tg = Tidegate(tmp_path / "data", tmp_path / "tidegate.log")
+    proxy = kreq.CaptureProxy(tg.port)
+    tg.advertised = f"127.0.0.1:{proxy.port}"
+    tg.start()
+    try:
+        yield tg, proxy
+    finally:
+        tg.close()
+        proxy.close()
+
+
+def _consume_sink(bootstrap: str) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fuzz-sink",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(SINK, p, OFFSET_BEGINNING) for p in range(2)])
+    got = 0
+    while got < 2:
+        msg = consumer.poll(5)
+        assert msg is not None and not msg.error()
+        got += 1
+    consumer.close()
+
+
+def test_fuzz_frames_leave_server_and_data_intact(
+    proxied: tuple[Tidegate, kreq.CaptureProxy],
+) -> None:
+    tidegate, proxy = proxied
+    bootstrap = f"127.0.0.1:{proxy.port}"
+    _produce(bootstrap, TOPIC, 40)
+    before = _snapshot(bootstrap)
+    _produce(bootstrap, SINK, 2)  # librdkafka's requests for SINK are the captured corpus
+    _consume_sink(bootstrap)
+    captured = [f for f in proxy.frames() if SINK.encode() in f or b"fuzz" not in f]
+    assert len(captured) > 5
+    corpus = kreq.corpus(SINK) + captured
+    for request in kreq.corpus(SINK):  # the unmutated requests are answered
         answer = kreq.exchange(tidegate.port, request)
         assert len(kreq.split_frames(answer)) == 1, request[:16]
 
@@ -96,7 +132,7 @@ def test_fuzz_frames_leave_server_and_data_intact(tidegate: Tidegate) -> None:
 
     throw()
 
-    assert _snapshot(tidegate.bootstrap) == before
-    _produce(tidegate.bootstrap, "fuzz-after", 10)
+    assert _snapshot(bootstrap) == before
+    _produce(bootstrap, "fuzz-after", 10)
     assert tidegate.proc is not None and tidegate.proc.poll() is None
     assert "Traceback" not in tidegate.tail(100_000), "a handler or the server raised"
