@@ -72,11 +72,15 @@ class OffsetIndex:
     def set_log_start(self, topic: str, partition: int, offset: int) -> None:
         self._db.put(_tp(b"s", topic, partition), _U64.pack(offset), self._sync)
 
-    def delete_topic(self, topic: str) -> None:
-        """Drop every key of ``topic`` (its streams are gone)."""
-        prefix_end = topic.encode() + b"\x01"
+    def delete_topic(self, topic: str, segment_prefix: str) -> None:
+        """Drop every key of ``topic`` and the markers of segments named
+        ``segment_prefix...`` (its stream is gone; a new topic of the same name reuses the
+        segment names, so stale markers would hide its data from the rebuild)."""
+        name = topic.encode()
         for kind in (b"o", b"t", b"s", b"p"):
-            self._db.delete_range(kind + topic.encode() + b"\x00", kind + prefix_end)
+            self._db.delete_range(kind + name + b"\x00", kind + name + b"\x01")
+        prefix = b"m" + segment_prefix.encode()
+        self._db.delete_range(prefix, prefix + b"\xff" * 8)
 
     # -- reads -----------------------------------------------------------------------
 

@@ -67,9 +67,13 @@ class PartitionLogs:
             self._logs[key] = plog
         return plog
 
-    def drop_topic(self, topic: str) -> None:
+    def delete_topic(self, topic: str) -> None:
+        """Forget a deleted topic's logs, index entries, markers and producer state
+        (call after its stream is deleted, before a topic of the same name is created)."""
         for key in [k for k in self._logs if k[0] == topic]:
             del self._logs[key]
+        self.index.delete_topic(topic, f"{self.topics.scope}/{topic}/")
+        self.producers.forget_topic(topic)
 
     async def drain(self, timeout_s: float) -> None:
         """Wait (bounded) until every log has no append in flight."""

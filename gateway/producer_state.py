@@ -135,6 +135,10 @@ class ProducerStates:
             )
         )
 
+    def forget_topic(self, topic: str) -> None:
+        for key in [k for k in self._cache if k[0] == topic]:
+            del self._cache[key]
+
     def persist(self, write: IndexWrite, topic: str, partition: int, producer_id: int) -> None:
         """Add the current state of a producer to an index write (after durability)."""
         entry = self._get(topic, partition, producer_id)

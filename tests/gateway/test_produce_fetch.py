@@ -314,3 +314,24 @@ async def test_scale_during_produce_keeps_offsets_dense(node: Node) -> None:
     assert got == [(i, b"%d" % i) for i in range(300)]
     await c.close()
     await f.close()
+
+
+async def test_topic_deleted_and_recreated_starts_fresh(node: Node) -> None:
+    c = await node.client()
+    await create(c, "t", 1)
+    for i in range(3):
+        assert await produce(c, "t", 0, record_batch([b"old%d" % i])) == (0, i)
+    assert node.gateway is not None and node.gateway.ctx is not None
+    ctx = node.gateway.ctx
+    await node.controller.seal_stream("kafka", "t")
+    await node.controller.delete_stream("kafka", "t")
+    await ctx.topics.forget("t")
+    ctx.logs.delete_topic("t")
+    await create(c, "t", 1)
+    assert await produce(c, "t", 0, record_batch([b"new"])) == (0, 0)
+    await c.close()
+    await node.restart_gateway()
+    c = await node.client()
+    _, recs = await fetch_records(c, "t", 0, 0)
+    assert recs == [(0, b"new")]
+    await c.close()
