@@ -380,9 +380,13 @@ class SegmentContainer:
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             idx.waiters.append(waiter)
             try:
-                await asyncio.wait_for(waiter, timeout_ms / 1000)
+                async with asyncio.timeout(timeout_ms / 1000):
+                    await waiter
             except TimeoutError:
                 pass
+            finally:
+                if waiter in idx.waiters:
+                    idx.waiters.remove(waiter)
             self._check(name)
             meta = self.md.readable(name)
             if offset < meta.start_offset:

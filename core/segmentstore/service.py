@@ -182,8 +182,10 @@ class StreamSegmentStore:
         named after their parent so they hash alike); otherwise
         ``ContainerNotOwnedError`` for the source."""
         c = self._c(target)
-        if self._c(source) is not c:
+        other = self._c(source)
+        if other is not c:
             c.md.mutable(target)
+            other.md.mutable(source)
             raise ContainerNotOwnedError(source, "merge source lives in another container")
         return int(await c.queue_merge(target, source))
 

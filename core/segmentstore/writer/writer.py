@@ -100,6 +100,7 @@ class StorageWriter:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
+        self._lock = asyncio.Lock()  # one of the main loop and ``flush_all`` at a time
         self.error: BaseException | None = None
         self.tier2_writes = 0
         self.retries = 0
@@ -130,14 +131,18 @@ class StorageWriter:
         interval_s = self.config.flush_interval_ms / 1000
         try:
             while True:
-                await self._drain_ops()
-                await self._flush_due(force=False)
-                await self._truncate_tier1()
+                async with self._lock:
+                    await self._drain_ops()
+                    await self._flush_due(force=False)
+                    await self._truncate_tier1()
                 if not self._ops:
                     self._idle.set()
                     self._wake.clear()
+                    # (asyncio.timeout, not wait_for: 3.11's wait_for can swallow a
+                    # cancellation that races with its timeout.)
                     try:
-                        await asyncio.wait_for(self._wake.wait(), max(0.01, interval_s / 2))
+                        async with asyncio.timeout(max(0.01, interval_s / 2)):
+                            await self._wake.wait()
                     except TimeoutError:
                         pass
                     self._idle.clear()
@@ -151,9 +156,12 @@ class StorageWriter:
     async def flush_all(self) -> None:
         """Process every committed operation, flush every aggregator, truncate Tier-1
         as far as checkpoints allow (for tests, benchmarks and orderly shutdown)."""
-        await self._drain_ops()
-        await self._flush_due(force=True)
-        await self._truncate_tier1()
+        if self.error is not None:
+            raise self.error
+        async with self._lock:
+            await self._drain_ops()
+            await self._flush_due(force=True)
+            await self._truncate_tier1()
         if self.error is not None:
             raise self.error
 
