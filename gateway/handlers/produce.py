@@ -17,7 +17,7 @@ from typing import Any
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from gateway.handlers import HandlerContext, RequestContext
-from gateway.partition_log import PartitionLog, PendingAppend, StorageFailure
+from gateway.partition_log import PartitionLog, PendingAppend
 from gateway.producer_state import BatchRecord, Duplicate
 from gateway.topics import topic_name_error
 from protocol.apis import ApiSpec
@@ -104,19 +104,24 @@ def _assign(ctx: HandlerContext, work: _Work) -> None:
         )
 
 
-async def _outcome(work: _Work, timeout_s: float) -> tuple[ErrorCode, int]:
-    waiting = work.pending.durable if work.pending is not None else None
-    base = work.pending.base_offset if work.pending is not None else -1
+def _waiting(work: _Work) -> asyncio.Future[None] | None:
     if work.duplicate is not None:
-        waiting, base = work.duplicate.durable, work.duplicate.base_offset
+        return work.duplicate.durable
+    return work.pending.durable if work.pending is not None else None
+
+
+def _outcome(work: _Work) -> tuple[ErrorCode, int]:
+    """The answer for a partition once its wait is over (done or timed out)."""
     if work.error != ErrorCode.NONE:
         return work.error, -1
+    base = work.duplicate.base_offset if work.duplicate is not None else (
+        work.pending.base_offset if work.pending is not None else -1
+    )
+    waiting = _waiting(work)
     if waiting is not None:
-        try:
-            await asyncio.wait_for(asyncio.shield(waiting), timeout_s)
-        except TimeoutError:
+        if not waiting.done():
             return ErrorCode.REQUEST_TIMED_OUT, -1
-        except StorageFailure:
+        if waiting.cancelled() or waiting.exception() is not None:
             return ErrorCode.KAFKA_STORAGE_ERROR, -1
     return ErrorCode.NONE, base
 
@@ -146,7 +151,10 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     if request.acks == 0:
         return None
     timeout_s = min(max(request.timeout_ms, 0), ctx.config.fetch_max_wait_ms_max) / 1000
-    outcomes = await asyncio.gather(*(_outcome(w, max(timeout_s, 0.001)) for w in works))
+    waits = {f for w in works if (f := _waiting(w)) is not None and not f.done()}
+    if waits:
+        await asyncio.wait(waits, timeout=max(timeout_s, 0.001))
+    outcomes = [_outcome(w) for w in works]
     by_topic: dict[str, list[Any]] = {}
     for work, (error, base) in zip(works, outcomes, strict=True):
         start = work.plog.log_start_offset if work.plog is not None else -1
