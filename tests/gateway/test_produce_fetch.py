@@ -335,3 +335,51 @@ async def test_topic_deleted_and_recreated_starts_fresh(node: Node) -> None:
     _, recs = await fetch_records(c, "t", 0, 0)
     assert recs == [(0, b"new")]
     await c.close()
+
+
+async def test_list_offsets_by_time_and_max_timestamp(node: Node) -> None:
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    c = await node.client()
+    await create(c, "t", 1)
+
+    def batch(stamps: list[int], compression: int = 0) -> bytes:
+        b = DefaultRecordBatchBuilder(magic=2, compression_type=compression, is_transactional=False,
+                                      producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                      batch_size=1 << 20)
+        for i, ts in enumerate(stamps):
+            b.append(i, timestamp=ts, key=None, value=b"v", headers=[])
+        return bytes(b.build())
+
+    await produce(c, "t", 0, batch([100, 300, 200]))            # offsets 0-2
+    await produce(c, "t", 0, batch([250, 900, 400], compression=1))  # 3-5, gzip
+    await produce(c, "t", 0, batch([500]))                      # 6
+
+    async def lookup(ts: int) -> tuple[int, int]:
+        req = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
+            ListOffsetsRequest.ListOffsetsTopic(name="t", partitions=[
+                ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                    partition_index=0, timestamp=ts)])])
+        part = (await c.call(req, 7, ListOffsetsResponse)).topics[0].partitions[0]
+        return part.offset, part.timestamp
+
+    assert await lookup(-2) == (0, -1)
+    assert (await lookup(-1))[0] == 7
+    assert await lookup(-3) == (4, 900)
+    assert await lookup(0) == (0, 100)
+    assert await lookup(150) == (1, 300)
+    assert await lookup(301) == (4, 900)
+    assert await lookup(901) == (-1, -1)
+    await c.close()
+
+
+async def test_unknown_api_or_version_closes_only_that_connection(node: Node) -> None:
+    for header in (struct.pack(">hhih", 999, 0, 1, -1), struct.pack(">hhih", 0, 2, 1, -1)):
+        bad = await node.client()
+        good = await node.client()
+        bad.writer.write(struct.pack(">i", len(header)) + header)
+        assert await asyncio.wait_for(bad.reader.read(), 5) == b""
+        resp = await good.call(ApiVersionsRequest(), 0, ApiVersionsResponse)
+        assert resp.error_code == 0
+        await bad.close()
+        await good.close()
