@@ -68,13 +68,17 @@ class Applier:
                     t[1] += op.event_count
             else:
                 self._apply(op, now_ms, live=True)
+        if not ops:
+            return  # a frame holding only the middle of a spanning operation
         c.writer.add_many(ops)
+        c.committed_seq = ops[-1].seq
         for meta, (nbytes, events) in traffic.items():
             c.traffic.record(meta.name, nbytes, events)
 
     def replay(self, op: Operation) -> None:
         c = self.c
         c.md.seq = max(c.md.seq, op.seq)
+        c.committed_seq = c.md.seq
         self._apply(op, int(c.wall_clock() * 1000), live=False)
         c.writer.add(op)
 

@@ -86,6 +86,8 @@ class SegmentContainer:
         self.wall_clock = wall_clock
         self.state = STOPPED
         self.epoch = 0
+        #: Sequence number of the last durable operation.
+        self.committed_seq = 0
         self.failure: BaseException | None = None
         self.md = ContainerMetadata()
         self.tables: dict[int, TableIndex] = {}

@@ -1,0 +1,83 @@
+"""Child process of the crash test: recover a store, then append until killed.
+
+Usage: ``python crash_child.py DATA_DIR SEED``. Prints (flushed line by line)::
+
+    READY <container>:<epoch>:<seq> ...      after recovery
+    ACK <segment> <offset> <length> <crc32c> <container> <committed seq>
+    TACK <key> <value> <version>             an acknowledged table put
+
+Each append is a self-describing record: u32 magic, u32 length, u64 counter, then
+random bytes, so a reader can tell whole records from a torn one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import struct
+import sys
+from pathlib import Path
+
+import crc32c
+
+from core.segmentstore.api import TableUpdate
+from core.segmentstore.config import SegmentStoreConfig
+from core.segmentstore.service import StreamSegmentStore
+
+MAGIC = 0x7E1DE5A1
+HEAD = struct.Struct("<IIQ")
+SEGMENTS = [f"crash-{i}" for i in range(6)]
+CONFIG = SegmentStoreConfig(
+    container_count=3,
+    frame_bytes_max=64 * 1024,
+    tier1_file_bytes_max=256 * 1024,
+    checkpoint_interval_bytes=384 * 1024,
+    flush_bytes=96 * 1024,
+    flush_interval_ms=30,
+    cache_bytes_max=2 * 1024 * 1024,
+)
+
+
+def record(rng: random.Random, counter: int) -> bytes:
+    size = rng.choice([rng.randint(1, 200), rng.randint(200, 5000), rng.randint(5000, 150_000)])
+    return HEAD.pack(MAGIC, HEAD.size + size, counter) + rng.randbytes(size)
+
+
+async def main(data_dir: Path, seed: int) -> None:
+    store = StreamSegmentStore(data_dir, CONFIG)
+    await store.start()
+    for name in SEGMENTS:
+        try:
+            await store.create_segment(name)
+        except Exception:
+            pass
+    try:
+        await store.create_table("crash-table")
+    except Exception:
+        pass
+    ready = " ".join(f"{cid}:{c.epoch}:{c.committed_seq}" for cid, c in store.containers.items())
+    print("READY", ready, flush=True)
+    out = sys.stdout
+
+    async def writer(w: int) -> None:
+        rng = random.Random(seed * 1000 + w)
+        counter = seed * 1_000_000 + w * 100_000
+        while True:
+            counter += 1
+            name = rng.choice(SEGMENTS)
+            data = record(rng, counter)
+            offset = await store.append(name, data)
+            c = store.container_for(name)
+            out.write(f"ACK {name} {offset} {len(data)} {crc32c.crc32c(data)} {c.id} {c.committed_seq}\n")
+            out.flush()
+            if rng.random() < 0.2:
+                key = b"w%d" % w
+                (version,) = await store.table_put("crash-table", [TableUpdate(key, b"%d" % counter)])
+                out.write(f"TACK {key.decode()} {counter} {version}\n")
+                out.flush()
+
+    await asyncio.gather(*(writer(w) for w in range(8)))
+
+
+if __name__ == "__main__":
+    asyncio.run(main(Path(sys.argv[1]), int(sys.argv[2])))
