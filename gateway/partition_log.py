@@ -11,9 +11,13 @@ Contract:
   segment; once all in-flight appends have settled, the failed ones are re-sent in offset
   order to the segment that now holds the partition's point, ahead of anything newer, so
   no hole appears.
-- Any other store failure fails the affected appends; once the pipeline is idle the log
-  restarts from the end of the last durable append (offsets of failed appends are
-  skipped, never reused, since a later append may already be durable).
+- A transient store error re-sends the same way to the same segment, after
+  ``append_retry_delay_ms``, up to ``append_retries_max`` times; the producer's answer
+  waits for the re-send. Positions in a segment need not follow offset order: the index
+  maps each offset to its position.
+- Only an append that cannot succeed (too large, retries exhausted, controller away for
+  the whole refresh budget) fails; its offsets are skipped, never reused, since a later
+  append may already be durable. That is the one way a gap can appear.
 """
 
 from __future__ import annotations
@@ -28,7 +32,13 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from core.controller.api import SegmentRecord
-from core.segmentstore.api import SegmentNotFoundError, SegmentSealedError
+from core.segmentstore.api import (
+    BadAttributeUpdateError,
+    BadOffsetError,
+    SegmentNotFoundError,
+    SegmentSealedError,
+    TooLargeError,
+)
 from gateway.envelope import ENVELOPE_BYTES, Envelope, encode_envelope_into
 from gateway.offset_index import IndexEntry
 from protocol.record_batch import BatchHeader, set_base_offset
@@ -46,9 +56,15 @@ class StorageFailure(Exception):
 class _State(enum.Enum):
     WAITING = 1
     SUBMITTED = 2
-    SEALED = 3
-    DONE = 4
-    FAILED = 5
+    SEALED = 3  # the segment was sealed (a scale): re-send to the successor
+    RETRY = 4  # a transient store error: re-send to the same segment
+    DONE = 5
+    FAILED = 6
+
+
+_RESEND = (_State.WAITING, _State.SEALED, _State.RETRY)
+#: Store errors that a retry cannot cure.
+_PERMANENT = (TooLargeError, BadOffsetError, BadAttributeUpdateError)
 
 
 @dataclass(eq=False)
@@ -61,6 +77,7 @@ class PendingAppend:
     state: _State = _State.WAITING
     segment: SegmentRecord | None = None
     position: int = -1
+    attempts: int = 0
     producer_ids: set[int] = field(default_factory=set)
 
 
@@ -146,15 +163,22 @@ class PartitionLog:
             self._advance()
         elif isinstance(exc, SegmentSealedError | SegmentNotFoundError):
             p.state = _State.SEALED
-            self._start_recovery()
-        else:
+        elif isinstance(exc, _PERMANENT) or p.attempts >= self._logs.append_retries_max:
             log.error("append to %s/%d failed: %r", self.topic, self.partition, exc)
-            p.state = _State.FAILED
-            if not p.durable.done():
-                p.durable.set_exception(StorageFailure(str(exc)))
+            self._fail(p, exc)
+        else:
+            p.attempts += 1
+            p.state = _State.RETRY
+        if p.state != _State.DONE:
             self._start_recovery()
         if self._inflight == 0:
             self._settled.set()
+
+    @staticmethod
+    def _fail(p: PendingAppend, exc: BaseException) -> None:
+        p.state = _State.FAILED
+        if not p.durable.done():
+            p.durable.set_exception(StorageFailure(repr(exc)))
 
     def _start_recovery(self) -> None:
         if not self._recovering:
@@ -162,35 +186,46 @@ class PartitionLog:
             self._logs.spawn(self._recover())
 
     async def _recover(self) -> None:
-        """Wait for the pipeline to settle, then re-send sealed-out appends in order to
-        the partition's current segment, or skip failed ones."""
+        """Once the pipeline has settled, re-send every append that did not make it, in
+        offset order: after a seal to the segment that now holds the partition's point,
+        after a transient error to the same segment after a delay."""
         try:
             if self._inflight:
                 await self._settled.wait()
-            stale = self.segment
-            for attempt in range(self._logs.refresh_attempts):
-                seg = await self._logs.topics.current_segment(self.topic, self.partition)
-                if stale is None or seg.id != stale.id:
-                    break
-                await asyncio.sleep(min(0.01 * 2**attempt, 1.0))
-            self.segment = seg
-        except Exception as exc:  # controller unavailable: fail what waits, retry later
-            log.error("cannot refresh segment of %s/%d: %r", self.topic, self.partition, exc)
+            sealed = any(p.state == _State.SEALED for p in self._pending)
+            if any(p.state == _State.RETRY for p in self._pending):
+                await asyncio.sleep(self._logs.append_retry_delay_ms / 1000)
+            if sealed or self.segment is None:
+                self.segment = await self._refresh(self.segment if sealed else None)
+        except Exception as exc:  # the controller stayed unreachable: give up on these
+            log.error("cannot resolve the segment of %s/%d: %r", self.topic, self.partition, exc)
             self.segment = None
             for p in self._pending:
-                if p.state in (_State.SEALED, _State.WAITING):
-                    p.state = _State.FAILED
-                    if not p.durable.done():
-                        p.durable.set_exception(StorageFailure(repr(exc)))
+                if p.state in _RESEND:
+                    self._fail(p, exc)
         finally:
             self._recovering = False
         self._drop_failed()
-        resend = [p for p in self._pending if p.state in (_State.SEALED, _State.WAITING)]
+        resend = [p for p in self._pending if p.state in _RESEND]
         if resend and self.segment is not None:
             log.info("%s/%d: re-sending %d appends to segment %d", self.topic, self.partition,
                      len(resend), self.segment.id)
         for p in resend:
             self._submit(p)
+
+    async def _refresh(self, sealed: SegmentRecord | None) -> SegmentRecord:
+        """The partition's current segment (another than ``sealed``), retried with
+        backoff while the scale that sealed it completes or the controller is away."""
+        error: BaseException = StorageFailure(f"segment {sealed.id if sealed else '-'} stays current")
+        for attempt in range(self._logs.refresh_attempts):
+            try:
+                seg = await self._logs.topics.current_segment(self.topic, self.partition)
+                if sealed is None or seg.id != sealed.id:
+                    return seg
+            except Exception as exc:  # controller errors: retry, then give up
+                error = exc
+            await asyncio.sleep(min(0.01 * 2**attempt, 1.0))
+        raise error
 
     def _drop_failed(self) -> None:
         """Forget failed appends (only while nothing is in flight). Their offsets are
@@ -229,9 +264,10 @@ class PartitionLog:
                 write.time_entry(self.topic, self.partition, b.max_timestamp, b.base_offset)
         for pid in p.producer_ids:
             self._logs.producers.persist(write, self.topic, self.partition, pid)
-        write.marker(
-            self._logs.topics.segment_name(self.topic, p.segment.id), p.position + len(p.data)
-        )
+        name = self._logs.topics.segment_name(self.topic, p.segment.id)
+        marker = self._logs.mark_indexed(name, p.position, p.position + len(p.data))
+        if marker is not None:
+            write.marker(name, marker)
         write.commit()
 
     # -- fetch -------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine
+from dataclasses import dataclass, field
 from typing import Any
 
 from core.segmentstore.api import SegmentNotFoundError, SegmentStore, SegmentTruncatedError
@@ -24,6 +25,14 @@ from protocol.record_batch import InvalidBatchError, iter_batches
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class _Marker:
+    """A segment's gap-free indexed end and the indexed appends beyond it (start → end)."""
+
+    end: int
+    ahead: dict[int, int] = field(default_factory=dict)
+
+
 class PartitionLogs:
     def __init__(
         self,
@@ -33,16 +42,39 @@ class PartitionLogs:
         producers: ProducerStates,
         *,
         rebuild_read_bytes: int = 4 << 20,
-        refresh_attempts: int = 50,
+        refresh_attempts: int = 20,
+        append_retries_max: int = 5,
+        append_retry_delay_ms: int = 100,
     ) -> None:
         self.topics = topics
         self.store = store
         self.index = index
         self.producers = producers
         self.refresh_attempts = refresh_attempts
+        self.append_retries_max = append_retries_max
+        self.append_retry_delay_ms = append_retry_delay_ms
         self._rebuild_read_bytes = rebuild_read_bytes
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._markers: dict[str, _Marker] = {}
+
+    def mark_indexed(self, segment: str, start: int, end: int) -> int | None:
+        """Note that the append at ``[start, end)`` of ``segment`` is indexed; return the
+        segment's new marker if it moved. The marker only covers a gap-free prefix of
+        indexed appends, so the rebuild never skips an unindexed one (appends of one
+        partition can land out of position order after a re-send, and several
+        partitions may share a segment)."""
+        tracker = self._markers.get(segment)
+        if tracker is None:
+            tracker = self._markers[segment] = _Marker(self.index.marker(segment))
+        if start != tracker.end:
+            if end > tracker.end:
+                tracker.ahead[start] = end
+            return None
+        tracker.end = end
+        while tracker.end in tracker.ahead:
+            tracker.end = tracker.ahead.pop(tracker.end)
+        return tracker.end
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.ensure_future(coro)
@@ -72,6 +104,9 @@ class PartitionLogs:
         (call after its stream is deleted, before a topic of the same name is created)."""
         for key in [k for k in self._logs if k[0] == topic]:
             del self._logs[key]
+        prefix = f"{self.topics.scope}/{topic}/"
+        for name in [n for n in self._markers if n.startswith(prefix)]:
+            del self._markers[name]
         self.index.delete_topic(topic, f"{self.topics.scope}/{topic}/")
         self.producers.forget_topic(topic)
 

@@ -7,6 +7,8 @@ import asyncio
 import shutil
 import struct
 import time
+from pathlib import Path
+from typing import Any
 
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 from kafka.protocol.consumer import FetchResponse, ListOffsetsRequest, ListOffsetsResponse
@@ -25,6 +27,9 @@ from kafka.protocol.producer import (
 from kafka.record.default_records import DefaultRecordBatch
 
 from core.controller.api import KeyRange
+from core.controller.controller import StreamController
+from core.segmentstore.api import StoreShutdownError
+from core.segmentstore.inmemory import InMemorySegmentStore
 from protocol.errors import ErrorCode
 from tests.clients.requests import fetch, record_batch
 from tests.gateway.conftest import Node, RawClient
@@ -383,3 +388,61 @@ async def test_unknown_api_or_version_closes_only_that_connection(node: Node) ->
         assert resp.error_code == 0
         await bad.close()
         await good.close()
+
+
+class _FlakyStore(InMemorySegmentStore):
+    """Fails chosen appends to stream segments (before applying them), as a store whose
+    Tier-1 write failed would."""
+
+    def __init__(self, fail_calls: set[int]) -> None:
+        super().__init__()
+        self.fail_calls = fail_calls
+        self.calls = 0
+
+    async def append(self, name: str, data: bytes | memoryview, **kw: Any) -> int:
+        if name.startswith("kafka/"):
+            self.calls += 1
+            if self.calls in self.fail_calls:
+                raise StoreShutdownError(name, "injected failure")
+        return await super().append(name, data, **kw)
+
+
+async def test_transient_append_failures_are_resent_without_gaps(tmp_path: Path) -> None:
+    node = Node(tmp_path / "data")
+    flaky = _FlakyStore({3, 4, 9})
+    node.store = flaky
+    node.controller = StreamController(flaky)
+    await node.start()
+    try:
+        c = await node.client()
+        await create(c, "t", 1)
+        ids = []
+        for i in range(12):
+            req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
+                P(name="t", partition_data=[P.PartitionProduceData(
+                    index=0, records=record_batch([b"%d" % i], 5, 0, i))])])
+            ids.append(await c.send(req, 9))
+        results = []
+        for _ in ids:
+            part = (await c.recv(ProduceResponse, 9)).responses[0].partition_responses[0]
+            results.append((part.error_code, part.base_offset))
+        assert results == [(0, i) for i in range(12)]
+        _, recs = await fetch_records(c, "t", 0, 0)
+        assert recs == [(i, b"%d" % i) for i in range(12)]
+        # Re-sent appends landed after later ones; the marker still covers everything.
+        assert node.gateway is not None and node.gateway.ctx is not None
+        (seg,) = await node.controller.get_current_segments("kafka", "t")
+        name = node.gateway.ctx.topics.segment_name("t", seg.id)
+        assert node.gateway.ctx.index.marker(name) == (await flaky.get_info(name)).length
+        await c.close()
+        await node.restart_gateway()  # and the rebuilt index agrees
+        assert node.gateway is not None
+        await node.gateway.close()
+        shutil.rmtree(node.data_dir / "gateway" / "index")
+        await node.start_gateway()
+        c = await node.client()
+        _, recs = await fetch_records(c, "t", 0, 0)
+        assert recs == [(i, b"%d" % i) for i in range(12)]
+        await c.close()
+    finally:
+        await node.close()

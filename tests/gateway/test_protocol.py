@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,16 @@ def test_topic_names() -> None:
     assert topic_name_error("ok.topic_1-x") is None
     for bad in ("", ".", "..", "a b", "x" * 250, "t\x00", "ü"):
         assert topic_name_error(bad) is not None
+
+
+def test_segment_marker_covers_only_a_gap_free_prefix(tmp_path: Path) -> None:
+    from gateway.offset_index import OffsetIndex
+    from gateway.partitions import PartitionLogs
+
+    index = OffsetIndex(tmp_path / "index")
+    logs = PartitionLogs(None, None, index, None)  # type: ignore[arg-type]
+    assert logs.mark_indexed("s", 0, 10) == 10
+    assert logs.mark_indexed("s", 20, 30) is None  # [10, 20) not indexed yet
+    assert logs.mark_indexed("s", 30, 35) is None
+    assert logs.mark_indexed("s", 10, 20) == 35
+    index.close()
