@@ -143,9 +143,9 @@ def markdown(doc: dict[str, Any]) -> str:
         "## Throughput (acks=all)",
         "",
         "| workload | "
-        + " | ".join(f"{s} MB/s | {s} rec/s | {s} CPU s/GB" for s in systems)
+        + " | ".join(f"{s} MB/s | rec/s | server CPU s/GB | client cores" for s in systems)
         + " |",
-        "|---|" + "---|" * (3 * len(systems)),
+        "|---|" + "---|" * (4 * len(systems)),
     ]
     for w in workloads:
         cells = []
@@ -155,9 +155,13 @@ def markdown(doc: dict[str, Any]) -> str:
                 _fmt(row.get("mb_per_s")),
                 _fmt(row.get("records_per_s"), 0),
                 _fmt(row.get("cpu_s_per_gb")),
+                _fmt(row.get("client_cores"), 2),
             ]
         lines.append(f"| {w} | " + " | ".join(cells) + " |")
     lines += [
+        "",
+        "Client cores: CPU seconds of the client processes per second of the phase; near "
+        "the process count means the clients, not the server, set the pace.",
         "",
         "## Latency at a fixed rate (ms)",
         "",

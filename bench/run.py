@@ -68,6 +68,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--partitions", default="1,16", help="partition counts to test")
     p.add_argument("--producers", type=int, default=2, help="producer processes per case")
+    p.add_argument(
+        "--consumers", type=int, default=2, help="consumer processes (at most one per partition)"
+    )
     p.add_argument("--linger-ms", type=int, default=5)
     p.add_argument("--batch-bytes", type=int, default=1_000_000)
     p.add_argument(
@@ -278,6 +281,7 @@ class Bench:
                     records,
                     server.pid,
                     self.args.phase_timeout_s,
+                    consumers=self.args.consumers,
                 )
                 produced = self.phase(run, server, f"produce-{size}B-p{parts}", produce)
                 step(f"produce {size}B p{parts}")
@@ -377,6 +381,7 @@ class Bench:
             wall_s=r.wall_s,
             records=r.records,
             payload_bytes=r.payload_bytes,
+            client_cores=r.client_cpu_s / r.wall_s,
             **({} if r.first_record_s is None else {"first_record_s": r.first_record_s}),
         )
         return True

@@ -70,6 +70,8 @@ class PhaseResult:
     payload_bytes: int
     wall_s: float
     server_cpu_s: float
+    # CPU time the client processes used during the phase.
+    client_cpu_s: float = 0.0
     # Consume only: from assigning the partitions to the first record in hand.
     first_record_s: float | None = None
 
@@ -138,7 +140,7 @@ def _produce_worker(
     producer.list_topics(topic, timeout=timeout_s)  # connect and learn leaders untimed
     value = os.urandom(record_bytes)
     gate.ready_then_wait(timeout_s)
-    start = time.monotonic()
+    start, cpu0 = time.monotonic(), time.process_time()
     produce, poll = producer.produce, producer.poll
     for i in range(records):
         while True:
@@ -155,6 +157,7 @@ def _produce_worker(
         {
             "start": start,
             "end": end,
+            "cpu_s": time.process_time() - cpu0,
             "failures": len(failures) + undelivered,
             "first_failure": failures[0] if failures else None,
         }
@@ -191,7 +194,13 @@ def run_produce(
         first = next(r["first_failure"] for r in reports if r["failures"])
         raise WorkloadError(f"{failures} records not acknowledged (first: {first})")
     wall = max(r["end"] for r in reports) - min(r["start"] for r in reports)
-    return PhaseResult(records, records * record_bytes, wall, results.server_cpu_s)
+    return PhaseResult(
+        records,
+        records * record_bytes,
+        wall,
+        results.server_cpu_s,
+        client_cpu_s=sum(r["cpu_s"] for r in reports),
+    )
 
 
 # -- consume -----------------------------------------------------------------------------
@@ -201,52 +210,63 @@ def _consume_worker(
     bootstrap: str,
     tuning: ClientTuning,
     topic: str,
-    partitions: int,
+    partitions: list[int],
     records: int,
+    consumed: Any,
     timeout_s: float,
     idle_timeout_s: float,
     gate: Gate,
 ) -> None:
+    """Read `partitions` until all consumers together (`consumed`, a shared counter)
+    hold `records`, no record arrives for `idle_timeout_s`, or `timeout_s` passes."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(tuning.consumer(bootstrap))
     consumer.list_topics(topic, timeout=timeout_s)
     gate.ready_then_wait(timeout_s)
-    start = time.monotonic()
-    consumer.assign([TopicPartition(topic, p, FIRST_OFFSET) for p in range(partitions)])
+    start, cpu0 = time.monotonic(), time.process_time()
     got = payload = errors = 0
-    first_error = None
-    first_record = None
+    first_error = first_record = last_record = None
+    if partitions:
+        consumer.assign([TopicPartition(topic, p, FIRST_OFFSET) for p in partitions])
     deadline = start + timeout_s
     last_progress = start
-    while got < records and time.monotonic() < deadline:
+    while partitions and consumed.value < records and time.monotonic() < deadline:
         # consume() returns only once it has that many records or the timeout passed, so
-        # it is never asked for more than remain: the last call must not sit out 0.5 s.
-        batch = consumer.consume(min(_CONSUME_BATCH, records - got), 0.5)
+        # it is never asked for more than remain; the phase ends at the last record in
+        # hand (`last_record`), not when the last call returns.
+        wanted = max(1, min(_CONSUME_BATCH, records - consumed.value))
+        batch = consumer.consume(wanted, 0.1)
         now = time.monotonic()
-        if batch:
-            last_progress = now
-            first_record = first_record or now
-        elif now - last_progress > idle_timeout_s:
-            break
+        if not batch:
+            if now - last_progress > idle_timeout_s:
+                break
+            continue
+        last_progress = last_record = now
+        first_record = first_record or now
+        good = 0
         for m in batch:
             if m.error() is not None:
                 errors += 1
                 first_error = first_error or str(m.error())
                 continue
-            got += 1
+            good += 1
             payload += len(m)
-    end = time.monotonic()
+        got += good
+        with consumed.get_lock():
+            consumed.value += good
+    cpu_s = time.process_time() - cpu0
     consumer.close()
     gate.report(
         {
             "start": start,
-            "end": end,
             "first_record": first_record,
+            "last_record": last_record,
             "records": got,
             "payload": payload,
             "errors": errors,
             "first_error": first_error,
+            "cpu_s": cpu_s,
         }
     )
 
@@ -260,31 +280,52 @@ def run_consume(
     server_pid: int,
     timeout_s: float,
     idle_timeout_s: float = 20.0,
+    consumers: int = 1,
 ) -> PhaseResult:
-    """Read all `records` of `topic` from the start with one assigning consumer.
+    """Read all `records` of `topic` from offset 0, its partitions dealt round-robin to
+    `consumers` processes (never more processes than partitions).
 
-    Fails if the records are not all there within `timeout_s`, or if none arrive for
+    Fails unless exactly `records` arrive within `timeout_s`, or if none arrive for
     `idle_timeout_s` before that.
     """
     gate = Gate.new()
-    proc = _SPAWN.Process(
-        target=_consume_worker,
-        daemon=True,
-        args=(bootstrap, tuning, topic, partitions, records, timeout_s, idle_timeout_s, gate),
-    )
-    results = _run_workers([proc], gate, server_pid, timeout_s)
-    r = results.reports[0]
-    if r["records"] != records:
+    consumed = _SPAWN.Value("q", 0)
+    n = max(1, min(consumers, partitions))
+    procs = [
+        _SPAWN.Process(
+            target=_consume_worker,
+            daemon=True,
+            args=(
+                bootstrap,
+                tuning,
+                topic,
+                list(range(i, partitions, n)),
+                records,
+                consumed,
+                timeout_s,
+                idle_timeout_s,
+                gate,
+            ),
+        )  # fmt: skip
+        for i in range(n)
+    ]
+    results = _run_workers(procs, gate, server_pid, timeout_s)
+    reports = results.reports
+    got = sum(r["records"] for r in reports)
+    if got != records:
+        errors = sum(r["errors"] for r in reports)
+        first = next((r["first_error"] for r in reports if r["first_error"]), None)
         raise WorkloadError(
-            f"consumed {r['records']} of {records} records "
-            f"({r['errors']} errors, first: {r['first_error']})"
+            f"consumed {got} of {records} records ({errors} errors, first: {first})"
         )
+    start = min(r["start"] for r in reports)
     return PhaseResult(
-        r["records"],
-        r["payload"],
-        r["end"] - r["start"],
+        got,
+        sum(r["payload"] for r in reports),
+        max(r["last_record"] for r in reports if r["last_record"] is not None) - start,
         results.server_cpu_s,
-        first_record_s=r["first_record"] - r["start"],
+        client_cpu_s=sum(r["cpu_s"] for r in reports),
+        first_record_s=min(r["first_record"] for r in reports if r["first_record"]) - start,
     )
 
 
