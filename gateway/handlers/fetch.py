@@ -172,6 +172,8 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         remaining = deadline - loop.time()
         if total >= min_bytes or remaining <= 0 or any(p.error for p in parts):
             break
+        if ctx.stopping.is_set():
+            break
         await _wait_for_growth(ctx, parts, remaining)
     by_topic: dict[str, list[Any]] = {}
     grouped: dict[str, list[_Part]] = {}
