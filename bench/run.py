@@ -58,13 +58,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--large-bytes", type=int, default=1024, help="the '1 KB' record size")
     p.add_argument("--small-bytes", type=int, default=100, help="the '100 B' record size")
     p.add_argument(
-        "--large-mb", type=float, default=256.0, help="MiB produced per large-record case"
+        "--large-mb", type=float, default=256.0, help="MiB produced per large-record case (0: none)"
     )
     p.add_argument(
         "--small-records",
         type=int,
         default=2_000_000,
-        help="records produced per small-record case",
+        help="records produced per small-record case (0: none)",
     )
     p.add_argument("--partitions", default="1,16", help="partition counts to test")
     p.add_argument("--producers", type=int, default=2, help="producer processes per case")
@@ -144,11 +144,9 @@ class Bench:
         self.measurements: list[dict[str, Any]] = []
         self.failures: list[dict[str, Any]] = []
         self.versions: dict[str, str] = {}
-        self.cases = [
-            (size, parts)
-            for size in (args.large_bytes, args.small_bytes)
-            for parts in args.partition_list
-        ]
+        sizes = [size for size, amount in ((args.large_bytes, args.large_mb),
+                                            (args.small_bytes, args.small_records)) if amount > 0]  # fmt: skip
+        self.cases = [(size, parts) for size in sizes for parts in args.partition_list]
         self.latency_workload = f"latency-{args.large_bytes}B-p1"
         # Set during the extra `--profile` pass: figures then go to `profiled`, not into
         # the medians, and each phase is sampled by py-spy into this directory.
