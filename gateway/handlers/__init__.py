@@ -136,6 +136,21 @@ def default_registry(modules: Sequence[str] = HANDLER_MODULES) -> Registry:
 
 @dataclass
 class HandlerContext:
+    """What handlers work with:
+
+    - ``topics`` (``gateway.topics.TopicRegistry``): ``get(name)`` → ``TopicInfo``
+      (partitions, configs, topic id), ``create``, ``update`` (partition count, configs),
+      ``forget``; topics are streams in ``topics.scope``.
+    - ``logs`` (``gateway.partitions.PartitionLogs``): ``get(topic, partition)`` →
+      ``PartitionLog`` with ``high_watermark``, ``log_start_offset``, ``next_offset``
+      and ``set_log_start(offset)`` (durable; Fetch/ListOffsets honour it at once — call
+      it before truncating the stream); ``delete_topic(topic)`` after a stream is deleted.
+    - ``index`` (``gateway.offset_index.OffsetIndex``): ``floor(topic, partition, offset)``
+      → the batch holding an offset (segment id and position: the StreamCut for a
+      DeleteRecords is the envelope start, ``position - ENVELOPE_BYTES``).
+    - ``controller``, ``store``: the stream and segment APIs underneath.
+    """
+
     config: GatewayConfig
     controller: Controller
     store: SegmentStore
