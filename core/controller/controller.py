@@ -143,9 +143,29 @@ class StreamController:
         except TimeoutError as e:
             raise ConflictError(f"stream {scope}/{stream} is busy with another workflow") from e
         try:
+            await self._finish_recorded(scope, stream)
             yield
         finally:
             lock.release()
+
+    @asynccontextmanager
+    async def stream_workflow(self, scope: str, stream: str) -> AsyncIterator[StreamMeta]:
+        """Hold the stream's workflow lock, with any recorded workflow finished first;
+        yields the stream's metadata (checked to exist before and after waiting)."""
+        await self.stream_meta(scope, stream)
+        async with self.workflow_lock(scope, stream):
+            yield await self.stream_meta(scope, stream)
+
+    async def _finish_recorded(self, scope: str, stream: str) -> None:
+        """Run the remaining steps of a workflow an earlier failure left recorded."""
+        meta = StreamMeta(self.md, scope, stream)
+        try:
+            recorded = (await meta.workflow()).value
+        except SegmentNotFoundError:
+            return  # no stream table (yet)
+        if recorded is not None:
+            log.info("finishing the recorded %s workflow of %s", recorded["type"], meta.name)
+            await recovery.resume_stream(self, scope, stream, None)
 
     # -- scopes -------------------------------------------------------------------------------
     async def create_scope(self, scope: str) -> None:
@@ -253,22 +273,20 @@ class StreamController:
 
     async def update_stream(self, scope: str, stream: str, config: StreamConfig) -> StreamInfo:
         check_config(config, self.config)
-        meta = await self.stream_meta(scope, stream)
-        async with self.workflow_lock(scope, stream):
+        async with self.stream_workflow(scope, stream) as meta:
             await update.start(self.ctx, meta, config)
         return await self.get_stream(scope, stream)
 
     async def seal_stream(self, scope: str, stream: str) -> None:
-        meta = await self.stream_meta(scope, stream)
-        async with self.workflow_lock(scope, stream):
+        async with self.stream_workflow(scope, stream) as meta:
             await seal.start(self.ctx, meta)
             self.txns.forget(scope, stream)
 
     async def delete_stream(self, scope: str, stream: str) -> None:
-        meta = await self.stream_meta(scope, stream)
-        async with self.workflow_lock(scope, stream):
+        async with self.stream_workflow(scope, stream) as meta:
             await delete.start(self.ctx, meta)
         self._histories.pop(meta.table, None)
+        self._locks.pop((scope, stream), None)
         self.txns.forget(scope, stream)
 
     # -- segments and epochs -------------------------------------------------------------------
@@ -347,15 +365,13 @@ class StreamController:
         sealed_segments: Sequence[int],
         new_ranges: Sequence[KeyRange],
     ) -> EpochRecord:
-        meta = await self.stream_meta(scope, stream)
-        async with self.workflow_lock(scope, stream):
+        async with self.stream_workflow(scope, stream) as meta:
             return await scale.start(self.ctx, meta, list(sealed_segments), list(new_ranges))
 
     async def truncate(self, scope: str, stream: str, cut: StreamCut) -> None:
-        meta = await self.stream_meta(scope, stream)
         if not hasattr(cut, "items"):
             raise InvalidArgumentError("a StreamCut is a mapping of segment id to offset")
-        async with self.workflow_lock(scope, stream):
+        async with self.stream_workflow(scope, stream) as meta:
             await truncate.start(self.ctx, meta, dict(cut))
 
     async def streams_with_state(self) -> list[tuple[str, str]]:

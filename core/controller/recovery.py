@@ -1,7 +1,11 @@
 """Finishing what a crash interrupted. Run by ``StreamController.start()`` before it
 serves: every stream whose create or delete is recorded in its scope's index, and every
 stream with a recorded workflow, has that workflow's remaining (idempotent) steps run
-again from the recorded input; then transactions marked for commit are committed."""
+again from the recorded input; then transactions marked for commit are committed.
+
+A stream whose workflow fails again (say its segments' container is unavailable) is
+logged and left recorded; the controller still starts, and the next workflow call on
+that stream retries it first (``StreamController.workflow_lock``)."""
 
 from __future__ import annotations
 
@@ -25,11 +29,19 @@ async def resume_all(ctl: StreamController) -> None:
         await md.ensure_table(table)
         for key, v in await md.entries(table, "stream/"):
             stream = key[len("stream/") :]
-            await resume_stream(ctl, scope, stream, v.value)
+            try:
+                await resume_stream(ctl, scope, stream, v.value)
+            except Exception:
+                log.exception("resuming %s/%s failed; retried on its next workflow", scope, stream)
 
 
 async def resume_stream(ctl: StreamController, scope: str, stream: str, entry: Json) -> None:
+    """Finish the recorded workflow of one stream; ``entry`` is the stream's value in its
+    scope's index (read here when ``None``)."""
     ctx = ctl.ctx
+    if entry is None:
+        v = await ctl.md.get(ctl.md.scope_table(scope), f"stream/{stream}")
+        entry = None if v is None else v.value
     if entry is not None and "create" in entry:
         log.info("resuming create of %s/%s", scope, stream)
         await create.steps(ctx, scope, stream, entry["create"])

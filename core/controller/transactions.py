@@ -107,8 +107,7 @@ class TransactionManager:
 
     async def create(self, scope: str, stream: str, lease_ms: int | None) -> TransactionInfo:
         lease = self._lease(lease_ms)
-        meta = await self.ctl.stream_meta(scope, stream)
-        async with self.ctl.workflow_lock(scope, stream):
+        async with self.ctl.stream_workflow(scope, stream) as meta:
             state, _ = await meta.state()
             if state != StreamState.ACTIVE:
                 raise ConflictError(f"stream {meta.name} is {state.value}; no new transactions")
@@ -164,8 +163,7 @@ class TransactionManager:
         return self._info(meta, rec, dict(h.segments))
 
     async def commit(self, scope: str, stream: str, txn_id: str) -> None:
-        meta = await self.ctl.stream_meta(scope, stream)
-        async with self.ctl.workflow_lock(scope, stream):
+        async with self.ctl.stream_workflow(scope, stream) as meta:
             rec, version = await self._record(meta, txn_id)
             if rec.state == TxnState.COMMITTED:
                 return

@@ -22,7 +22,7 @@ from core.controller.api import (
 from core.controller.controller import StreamController
 from core.controller.keyspace import is_cover
 from core.controller.metadata import StreamMeta
-from core.segmentstore.api import SegmentNotFoundError
+from core.segmentstore.api import SegmentNotFoundError, StoreShutdownError
 from core.segmentstore.inmemory import InMemorySegmentStore
 from tests.controller.conftest import QUIET, Clock
 
@@ -264,3 +264,62 @@ async def test_crash_during_create() -> None:
             break
         n += 1
     assert n >= 4
+
+
+class FailingStore(CrashingStore):
+    """Like ``CrashingStore`` but the call fails with a store error and the process
+    lives on."""
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name not in MUTATING:
+            return attr
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if self.left == 0:
+                self.left = -1
+                raise StoreShutdownError(str(args[0]) if args else name, "injected")
+            if self.left > 0:
+                self.left -= 1
+            return await attr(*args, **kwargs)
+
+        return call
+
+
+async def test_failed_workflow_is_finished_by_the_next_call() -> None:
+    clock = Clock()
+    store = InMemorySegmentStore()
+    await setup(store, clock)
+    failing = FailingStore(store, 10**9)
+    ctl = StreamController(failing, QUIET, clock=clock)  # type: ignore[arg-type]
+    await ctl.start()
+    failing.left = 2  # begin record, create one segment, then fail
+    with pytest.raises(StoreShutdownError):
+        await ctl.scale("s", "t", [S0], [KeyRange(0.0, 0.25), KeyRange(0.25, 0.5)])
+    assert (await ctl.get_stream("s", "t")).state == StreamState.SCALING
+    # the next workflow call first finishes the recorded scale, then does its own work
+    await ctl.scale("s", "t", [S1], [KeyRange(0.5, 1.0)])
+    epochs = await ctl.get_epochs("s", "t")
+    assert [len(e.segments) for e in epochs] == [2, 3, 3]
+    await check_consistent(ctl)
+    await ctl.close()
+
+
+async def test_start_survives_a_workflow_that_keeps_failing() -> None:
+    clock = Clock()
+    store = InMemorySegmentStore()
+    await setup(store, clock)
+    crashing = CrashingStore(store, 10**9)
+    c = StreamController(crashing, QUIET, clock=clock)  # type: ignore[arg-type]
+    await c.start()
+    crashing.left = 1
+    with pytest.raises(Crash):
+        await c.scale("s", "t", [S0], [KeyRange(0.0, 0.5)])
+    failing = FailingStore(store, 2)  # after ensuring two tables, the recovery fails
+    ctl = StreamController(failing, QUIET, clock=clock)  # type: ignore[arg-type]
+    await ctl.start()  # logs the failure, does not raise
+    assert (await ctl.get_stream("s", "t")).state == StreamState.SCALING
+    await ctl.truncate("s", "t", {S0: 10, S1: 10})  # finishes the scale first
+    assert len(await ctl.get_epochs("s", "t")) == 2
+    await check_consistent(ctl)
+    await ctl.close()
