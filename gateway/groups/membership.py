@@ -17,6 +17,7 @@ tests directly after they move their clock).
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import uuid
 from collections.abc import Callable, Sequence
@@ -28,6 +29,7 @@ from gateway.groups.model import Group, GroupState, JoinResult, Member, SyncResu
 from gateway.groups.store import GroupStore
 
 S = GroupState
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +271,10 @@ class Membership:
             g.leader_id = (joined[0] if joined else next(iter(g.members.values()))).member_id
         g.transition(S.COMPLETING_REBALANCE, now)
         g.rebalance_deadline_ms = now + g.max_rebalance_timeout_ms()
+        log.info(
+            "group %r generation %d: %d members, protocol %s, leader %s",
+            g.group_id, g.generation_id, len(g.members), g.protocol_name, g.leader_id,
+        )
         for m in joined:
             fut, m.awaiting_join = m.awaiting_join, None
             m.session_deadline_ms = now + m.session_timeout_ms

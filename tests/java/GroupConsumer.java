@@ -1,14 +1,18 @@
 // A KafkaConsumer that `subscribe`s in a group and keeps consuming until STOP_FILE
 // exists (the pytest side creates it once every record is accounted for). After each
-// poll it commits synchronously what it processed, so the group consumes every record
-// exactly once across rebalances. Prints "A p,p,..." on every assignment and
-// "R partition offset value" for every record.
+// poll it commits synchronously (explicit offsets) what it read, so the group consumes
+// every record exactly once across rebalances. Prints "A p,p,..." on every assignment,
+// "R partition offset value" for every record read, "D partition offset" for every
+// record whose commit the broker acknowledged, "X error" for a failed commit (those
+// reads do not count) -- the protocol of tests/groups/member.py.
 // Usage: GroupConsumer BOOTSTRAP TOPIC GROUP STOP_FILE ASSIGNOR [INSTANCE_ID]
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.Collection;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Properties;
 import java.util.TreeSet;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -16,6 +20,8 @@ import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.StringDeserializer;
 
@@ -32,7 +38,8 @@ public final class GroupConsumer {
         p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
         p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "10000");
+        p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "6000");
+        p.put(ConsumerConfig.MAX_POLL_INTERVAL_MS_CONFIG, "30000");
         p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "1000");
         p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "50");
         p.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, assignorClass(assignor));
@@ -43,7 +50,7 @@ public final class GroupConsumer {
             consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
                 @Override
                 public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
-                    consumer.commitSync();
+                    // Nothing to do: every poll's reads are committed before the next poll.
                 }
 
                 @Override
@@ -61,11 +68,22 @@ public final class GroupConsumer {
             });
             while (!Files.exists(stop)) {
                 ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(200));
+                Map<TopicPartition, OffsetAndMetadata> next = new HashMap<>();
                 for (ConsumerRecord<String, String> r : records) {
                     Check.out("R " + r.partition() + " " + r.offset() + " " + r.value());
+                    next.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
                 }
-                if (!records.isEmpty()) {
-                    consumer.commitSync();
+                if (records.isEmpty()) {
+                    continue;
+                }
+                try {
+                    consumer.commitSync(next);
+                } catch (KafkaException e) {
+                    Check.out("X " + e.getClass().getSimpleName());
+                    continue;
+                }
+                for (ConsumerRecord<String, String> r : records) {
+                    Check.out("D " + r.partition() + " " + r.offset());
                 }
             }
         }

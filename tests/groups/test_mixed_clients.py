@@ -1,0 +1,179 @@
+"""One consumer group with members from four client families — kafka-python, aiokafka,
+confluent-kafka (librdkafka) and the Java client 4.3.0 — all with the range assignor,
+against a real ``tidegate serve``. Members join, leave, crash (``kill -9``) and the
+server restarts while records keep coming; every record is delivered exactly once.
+
+A delivery is a record a member read and whose offset commit the broker acknowledged
+(``D`` lines, see ``member.py``). Exactly once means: no record is delivered twice,
+and every record is delivered, except that a member killed between an acknowledged
+commit and printing it may leave records it had read undelivered in the log (they
+are then covered by the group's committed offsets, checked at the end).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+from confluent_kafka import Producer
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
+
+from tests.clients.server import Tidegate
+from tests.java.conftest import Java, java, tidegate_groups  # noqa: F401 (fixtures)
+
+REPO = Path(__file__).resolve().parents[2]
+TOPIC = "mixed"
+GROUP = "mixed-group"
+PARTITIONS = 6
+PHASE_TIMEOUT_S = 75
+
+
+class Member:
+    def __init__(self, name: str, client: str, jvm: Java, server: Tidegate, tmp: Path) -> None:
+        self.name = name
+        self.client = client
+        self.stop_file = tmp / f"{name}.stop"
+        self.log = tmp / f"{name}.out"
+        self._out: IO[str] = open(self.log, "w")
+        args = [server.bootstrap, TOPIC, GROUP, str(self.stop_file), "range"]
+        self.proc: subprocess.Popen[str]
+        if client == "java":
+            self.proc = jvm.popen("GroupConsumer", *args, stdout=self._out)
+        else:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.groups.member", client, *args],
+                cwd=REPO, stdout=self._out, stderr=subprocess.STDOUT, text=True,
+            )
+        self.killed = False
+
+    def lines(self, kind: str) -> list[tuple[int, int]]:
+        out = []
+        for line in self.log.read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and parts[0] == kind:
+                out.append((int(parts[1]), int(parts[2])))
+        return out
+
+    def stop(self) -> None:
+        self.stop_file.write_text("stop")
+
+    def kill9(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self.killed = True
+
+    def finish(self, timeout_s: float = 60) -> str:
+        if not self.killed:
+            self.stop()
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._out.close()
+        return self.log.read_text()
+
+
+def _wait(cond: Callable[[], bool], what: str, detail: Callable[[], object]) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < PHASE_TIMEOUT_S:
+        if cond():
+            return time.monotonic() - start
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}: {detail()}")
+
+
+def test_mixed_client_group_exactly_once(java: Java, tidegate_groups: Tidegate, tmp_path: Path) -> None:  # noqa: F811
+    server = tidegate_groups
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1)])
+    admin.close()
+    produced: set[tuple[int, int]] = set()
+
+    def produce(count: int, seconds: float) -> None:
+        """``count`` records spread over ``seconds``, every one acknowledged."""
+        producer = Producer({"bootstrap.servers": server.bootstrap, "enable.idempotence": True})
+        errors: list[object] = []
+
+        def report(err: object, msg: object) -> None:
+            if err is not None:
+                errors.append(err)
+            else:
+                produced.add((msg.partition(), msg.offset()))  # type: ignore[attr-defined]
+
+        for i in range(count):
+            producer.produce(TOPIC, key=f"k{len(produced)}-{i}".encode(), value=b"v", on_delivery=report)
+            producer.poll(0)
+            time.sleep(seconds / count)
+        assert producer.flush(30) == 0 and not errors, errors
+
+    members: list[Member] = []
+
+    def start(name: str, client: str) -> Member:
+        m = Member(name, client, java, server, tmp_path)
+        members.append(m)
+        return m
+
+    def delivered() -> list[tuple[int, int]]:
+        return [r for m in members for r in m.lines("D")]
+
+    def all_delivered() -> bool:
+        missing = produced - set(delivered())
+        read_by_killed = {r for m in members if m.killed for r in m.lines("R")}
+        return not (missing - read_by_killed)
+
+    def progress() -> object:
+        return {
+            "produced": len(produced), "delivered": len(set(delivered())),
+            "members": {m.name: (m.proc.poll(), len(m.lines("D"))) for m in members},
+        }
+
+    phases: dict[str, float] = {}
+    try:
+        for name, client in [("kp1", "kafka-python"), ("aio1", "aiokafka"),
+                             ("cf1", "confluent-kafka"), ("java1", "java")]:
+            start(name, client)
+        produce(200, 4)
+        phases["four families"] = _wait(all_delivered, "first deliveries", progress)
+
+        start("kp2", "kafka-python")  # a member joins
+        produce(200, 4)
+        phases["join"] = _wait(all_delivered, "deliveries after a join", progress)
+
+        members[1].stop()  # aiokafka leaves (LeaveGroup)
+        produce(200, 4)
+        phases["leave"] = _wait(all_delivered, "deliveries after a leave", progress)
+
+        members[2].kill9()  # confluent-kafka crashes; its session expires
+        produce(200, 4)
+        phases["crash"] = _wait(all_delivered, "deliveries after a crash", progress)
+
+        server.restart()  # committed offsets and the group survive
+        produce(200, 4)
+        phases["server restart"] = _wait(all_delivered, "deliveries after a restart", progress)
+    finally:
+        outputs = {m.name: m.finish() for m in members}
+    print("seconds from change to every record delivered:", phases)
+
+    for m in members:
+        if not m.killed:
+            assert "OK closed" in outputs[m.name], (m.name, outputs[m.name][-2000:])
+    got = delivered()
+    duplicates = {r for r in got if got.count(r) > 1}
+    assert not duplicates, f"delivered twice: {sorted(duplicates)[:20]}"
+    assert all_delivered()
+    assert set(got) <= produced
+    for m in members:
+        assert m.lines("D"), f"{m.name} ({m.client}) delivered nothing"
+
+    # Every partition's committed offset is its end: nothing left behind.
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    committed = admin.list_group_offsets(GROUP)[GROUP]
+    admin.close()
+    ends = {p: max(o for q, o in produced if q == p) + 1 for p in range(PARTITIONS)}
+    assert {tp.partition: om.offset for tp, om in committed.items()} == ends
