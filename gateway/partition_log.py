@@ -147,8 +147,13 @@ class PartitionLog:
         p.segment = self.segment
         name = self._logs.topics.segment_name(self.topic, self.segment.id)
         records = sum(b.record_count for b in p.batches)
+        # Tasks start in creation order and the store enqueues before its first await,
+        # so appends reach the segment in submission (offset) order. The view is
+        # read-only: the bytes never change after submission, so the store keeps them
+        # without a copy.
+        view = memoryview(p.data).toreadonly()
         task = asyncio.ensure_future(
-            self._logs.store.append(name, memoryview(p.data), event_count=max(records, 1))
+            self._logs.store.append(name, view, event_count=max(records, 1))
         )
         self._inflight += 1
         self._settled.clear()
