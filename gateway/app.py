@@ -69,7 +69,12 @@ class Gateway:
         await groups.start()
         self.ctx.extensions[EXTENSION_KEY] = groups
         self.server = KafkaServer(self.ctx)
-        self.address = await self.server.start()
+        try:
+            self.address = await self.server.start()
+        except OSError:  # the listen address is taken: leave nothing open behind
+            self.server = None
+            await self.close()
+            raise
         if self.config.advertised_listener is None:
             self.config.advertised_listener = f"{self.address[0]}:{self.address[1]}"
         return self.address

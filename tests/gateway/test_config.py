@@ -43,3 +43,27 @@ def test_bad_config_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["serve", "--config", str(path)]) == 2
     assert "unknown config key" in capsys.readouterr().err
     assert main(["serve", "--listen", "nonsense"]) == 2
+
+
+async def test_listen_address_in_use_fails_cleanly(tmp_path: Path) -> None:
+    import socket
+
+    from tests.gateway.conftest import Node
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        node = Node(tmp_path / "data")
+        await node.store.start()
+        await node.controller.start()
+        from gateway.app import Gateway
+        from gateway.config import GatewayConfig
+
+        gw = Gateway(GatewayConfig(data_dir=tmp_path / "data", listen=f"127.0.0.1:{port}"),
+                     node.store, node.controller)
+        with pytest.raises(OSError):
+            await gw.start()
+        assert gw.ctx is None
+        await node.close()
+    node = Node(tmp_path / "data")  # the index was closed: it opens again
+    await node.start()
+    await node.close()
