@@ -92,6 +92,9 @@ class Applier:
         assert data is not None
         idx = self.c.read_index.get(meta)
         if n:
+            if isinstance(data, memoryview):
+                # Replayed: a slice of a whole Tier-1 frame, which it must not pin.
+                data = bytes(data)
             idx.add_append(offset, data, op)
         op.data = None
         idx.notify()

@@ -32,10 +32,21 @@ class SegmentStoreConfig:
     #: this many bytes, or once the oldest is this old.
     flush_bytes: int = 4 * MiB
     flush_interval_ms: int = 1000
+    #: Per container: bytes committed but not yet in Tier-2 (plus ~400 bytes per
+    #: operation). Past it, mutating calls are acknowledged only once the storage writer
+    #: has caught up below it again: the memory and Tier-1 space behind a slow Tier-2
+    #: stay bounded.
+    writer_lag_bytes_max: int = 256 * MiB
     #: Largest single Tier-2 write.
     tier2_write_bytes_max: int = 16 * MiB
+    #: Tier-2 (filesystem) chunk files are rolled at this size; truncation frees whole
+    #: chunks.
+    tier2_chunk_bytes_max: int = 64 * MiB
     #: Tier-2 reads for cache misses fetch at least this many bytes (read-ahead).
     tier2_read_block_bytes: int = 1 * MiB
+    #: Attempts of a Tier-2 read that fails with a transient error, before the read
+    #: fails with ``DataCorruptionError``.
+    tier2_read_attempts: int = 4
     #: Delay before the storage writer retries a failed Tier-2 call (doubles up to 32x).
     writer_retry_delay_ms: int = 50
     #: A metadata checkpoint is written after this many logged bytes or operations.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 
 from core.segmentstore.api import (
@@ -36,9 +36,9 @@ from core.segmentstore.api import (
 )
 from core.segmentstore.apply import Applier
 from core.segmentstore.config import SegmentStoreConfig
-from core.segmentstore.durablelog.frames import read_operation_at
+from core.segmentstore.durablelog.frames import read_operations
 from core.segmentstore.durablelog.log import DurableLog
-from core.segmentstore.logs.api import DurableDataLog
+from core.segmentstore.logs.api import DurableDataLog, LogAddress
 from core.segmentstore.metadata import ContainerMetadata, SegmentMeta
 from core.segmentstore.operations import (
     AppendOp,
@@ -53,7 +53,7 @@ from core.segmentstore.operations import (
     TableWriteOp,
     TruncateOp,
 )
-from core.segmentstore.reading.cache import Cache, CacheEntry
+from core.segmentstore.reading.cache import Cache
 from core.segmentstore.reading.index import ReadIndex
 from core.segmentstore.recovery import recover
 from core.segmentstore.tables import PUT, REMOVE, TableIndex, encode
@@ -91,7 +91,14 @@ class SegmentContainer:
         self.failure: BaseException | None = None
         self.md = ContainerMetadata()
         self.tables: dict[int, TableIndex] = {}
-        self.read_index = ReadIndex(cache, storage, self._tier1_read, config.tier2_read_block_bytes)
+        self.read_index = ReadIndex(
+            cache,
+            storage,
+            self._tier1_read,
+            config.tier2_read_block_bytes,
+            config.tier2_read_attempts,
+            config.writer_retry_delay_ms,
+        )
         self.writer = StorageWriter(self, storage, config, clock)
         self.applier = Applier(self)
         self.durable: DurableLog | None = None
@@ -157,9 +164,8 @@ class SegmentContainer:
         if self.state != RUNNING:
             raise StoreShutdownError(name, f"container {self.id} is {self.state}")
 
-    async def _tier1_read(self, entry: CacheEntry) -> Operation:
-        assert entry.address is not None
-        return await read_operation_at(self.log, entry.address, entry.frame_pos)
+    def _tier1_read(self, address: LogAddress, frame_pos: int) -> AsyncGenerator[Operation, None]:
+        return read_operations(self.log, address, frame_pos)
 
     # -- queueing -----------------------------------------------------------------------
 
@@ -239,8 +245,10 @@ class SegmentContainer:
             self._check_attrs(name, meta.p_attributes, attribute_updates)
             attrs = tuple((u.key, u.value) for u in attribute_updates)
             meta.p_attributes.update(attrs)
-        if isinstance(data, memoryview) and not data.readonly:
-            data = bytes(data)  # the caller may reuse its buffer; the cache keeps ours
+        if isinstance(data, memoryview) and (data.readonly is False or data.nbytes * 2 < _nbytes(data.obj)):
+            # The caller may reuse a writable buffer, and a small slice of a big one
+            # would pin all of it in the cache: keep a copy of our bytes instead.
+            data = bytes(data)
         meta.p_length = offset + n
         op = AppendOp(meta.id, name, offset, data, attrs, event_count)
         op.result = offset
@@ -418,6 +426,13 @@ class SegmentContainer:
         t = self.table(name)
         return [t.get(k) for k in keys]
 
+
+
+def _nbytes(obj: Any) -> int:
+    try:
+        return memoryview(obj).nbytes
+    except TypeError:
+        return 0
 
 
 def _consume(fut: asyncio.Future[Any]) -> None:

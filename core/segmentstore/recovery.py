@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from core.segmentstore.durablelog.frames import read_operations
 from core.segmentstore.operations import CheckpointOp, OpKind
 from core.segmentstore.tables import TableIndex
+from tier2.api import SegmentInfo, StorageError
 from tier2.api import SegmentNotFoundError as Tier2NotFound
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ async def recover(c: SegmentContainer) -> None:
         if meta.tier2_stale:
             continue
         try:
-            info = await asyncio.to_thread(c.storage.get_info, meta.name)
+            info = await _get_info(c, meta.name)
         except Tier2NotFound:
             continue
         meta.storage_length = min(info.length, meta.length)
@@ -69,6 +70,21 @@ async def recover(c: SegmentContainer) -> None:
                     table.apply(data, pos, queued=False)
                     consumed = len(data)
                 pos += consumed
+
+
+async def _get_info(c: SegmentContainer, name: str) -> SegmentInfo:
+    """Tier-2 ``get_info``, transient failures retried (a bounded number of times)."""
+    delay = c.config.writer_retry_delay_ms / 1000
+    for attempt in range(50):
+        try:
+            return await asyncio.to_thread(c.storage.get_info, name)
+        except Tier2NotFound:
+            raise
+        except (StorageError, OSError):
+            if attempt == 49:
+                raise
+            await asyncio.sleep(min(delay * 2 ** min(attempt, 5), 2.0))
+    raise AssertionError("unreachable")
 
 
 def _whole_entries(data: bytes) -> int:

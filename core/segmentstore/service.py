@@ -64,7 +64,9 @@ class StreamSegmentStore:
         if tier2 is None:
             from tier2.filesystem import FileSystemStorage
 
-            tier2 = FileSystemStorage(self.data_dir / "tier2")
+            tier2 = FileSystemStorage(
+                self.data_dir / "tier2", chunk_bytes_max=config.tier2_chunk_bytes_max
+            )
         self.storage: Storage = tier2
         self.cache = Cache(config.cache_bytes_max)
         self.traffic_meters = Traffic(clock, config.traffic_window_ms)
@@ -157,9 +159,11 @@ class StreamSegmentStore:
         attribute_updates: Sequence[AttributeUpdate] = (),
         event_count: int = 1,
     ) -> int:
-        offset: int = await self._c(name).queue_append(
-            name, data, expected_offset, attribute_updates, event_count
-        )
+        c = self._c(name)
+        offset: int = await c.queue_append(name, data, expected_offset, attribute_updates, event_count)
+        writer = c.writer
+        if writer.lag_bytes > writer.lag_bytes_max:
+            await writer.wait_lag()
         return offset
 
     async def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> None:
@@ -205,10 +209,14 @@ class StreamSegmentStore:
         await self._c(name).queue_delete(name, True, must_be_empty)
 
     async def table_put(self, name: str, updates: Sequence[TableUpdate]) -> list[int]:
-        res = self._c(name).queue_table_put(name, updates)
+        c = self._c(name)
+        res = c.queue_table_put(name, updates)
         if isinstance(res, list):
             return res
-        return list(await res)
+        versions = list(await res)
+        if c.writer.lag_bytes > c.writer.lag_bytes_max:
+            await c.writer.wait_lag()
+        return versions
 
     async def table_remove(self, name: str, removals: Sequence[TableRemoval]) -> None:
         fut = self._c(name).queue_table_remove(name, removals)

@@ -189,8 +189,10 @@ class DurableLog:
                 return
             for op in frame.completes:
                 fut = op.future
-                if fut is not None and not fut.done():
-                    fut.set_result(op.result)
+                if fut is not None:
+                    op.future = None
+                    if not fut.done():
+                        fut.set_result(op.result)
             self._pump()
 
     def _fail(self, exc: BaseException) -> None:

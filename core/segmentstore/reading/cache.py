@@ -54,6 +54,9 @@ class Cache:
     def __init__(self, cache_bytes_max: int) -> None:
         self.bytes_max = cache_bytes_max
         self.used_bytes = 0
+        #: Bytes held of data not yet in Tier-2 (the storage writer flushes early when
+        #: this passes half the bound, so eviction rarely has to drop such data).
+        self.unflushed_bytes = 0
         self._flushed: OrderedDict[CacheEntry, None] = OrderedDict()
         self._unflushed: OrderedDict[CacheEntry, None] = OrderedDict()
 
@@ -62,10 +65,19 @@ class Cache:
 
     def add(self, entry: CacheEntry) -> None:
         assert entry.data is not None
-        (self._flushed if entry.flushed else self._unflushed)[entry] = None
-        self.used_bytes += entry.end - entry.start + ENTRY_OVERHEAD_BYTES
+        n = entry.end - entry.start + ENTRY_OVERHEAD_BYTES
+        if entry.flushed:
+            self._flushed[entry] = None
+        else:
+            self._unflushed[entry] = None
+            self.unflushed_bytes += n
+        self.used_bytes += n
         if self.used_bytes > self.bytes_max:
             self.evict()
+
+    @property
+    def under_pressure(self) -> bool:
+        return self.unflushed_bytes * 2 > self.bytes_max
 
     def touch(self, entry: CacheEntry) -> None:
         if entry.flushed and entry in self._flushed:
@@ -77,6 +89,7 @@ class Cache:
         entry.flushed = True
         if self._unflushed.pop(entry, 0) is None:
             self._flushed[entry] = None
+            self.unflushed_bytes -= entry.end - entry.start + ENTRY_OVERHEAD_BYTES
 
     def discard(self, entry: CacheEntry) -> None:
         """Forget an entry's data (the index drops the entry itself)."""
@@ -84,7 +97,10 @@ class Cache:
             return
         lru = self._flushed if entry.flushed else self._unflushed
         if lru.pop(entry, 0) is None:
-            self.used_bytes -= entry.end - entry.start + ENTRY_OVERHEAD_BYTES
+            n = entry.end - entry.start + ENTRY_OVERHEAD_BYTES
+            self.used_bytes -= n
+            if not entry.flushed:
+                self.unflushed_bytes -= n
         entry.data = None
 
     def evict(self) -> None:
@@ -96,7 +112,9 @@ class Cache:
                 entry.index.drop(entry)
             elif self._unflushed:
                 entry, _ = self._unflushed.popitem(last=False)
-                self.used_bytes -= entry.end - entry.start + ENTRY_OVERHEAD_BYTES
+                n = entry.end - entry.start + ENTRY_OVERHEAD_BYTES
+                self.used_bytes -= n
+                self.unflushed_bytes -= n
                 entry.data = None  # stays indexed, to be read back from Tier-1
             else:
                 return

@@ -14,13 +14,17 @@ from __future__ import annotations
 import asyncio
 import bisect
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
 
 from core.segmentstore.api import DataCorruptionError
+from core.segmentstore.logs.api import LogAddress
 from core.segmentstore.metadata import SegmentMeta
 from core.segmentstore.operations import Operation
 from core.segmentstore.reading.cache import Cache, CacheEntry
+from tier2.api import BadOffsetError as Tier2BadOffset
 from tier2.api import DataMissingError, Storage, StorageError
+from tier2.api import SegmentNotFoundError as Tier2NotFound
 
 
 class SegmentReadIndex:
@@ -93,13 +97,17 @@ class SegmentReadIndex:
             else:
                 self.cache.mark_flushed(entry)
         self.merges = [m for m in self.merges if m[0] + m[1] > storage_length]
+        if self.starts and self.entries[self.starts[0]].end <= self.meta.start_offset:
+            self.truncate(self.meta.start_offset)
 
     def truncate(self, start: int) -> None:
-        """Forget every entry wholly below ``start``."""
+        """Forget every entry wholly below ``start`` that is already in Tier-2 (the
+        storage writer still needs the others: Tier-2 offsets have no holes)."""
+        limit = min(start, self.meta.storage_length)
         k = 0
         for s in self.starts:
             entry = self.entries[s]
-            if entry.end > start:
+            if entry.end > limit:
                 break
             self.cache.discard(entry)
             entry.removed = True
@@ -124,15 +132,27 @@ class SegmentReadIndex:
                 w.set_result(None)
 
 
-Tier1Reader = Callable[[CacheEntry], Awaitable[Operation]]
+#: ``tier1_read(address, frame_pos)``: the operations of Tier-1 from there on.
+Tier1Reader = Callable[[LogAddress, int], AsyncGenerator[Operation, None]]
+
+#: Most bytes one Tier-1 read-back brings into the cache.
+TIER1_READBACK_BYTES_MAX = 8 * 1024 * 1024
 
 
 class ReadIndex:
     """The read indexes of one container, and the I/O behind cache misses."""
 
     def __init__(
-        self, cache: Cache, storage: Storage, tier1_read: Tier1Reader, read_block_bytes: int
+        self,
+        cache: Cache,
+        storage: Storage,
+        tier1_read: Tier1Reader,
+        read_block_bytes: int,
+        read_attempts: int = 4,
+        retry_delay_ms: int = 50,
     ) -> None:
+        self._read_attempts = max(1, read_attempts)
+        self._retry_delay_s = retry_delay_ms / 1000
         self.cache = cache
         self.storage = storage
         self._tier1_read = tier1_read
@@ -180,7 +200,7 @@ class ReadIndex:
             if entry is not None:
                 data = entry.data
                 if data is None:
-                    data = await self._from_tier1(idx, entry)
+                    data = await self._from_tier1(idx, entry, end)
                 else:
                     self.cache.touch(entry)
                 stop = min(end, entry.end)
@@ -190,7 +210,13 @@ class ReadIndex:
             nxt = idx.next_start(pos)
             if pos < meta.storage_length and not meta.tier2_stale:
                 stop = min(meta.storage_length, nxt, max(end, pos + self._read_block_bytes))
-                block = await self._from_tier2(meta, pos, stop - pos)
+                try:
+                    block = await self._from_tier2(meta, pos, stop - pos)
+                except DataCorruptionError:
+                    if stop <= end:
+                        raise
+                    stop = end  # the read-ahead part may be what is damaged
+                    block = await self._from_tier2(meta, pos, stop - pos)
                 idx.add_block(pos, block)
                 take = min(end, stop) - pos
                 chunks.append(memoryview(block)[:take])
@@ -207,20 +233,58 @@ class ReadIndex:
         return chunks
 
     async def _from_tier2(self, meta: SegmentMeta, offset: int, length: int) -> bytes:
-        try:
-            return await asyncio.to_thread(self.storage.read, meta.name, offset, length)
-        except DataMissingError as exc:
-            raise DataCorruptionError(meta.name, f"Tier-2 data missing: {exc}") from exc
-        except StorageError as exc:
-            raise DataCorruptionError(meta.name, f"Tier-2 read failed: {exc}") from exc
+        """Transient failures (plain ``StorageError``, ``OSError``) are retried; what
+        remains is reported as ``DataCorruptionError``, never served as zeros."""
+        for attempt in range(self._read_attempts):
+            try:
+                return await asyncio.to_thread(self.storage.read, meta.name, offset, length)
+            except (DataMissingError, Tier2NotFound, Tier2BadOffset) as exc:
+                raise DataCorruptionError(meta.name, f"Tier-2 data missing: {exc}") from exc
+            except (StorageError, OSError) as exc:
+                if attempt + 1 == self._read_attempts:
+                    raise DataCorruptionError(meta.name, f"Tier-2 read failed: {exc}") from exc
+                await asyncio.sleep(self._retry_delay_s * (attempt + 1))
+        raise AssertionError("unreachable")
 
-    async def _from_tier1(self, idx: SegmentReadIndex, entry: CacheEntry) -> bytes | memoryview:
-        op = await self._tier1_read(entry)
-        data: bytes | memoryview | None = getattr(op, "data", None)
-        if op.seq != entry.seq or data is None or len(data) != entry.end - entry.start:
-            raise DataCorruptionError(idx.meta.name, f"Tier-1 entry for seq {entry.seq} mismatch")
-        if entry.data is None and not entry.removed:
-            entry.data = data
-            if not entry.flushed:
-                idx.cache.add(entry)
-        return data
+    async def _from_tier1(
+        self, idx: SegmentReadIndex, first: CacheEntry, end: int
+    ) -> bytes | memoryview:
+        """Read back ``first`` and the evicted entries after it (up to ``end``) in one
+        pass over Tier-1. Payloads are copied out of the frames so a cached entry never
+        pins a whole frame."""
+        wanted: dict[int, CacheEntry] = {first.seq: first}
+        budget = TIER1_READBACK_BYTES_MAX - (first.end - first.start)
+        pos = first.end
+        while pos < end and budget > 0:
+            entry = idx.find(pos)
+            if entry is None or entry.data is not None or entry.address is None:
+                break
+            wanted[entry.seq] = entry
+            budget -= entry.end - entry.start
+            pos = entry.end
+        last_seq = max(wanted)
+        assert first.address is not None
+        found: bytes | memoryview | None = None
+        async with aclosing(self._tier1_read(first.address, first.frame_pos)) as ops:
+            async for op in ops:
+                if op.seq > last_seq:
+                    break
+                entry_or_none = wanted.pop(op.seq, None)
+                if entry_or_none is None:
+                    continue
+                e = entry_or_none
+                raw: bytes | memoryview | None = getattr(op, "data", None)
+                if raw is None or len(raw) != e.end - e.start:
+                    raise DataCorruptionError(idx.meta.name, f"Tier-1 entry for seq {e.seq} mismatch")
+                data = bytes(raw)
+                if e is first:
+                    found = data
+                if e.data is None and not e.removed:
+                    e.data = data
+                    if not e.flushed:
+                        idx.cache.add(e)
+                if not wanted:
+                    break
+        if found is None:
+            raise DataCorruptionError(idx.meta.name, f"Tier-1 has no entry for seq {first.seq}")
+        return found

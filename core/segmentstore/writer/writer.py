@@ -66,6 +66,12 @@ _STATE_ERRORS = (
 )
 
 
+_DATA_KINDS = (OpKind.APPEND, OpKind.TABLE_WRITE, OpKind.TABLE_COMPACT)
+#: What one not-yet-flushed operation costs in memory besides its bytes (its operation
+#: object and read-index entry), counted against ``writer_lag_bytes_max``.
+LAG_OVERHEAD_BYTES = 400
+
+
 class WriterError(Exception):
     """Tier-2 contradicts the log (e.g. shorter than what was already flushed)."""
 
@@ -77,6 +83,7 @@ class _Aggregator:
     end: int
     first_seq: int
     first_time: float
+    ops: int = 1
 
 
 class StorageWriter:
@@ -102,21 +109,45 @@ class StorageWriter:
         self._idle = asyncio.Event()
         self._lock = asyncio.Lock()  # one of the main loop and ``flush_all`` at a time
         self.error: BaseException | None = None
+        #: Bytes (plus a per-operation overhead) committed and not yet in Tier-2.
+        self.lag_bytes = 0
+        self.lag_bytes_max = config.writer_lag_bytes_max
+        self._lag_ok = asyncio.Event()
+        self._lag_ok.set()
         self.tier2_writes = 0
         self.retries = 0
 
     def add(self, op: Operation) -> None:
-        self._ops.append(op)
-        self._wake.set()
+        self.add_many([op])
 
     def add_many(self, ops: list[Operation]) -> None:
         self._ops.extend(ops)
+        lag = 0
+        for op in ops:
+            if op.kind in _DATA_KINDS:
+                lag += op.length + LAG_OVERHEAD_BYTES  # type: ignore[attr-defined]
+        if lag:
+            self.lag_bytes += lag
+            if self.lag_bytes > self.lag_bytes_max:
+                self._lag_ok.clear()
         self._wake.set()
+
+    def _lag_done(self, nbytes: int) -> None:
+        self.lag_bytes -= nbytes
+        if self.lag_bytes <= self.lag_bytes_max:
+            self._lag_ok.set()
+
+    async def wait_lag(self) -> None:
+        """Wait until the data not yet in Tier-2 is back under ``writer_lag_bytes_max``
+        (callers are throttled here, so memory does not grow with load)."""
+        while self.lag_bytes > self.lag_bytes_max and self._task is not None and self.error is None:
+            await self._lag_ok.wait()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
+        self._lag_ok.set()
         if self._task is not None:
             self._task.cancel()
             try:
@@ -169,6 +200,7 @@ class StorageWriter:
         ops = self._ops
         aggs = self._aggs
         flush_bytes = self.config.flush_bytes
+        cache = self.c.read_index.cache
         while ops:
             op = ops.popleft()
             if op.kind is OpKind.APPEND:
@@ -177,8 +209,9 @@ class StorageWriter:
                 agg = aggs.get(op.segment_id)
                 if agg is not None and agg.end == op.offset:
                     agg.end += op.length
+                    agg.ops += 1
                     self._next_seq = op.seq + 1
-                    if agg.end - agg.start < flush_bytes:
+                    if agg.end - agg.start < flush_bytes and not cache.under_pressure:
                         continue
                     await self._flush(agg.meta)
                     continue
@@ -194,9 +227,12 @@ class StorageWriter:
             if agg is None:
                 if op.length:
                     self._aggs[meta.id] = _Aggregator(meta, op.offset, op.offset + op.length, op.seq, self.clock())
+                else:
+                    self._lag_done(LAG_OVERHEAD_BYTES)
             else:
                 assert agg.end == op.offset, (agg.end, op.offset)
                 agg.end += op.length
+                agg.ops += 1
             if kind == OpKind.TABLE_COMPACT:
                 assert isinstance(op, TableCompactOp)
                 await self._flush(meta)
@@ -227,7 +263,9 @@ class StorageWriter:
             await self._merge(op)
         elif kind == OpKind.DELETE:
             meta = md.by_id[op.segment_id]
-            self._aggs.pop(meta.id, None)
+            dropped = self._aggs.pop(meta.id, None)
+            if dropped is not None:
+                self._lag_done(dropped.end - dropped.start + LAG_OVERHEAD_BYTES * dropped.ops)
             await self._ensure(meta, "delete")
             self.c.read_index.remove(meta)
             md.forget(meta)
@@ -310,6 +348,7 @@ class StorageWriter:
         meta.storage_length = max(meta.storage_length, agg.end)
         idx.flushed_to(meta.storage_length)
         del self._aggs[meta.id]
+        self._lag_done(agg.end - agg.start + LAG_OVERHEAD_BYTES * agg.ops)
 
     async def _t2_truncate(self, meta: SegmentMeta, offset: int) -> None:
         info = await self._state(meta.name)
@@ -358,8 +397,15 @@ class StorageWriter:
     async def _flush_due(self, *, force: bool) -> None:
         now = self.clock()
         age = self.config.flush_interval_ms / 1000
-        for agg in list(self._aggs.values()):
-            if force or now - agg.first_time >= age or agg.end - agg.start >= self.config.flush_bytes:
+        cache = self.c.read_index.cache
+        aggs = sorted(self._aggs.values(), key=lambda a: a.start - a.end)  # largest first
+        for agg in aggs:
+            if (
+                force
+                or now - agg.first_time >= age
+                or agg.end - agg.start >= self.config.flush_bytes
+                or cache.under_pressure
+            ):
                 await self._flush(agg.meta)
 
     async def _truncate_tier1(self) -> None:

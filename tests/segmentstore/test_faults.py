@@ -1,0 +1,173 @@
+"""Failures: a corrupted Tier-1 tail, Tier-2 data deleted behind the store's back,
+transient Tier-2 errors (the writer retries), a failing Tier-1 append (the container
+stops; a restart recovers exactly what was acknowledged)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from core.segmentstore.api import DataCorruptionError, StoreShutdownError
+from core.segmentstore.config import SegmentStoreConfig
+from core.segmentstore.logs.api import DurableDataLog
+from core.segmentstore.logs.faults import FaultyDurableDataLog
+from core.segmentstore.logs.inmemory import InMemoryDurableDataLog, InMemoryLogBacking
+from core.segmentstore.service import StreamSegmentStore
+from tests.segmentstore.helpers import SMALL, Backings
+from tier2.faults import FaultyStorage
+from tier2.inmemory import InMemoryStorage
+
+ONE = SegmentStoreConfig(container_count=1, flush_interval_ms=20, tier2_chunk_bytes_max=16 * 1024)
+
+
+async def read_all(s: StreamSegmentStore, name: str) -> bytes:
+    info = await s.get_info(name)
+    r = await s.read(name, info.start_offset, info.length)
+    return b"".join(bytes(c) for c in r.chunks)
+
+
+async def test_corrupted_tier1_tail_is_cut(tmp_path: Path) -> None:
+    s = StreamSegmentStore(tmp_path, ONE)
+    await s.start()
+    await s.create_segment("s")
+    await s.append("s", b"A" * 1000)
+    await s.append("s", b"B" * 1000)
+    await s.close()
+    # Damage the last entry of the newest Tier-1 file (as a torn write would).
+    files = sorted((tmp_path / "tier1" / "container-0").glob("*.log"))
+    last = files[-1]
+    raw = bytearray(last.read_bytes())
+    raw[-1] ^= 0xFF
+    last.write_bytes(bytes(raw))
+    s = StreamSegmentStore(tmp_path, ONE)
+    await s.start()
+    assert await read_all(s, "s") == b"A" * 1000  # the torn append is gone, wholly
+    assert await s.append("s", b"C") == 1000  # and the log goes on from there
+    await s.close()
+    s = StreamSegmentStore(tmp_path, ONE)
+    await s.start()
+    assert await read_all(s, "s") == b"A" * 1000 + b"C"
+    await s.close()
+
+
+async def test_tier2_chunk_deleted_is_an_error_not_zeros(tmp_path: Path) -> None:
+    s = StreamSegmentStore(tmp_path, ONE)
+    await s.start()
+    await s.create_segment("s")
+    for i in range(8):
+        await s.append("s", bytes([65 + i]) * 10_000)
+    await s.flush_to_storage()
+    assert (await s.get_info("s")).storage_length == 80_000
+    await s.close()
+    chunks = sorted((tmp_path / "tier2" / "s").glob("*.chunk"), key=lambda p: int(p.stem))
+    assert len(chunks) > 2
+    chunks[1].unlink()
+    s = StreamSegmentStore(tmp_path, ONE)
+    await s.start()
+    start = int(chunks[1].stem)
+    with pytest.raises(DataCorruptionError):
+        await s.read("s", start, 100)
+    r = await s.read("s", 0, 100)  # other chunks still read fine
+    assert bytes(r.chunks[0]) == b"A" * 100
+    await s.close()
+
+
+async def test_transient_tier2_errors_are_retried(tmp_path: Path) -> None:
+    inner = InMemoryStorage()
+    faulty = FaultyStorage(inner, seed=7, error_rate=0.3, lost_reply_rate=0.15)
+    backings = Backings(tier2=faulty)
+    cfg = dict(writer_retry_delay_ms=1, cache_bytes_max=64 * 1024)
+    s = backings.store(tmp_path, **cfg)
+    await s.start()
+    expect: dict[str, bytearray] = {}
+    for i in range(200):
+        name = f"seg{i % 5}"
+        if name not in expect:
+            await s.create_segment(name)
+            expect[name] = bytearray()
+        data = bytes([i % 256]) * (100 + 37 * i)
+        await s.append(name, data)
+        expect[name] += data
+    await s.seal("seg0")
+    await s.truncate("seg1", 5000)
+    await s.flush_to_storage()
+    retries = sum(c.writer.retries for c in s.containers.values())
+    assert retries > 0 and faulty.injected > 0
+    for name, data in expect.items():
+        info = inner.get_info(name)
+        assert info.length == len(data), name  # no gaps, no double writes
+        start = 5000 if name == "seg1" else 0
+        assert inner.read(name, info.start_offset, info.length - info.start_offset) == bytes(
+            data[info.start_offset :]
+        )
+        assert info.start_offset <= start
+        assert await read_all(s, name) == bytes(data[start:])
+    assert inner.get_info("seg0").sealed
+    await s.close()
+    # After a restart, reads come from Tier-2 (through the faulty wrapper: retried).
+    s = backings.store(tmp_path, **cfg)
+    await s.start()
+    for name, data in expect.items():
+        start = 5000 if name == "seg1" else 0
+        assert await read_all(s, name) == bytes(data[start:])
+    await s.close()
+
+
+async def test_tier1_failure_stops_container_and_restart_recovers(tmp_path: Path) -> None:
+    backing = InMemoryLogBacking()
+    faulty: list[FaultyDurableDataLog] = []
+
+    def factory(cid: int) -> DurableDataLog:
+        log = FaultyDurableDataLog(InMemoryDurableDataLog(backing), fail_after_appends=None if faulty else 6)
+        faulty.append(log)
+        return log
+
+    cfg = SegmentStoreConfig(container_count=1)
+    s = StreamSegmentStore(tmp_path, cfg, tier1_factory=factory, tier2=InMemoryStorage())
+    storage = s.storage
+    await s.start()
+    await s.create_segment("s")
+    acked = []
+    results = []
+    for i in range(10):
+        try:
+            off = await s.append("s", bytes([i]) * 10)
+            acked.append(off)
+        except StoreShutdownError as exc:
+            results.append(exc)
+    assert acked and results, (acked, results)
+    with pytest.raises(StoreShutdownError):
+        await s.get_info("s")
+    await s.close()
+    s = StreamSegmentStore(tmp_path, cfg, tier1_factory=factory, tier2=storage)
+    await s.start()
+    data = await read_all(s, "s")
+    assert data == b"".join(bytes([i]) * 10 for i in range(len(acked)))
+    assert await s.append("s", b"more") == len(data)
+    await s.close()
+
+
+async def test_concurrent_failure_fails_every_later_call(tmp_path: Path) -> None:
+    backings: dict[int, InMemoryLogBacking] = {}
+    logs: list[FaultyDurableDataLog] = []
+
+    def factory(cid: int) -> DurableDataLog:
+        backing = backings.setdefault(cid, InMemoryLogBacking())
+        log = FaultyDurableDataLog(InMemoryDurableDataLog(backing), fail_after_appends=3)
+        logs.append(log)
+        return log
+
+    s = StreamSegmentStore(tmp_path, SMALL, tier1_factory=factory, tier2=InMemoryStorage())
+    await s.start()
+    name = "s"
+    await s.create_segment(name)
+    tasks = [asyncio.ensure_future(s.append(name, b"x" * 5000)) for _ in range(20)]
+    res = await asyncio.gather(*tasks, return_exceptions=True)
+    ok = [r for r in res if isinstance(r, int)]
+    bad = [r for r in res if isinstance(r, BaseException)]
+    assert bad and all(isinstance(b, StoreShutdownError) for b in bad)
+    # Acknowledged ones form a prefix of the call order.
+    assert res[: len(ok)] == ok
+    await s.close()

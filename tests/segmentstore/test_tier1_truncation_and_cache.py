@@ -1,0 +1,122 @@
+"""Tier-1 truncation after the storage writer catches up (observed on disk), and the
+cache bound (memory does not grow with the data written)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import tracemalloc
+from pathlib import Path
+
+from core.segmentstore.config import SegmentStoreConfig
+from core.segmentstore.service import StreamSegmentStore
+from tier2.faults import FaultyStorage
+from tier2.inmemory import InMemoryStorage
+
+CFG = SegmentStoreConfig(
+    container_count=1,
+    tier1_file_bytes_max=64 * 1024,
+    frame_bytes_max=16 * 1024,
+    checkpoint_interval_bytes=128 * 1024,
+    flush_bytes=256 * 1024,
+    flush_interval_ms=60_000,  # only explicit flushes: the test decides when
+)
+
+
+async def read_all(s: StreamSegmentStore, name: str) -> bytes:
+    info = await s.get_info(name)
+    r = await s.read(name, info.start_offset, info.length)
+    return b"".join(bytes(c) for c in r.chunks)
+
+
+async def test_tier1_files_deleted_once_in_tier2(tmp_path: Path) -> None:
+    s = StreamSegmentStore(tmp_path, CFG, clock=lambda: 0.0)  # time never flushes
+    await s.start()
+    await s.create_segment("s")
+    expect = b""
+    for i in range(200):
+        data = bytes([i]) * (1000 + i)
+        await s.append("s", data)
+        expect += data
+    tier1 = tmp_path / "tier1" / "container-0"
+    before = sorted(p.name for p in tier1.glob("*.log"))
+    assert len(before) > 3
+    assert await read_all(s, "s") == expect
+    await s.flush_to_storage()
+    after = sorted(p.name for p in tier1.glob("*.log"))
+    assert len(after) <= 2 and not set(after) & set(before[:-1]), (before, after)
+    assert (await s.get_info("s")).storage_length == len(expect)
+    assert await read_all(s, "s") == expect
+    await s.close()
+    s = StreamSegmentStore(tmp_path, CFG)
+    await s.start()
+    assert await read_all(s, "s") == expect  # from Tier-2 after recovery
+    await s.append("s", b"tail")
+    await s.close()
+    s = StreamSegmentStore(tmp_path, CFG)
+    await s.start()
+    assert await read_all(s, "s") == expect + b"tail"
+    await s.close()
+
+
+async def test_cache_stays_bounded_and_reads_fall_back(tmp_path: Path) -> None:
+    cache_max = 256 * 1024
+    cfg = SegmentStoreConfig(
+        container_count=2,
+        cache_bytes_max=cache_max,
+        flush_bytes=128 * 1024,
+        flush_interval_ms=10,
+        writer_lag_bytes_max=512 * 1024,
+    )
+    s = StreamSegmentStore(tmp_path, cfg)
+    await s.start()
+    names = [f"s{i}" for i in range(4)]
+    for n in names:
+        await s.create_segment(n)
+    chunk = 4096
+    N = 1200
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        peak_used = 0
+        for b in range(0, N, 50):  # ~5 MB, 20x the cache
+            await asyncio.gather(
+                *(s.append(names[i % 4], bytes([i % 256]) * chunk) for i in range(b, b + 50))
+            )
+            peak_used = max(peak_used, s.cache.used_bytes)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert peak_used <= cache_max
+    assert max(c.writer.lag_bytes for c in s.containers.values()) < 2 * 1024 * 1024
+    assert grown < 3 * 1024 * 1024, grown  # well below the 5 MB written
+    # Everything is still readable: evicted data comes from Tier-1 or Tier-2.
+    for k, n in enumerate(names):
+        data = await read_all(s, n)
+        assert data == b"".join(bytes([i % 256]) * chunk for i in range(k, N, 4))
+    assert s.cache.used_bytes <= cache_max
+    await s.close()
+
+
+async def test_evicted_unflushed_data_read_back_from_tier1(tmp_path: Path) -> None:
+    # Tier-2 refuses every call until the end: data can only come from cache or Tier-1.
+    tier2 = FaultyStorage(InMemoryStorage(), seed=1, error_rate=1.0)
+    cfg = SegmentStoreConfig(container_count=1, cache_bytes_max=32 * 1024, writer_retry_delay_ms=1)
+    s = StreamSegmentStore(tmp_path, cfg, tier2=tier2)
+    await s.start()
+    await s.create_segment("s")
+    expect = b""
+    for i in range(100):
+        data = bytes([i]) * 3000
+        await s.append("s", data)
+        expect += data
+    assert (await s.get_info("s")).storage_length == 0  # nothing in Tier-2
+    assert s.cache.used_bytes <= 32 * 1024
+    assert await read_all(s, "s") == expect  # via Tier-1
+    tier2._error_rate = 0.0  # Tier-2 is back
+    await s.flush_to_storage()  # the writer, too, reads evicted data back from Tier-1
+    assert (await s.get_info("s")).storage_length == len(expect)
+    assert await read_all(s, "s") == expect
+    await s.close()
