@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from core.controller.api import (
     ConflictError,
+    EpochRecord,
     InvalidArgumentError,
     KeyRange,
     ScalingPolicy,
+    ScopeNotFoundError,
     StreamConfig,
+    StreamNotFoundError,
     StreamState,
     qualified_segment_name,
     segment_id,
 )
 from core.controller.controller import StreamController
+from core.controller.keyspace import is_cover, split
 from core.segmentstore.api import SegmentNotFoundError
 from core.segmentstore.inmemory import InMemorySegmentStore
 from tests.controller.conftest import Clock
@@ -157,3 +163,46 @@ async def test_streamcut_arithmetic(two: StreamController, store: InMemorySegmen
     with pytest.raises(InvalidArgumentError):
         await ctl.is_cut_ge("s", "t", {a: 0, S1: 0}, start)
     assert await ctl.get_tail_cut("s", "t") == end
+
+
+async def test_concurrent_scales(two: StreamController) -> None:
+    ctl = two
+    # overlapping: one wins, the other finds its segment sealed
+    results = await asyncio.gather(
+        ctl.scale("s", "t", [S0], [KeyRange(0.0, 0.25), KeyRange(0.25, 0.5)]),
+        ctl.scale("s", "t", [S0, S1], [KeyRange(0.0, 1.0)]),
+        return_exceptions=True,
+    )
+    assert sum(isinstance(r, ConflictError) for r in results) == 1
+    assert sum(isinstance(r, EpochRecord) for r in results) == 1
+    # disjoint: both apply, one after the other
+    segs = await ctl.get_current_segments("s", "t")
+    a, b = segs[0], segs[-1]
+    await asyncio.gather(
+        ctl.scale("s", "t", [a.id], split(a.key_start, a.key_end, 2)),
+        ctl.scale("s", "t", [b.id], split(b.key_start, b.key_end, 2)),
+    )
+    epochs = await ctl.get_epochs("s", "t")
+    assert len(epochs) == 4
+    assert all(is_cover([s.key_range for s in e.segments]) for e in epochs)
+
+
+async def test_malformed_arguments(two: StreamController) -> None:
+    ctl = two
+    bad_calls = [
+        ctl.scale("s", "t", [S0], [(0.0, 0.5)]),  # type: ignore[list-item]
+        ctl.scale("s", "t", ["x"], [KeyRange(0.0, 0.5)]),  # type: ignore[list-item]
+        ctl.truncate("s", "t", {S0: "1", S1: 0}),  # type: ignore[dict-item]
+        ctl.truncate("s", "t", [S0]),  # type: ignore[arg-type]
+        ctl.get_segment_for_key("s", "t", float("nan")),
+        ctl.create_stream("s", "u", "config"),  # type: ignore[arg-type]
+        ctl.create_stream("s", "u", StreamConfig(tags=["a"])),  # type: ignore[arg-type]
+        ctl.get_successors("s", "t", 12345),
+    ]
+    for call in bad_calls:
+        with pytest.raises(InvalidArgumentError):
+            await call
+    with pytest.raises(StreamNotFoundError):
+        await ctl.get_stream("s", "nope")
+    with pytest.raises(ScopeNotFoundError):
+        await ctl.get_stream("nope", "t")

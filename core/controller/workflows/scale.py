@@ -50,6 +50,8 @@ def plan(
                 raise ConflictError(f"scale: segment {seg} is already sealed")
             raise InvalidArgumentError(f"scale: segment {seg} is not part of the stream")
     for r in new_ranges:
+        if not isinstance(r, KeyRange):
+            raise InvalidArgumentError(f"scale: key range expected, not {r!r}")
         check_range(r)
     old_union = merged((live[s].key_start, live[s].key_end) for s in sealed)
     new_union = merged((r.start, r.end) for r in new_ranges)
