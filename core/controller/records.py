@@ -123,21 +123,19 @@ class SealedRecord:
 
 @dataclass(frozen=True, slots=True)
 class TruncationRecord:
-    """The head of the stream: data before ``cut`` is gone, and so are the segments in
-    ``deleted``."""
+    """The head of the stream: data before ``cut`` is gone. So is every segment wholly
+    before it (``History.before(cut)``), which is derived rather than stored, so the
+    record stays the size of one StreamCut however long the history grows."""
 
     cut: Mapping[int, int]
-    deleted: frozenset[int] = frozenset()
     time_ms: int = 0
 
     def to_json(self) -> Json:
-        return {"cut": cut_to_json(self.cut), "deleted": sorted(self.deleted), "time": self.time_ms}
+        return {"cut": cut_to_json(self.cut), "time": self.time_ms}
 
     @staticmethod
     def from_json(d: Json) -> TruncationRecord:
-        return TruncationRecord(
-            cut=cut_from_json(d["cut"]), deleted=frozenset(d["deleted"]), time_ms=d["time"]
-        )
+        return TruncationRecord(cut=cut_from_json(d["cut"]), time_ms=d["time"])
 
 
 @dataclass(frozen=True, slots=True)

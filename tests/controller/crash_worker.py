@@ -33,6 +33,7 @@ from core.controller.api import (
 )
 from core.controller.config import ControllerConfig
 from core.controller.controller import StreamController
+from core.controller.history import History
 from core.controller.keyspace import is_cover, split
 from core.controller.metadata import MetadataStore, StreamMeta
 from core.segmentstore.api import SegmentNotFoundError, SegmentStore
@@ -147,7 +148,7 @@ async def check(data_dir: str) -> int:
             problems.append(f"epoch {e.epoch} is not a cover")
     head = await ctl.get_head_segments("s", "t")
     trunc = await meta.truncation()
-    gone = trunc.deleted if trunc else frozenset()
+    gone = History(epochs).before(trunc.cut) if trunc else set()
     sealed = await ctl.get_sealed_sizes("s", "t")
     current = {s.id for s in epochs[-1].segments}
     for seg_id in {s.id for e in epochs for s in e.segments}:

@@ -80,5 +80,5 @@ def test_records_round_trip() -> None:
     assert epoch_from_json(loads(dumps(epoch_to_json(e)))) == e
     c = StreamConfig(tags=("a", "b"))
     assert config_from_json(loads(dumps(config_to_json(c)))) == c
-    t = TruncationRecord({1: 2, 3: 4}, frozenset({5}), 6)
+    t = TruncationRecord({1: 2, 3: 4}, 6)
     assert TruncationRecord.from_json(loads(dumps(t.to_json()))) == t

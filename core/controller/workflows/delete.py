@@ -36,7 +36,7 @@ async def steps(ctx: Context, scope: str, stream: str) -> None:
     except SegmentNotFoundError:
         pass  # the table is gone already: only the index entry is left
     else:
-        gone = truncation.deleted if truncation else frozenset()
+        gone = history.before(truncation.cut) if truncation else set()
         for seg_id in history.segments:
             if seg_id not in gone:
                 await delete_segment(ctx.store, qualified_segment_name(scope, stream, seg_id))

@@ -51,7 +51,7 @@ async def start(ctx: Context, meta: StreamMeta, cut: StreamCut) -> None:
             raise InvalidArgumentError(
                 f"StreamCut offset {offset} is past the end ({length}) of {seg}"
             )
-    gone = old.deleted if old else frozenset()
+    gone = h.before(old.cut) if old else set()
     record = {
         "type": "truncate",
         "cut": cut_to_json(cut),
@@ -70,7 +70,5 @@ async def steps(ctx: Context, meta: StreamMeta, record: Json) -> None:
         await truncate_segment(
             ctx.store, qualified_segment_name(meta.scope, meta.stream, seg), offset
         )
-    old = await meta.truncation()
-    gone = (old.deleted if old else frozenset()) | frozenset(record["delete"])
-    rec = TruncationRecord(cut=cut, deleted=gone, time_ms=record["time"])
+    rec = TruncationRecord(cut=cut, time_ms=record["time"])
     await finish(meta, StreamState.ACTIVE, {"truncation": rec.to_json()})
