@@ -87,6 +87,7 @@ class Gateway:
         if self.server is not None:
             await self.server.close(timeout_s)
         await self.ctx.logs.drain(timeout_s)
+        self.ctx.logs.close()
         groups = self.ctx.extensions.pop("groups", None)  # gateway/groups/wiring.py
         if groups is not None:
             await groups.close()

@@ -103,7 +103,6 @@ class PartitionLog:
         self._inflight = 0
         self._recovering = False
         self._settled = asyncio.Event()
-        self._grown = asyncio.Event()
         #: Called (synchronously) whenever the high watermark moves.
         self.on_grow: list[Callable[[], None]] = []
 
@@ -161,6 +160,10 @@ class PartitionLog:
 
     def _on_done(self, p: PendingAppend, task: asyncio.Future[int]) -> None:
         self._inflight -= 1
+        if self._logs.closed:
+            if not task.cancelled():
+                task.exception()
+            return
         exc = task.exception() if not task.cancelled() else StorageFailure("append cancelled")
         if exc is None:
             p.position = task.result()
@@ -186,7 +189,7 @@ class PartitionLog:
             p.durable.set_exception(StorageFailure(repr(exc)))
 
     def _start_recovery(self) -> None:
-        if not self._recovering:
+        if not self._recovering and not self._logs.closed:
             self._recovering = True
             self._logs.spawn(self._recover())
 
@@ -250,8 +253,6 @@ class PartitionLog:
             if not p.durable.done():
                 p.durable.set_result(None)
         if moved:
-            self._grown.set()
-            self._grown = asyncio.Event()
             for callback in self.on_grow:
                 callback()
 
@@ -268,7 +269,7 @@ class PartitionLog:
                 self._max_timestamp = b.max_timestamp
                 write.time_entry(self.topic, self.partition, b.max_timestamp, b.base_offset)
         for pid in p.producer_ids:
-            self._logs.producers.persist(write, self.topic, self.partition, pid)
+            self._logs.producers.persist(write, self.topic, self.partition, pid, p.end_offset)
         name = self._logs.topics.segment_name(self.topic, p.segment.id)
         marker = self._logs.mark_indexed(name, p.position, p.position + len(p.data))
         if marker is not None:
@@ -276,13 +277,6 @@ class PartitionLog:
         write.commit()
 
     # -- fetch -------------------------------------------------------------------------
-
-    async def wait_for_growth(self, timeout_s: float) -> None:
-        """Return when the high watermark moves or after ``timeout_s``."""
-        try:
-            await asyncio.wait_for(self._grown.wait(), timeout_s)
-        except TimeoutError:
-            pass
 
     def set_log_start(self, offset: int) -> None:
         """Raise the log start offset durably (DeleteRecords, retention)."""

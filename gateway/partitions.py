@@ -57,6 +57,7 @@ class PartitionLogs:
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._markers: dict[str, _Marker] = {}
+        self.closed = False
 
     def mark_indexed(self, segment: str, start: int, end: int) -> int | None:
         """Note that the append at ``[start, end)`` of ``segment`` is indexed; return the
@@ -109,6 +110,13 @@ class PartitionLogs:
             del self._markers[name]
         self.index.delete_topic(topic, f"{self.topics.scope}/{topic}/")
         self.producers.forget_topic(topic)
+
+    def close(self) -> None:
+        """Stop: appends still in flight are abandoned (not indexed, never answered as
+        durable; the next start indexes whatever of them the store kept)."""
+        self.closed = True
+        for task in self._tasks:
+            task.cancel()
 
     async def drain(self, timeout_s: float) -> None:
         """Wait (bounded) until every log has no append in flight."""

@@ -139,11 +139,17 @@ class ProducerStates:
         for key in [k for k in self._cache if k[0] == topic]:
             del self._cache[key]
 
-    def persist(self, write: IndexWrite, topic: str, partition: int, producer_id: int) -> None:
-        """Add the current state of a producer to an index write (after durability)."""
+    def persist(
+        self, write: IndexWrite, topic: str, partition: int, producer_id: int, durable_end: int
+    ) -> None:
+        """Add a producer's state to an index write, as far as it is durable: only its
+        batches below offset ``durable_end`` (appends become durable in offset order), so
+        a batch lost in a crash is never remembered as written."""
         entry = self._get(topic, partition, producer_id)
         if entry is not None:
-            write.producer_state(topic, partition, producer_id, entry.encode())
+            durable = ProducerEntry(entry.epoch)
+            durable.batches.extend(b for b in entry.batches if b.last_offset < durable_end)
+            write.producer_state(topic, partition, producer_id, durable.encode())
 
     def replay(
         self, write: IndexWrite, topic: str, partition: int, header: BatchHeader
@@ -153,7 +159,7 @@ class ProducerStates:
         if isinstance(found, Duplicate) or isinstance(found, ErrorCode):
             return
         self.record(topic, partition, header, header.base_offset, None)
-        self.persist(write, topic, partition, header.producer_id)
+        self.persist(write, topic, partition, header.producer_id, header.last_offset + 1)
 
 
 def _forget_failed(entry: ProducerEntry) -> None:

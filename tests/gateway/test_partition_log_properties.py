@@ -124,3 +124,59 @@ async def _run(steps: list[tuple[str, int, int]], failures: set[int], tmp: Path)
 def test_append_pipeline_properties(steps: list[tuple[str, int, int]], failures: set[int]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         asyncio.run(_run(steps, failures, Path(tmp)))
+
+
+class _Stalling(InMemorySegmentStore):
+    """The chosen append never completes and is never applied: a crash before it was
+    durable."""
+
+    def __init__(self, stall_call: int) -> None:
+        super().__init__()
+        self.stall_call = stall_call
+        self.calls = 0
+
+    async def append(self, name: str, data: bytes | memoryview, **kw: Any) -> int:
+        if name.startswith("kafka/"):
+            self.calls += 1
+            if self.calls >= self.stall_call:  # and everything after it: prefix durability
+                await asyncio.Event().wait()
+        return await super().append(name, data, **kw)
+
+
+async def test_producer_state_remembers_only_durable_batches(tmp_path: Path) -> None:
+    from gateway.producer_state import Duplicate
+
+    store = _Stalling(stall_call=2)
+    controller = StreamController(store)
+    await controller.start()
+    topics = TopicRegistry(controller, store, "kafka")
+    await topics.start()
+    await topics.create("t", 1)
+    index = OffsetIndex(tmp_path / "index")
+    logs = PartitionLogs(topics, store, index, ProducerStates(index))
+    plog = logs.get("t", 0)
+    await plog.ensure_segment()
+    a, b, c = (record_batch([v], 9, 0, seq) for v, seq in ((b"a", 0), (b"b", 1), (b"c", 2)))
+    pendings = []
+    for raw in (a, b, c):
+        (header,) = iter_batches(raw)
+        pending = plog.append(raw, [header])
+        logs.producers.record("t", 0, pending.batches[0], pending.base_offset, pending.durable)
+        pendings.append(pending)
+    await asyncio.wait_for(pendings[0].durable, 5)
+    await asyncio.sleep(0.05)
+    assert not pendings[1].durable.done() and not pendings[2].durable.done()
+    logs.close()  # the process dies here
+    index.close()
+
+    index = OffsetIndex(tmp_path / "index")
+    producers = ProducerStates(index)
+    restarted = PartitionLogs(topics, store, index, producers)
+    await restarted.rebuild()
+    (hb,) = iter_batches(b)
+    # b never became durable: its retry must be appended, not answered as a duplicate.
+    assert producers.check("t", 0, hb) is None
+    (ha,) = iter_batches(a)
+    assert isinstance(producers.check("t", 0, ha), Duplicate)
+    index.close()
+    await controller.close()
