@@ -10,7 +10,8 @@ Every ``watermark_period_ms``, for each stream with marks from writers active wi
 highest of their times, and the upper bound of their positions (per segment the largest
 offset; a segment dropped when a newer segment overlapping it was reported). It is
 stored as ``watermark/<time>`` only if its lower time is above the previous watermark's,
-so watermarks only move forward; at most ``watermarks_max`` are kept.
+so watermarks only move forward; at most ``watermarks_max`` are kept. Marks of writers
+silent for longer than the timeout are removed.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from core.controller.api import ConflictError, InvalidArgumentError, StreamState, Watermark
 from core.controller.metadata import StreamMeta, time_key
-from core.controller.records import cut_from_json, cut_to_json
+from core.controller.records import Json, cut_from_json, cut_to_json
 
 if TYPE_CHECKING:
     from core.controller.controller import StreamController
@@ -92,16 +93,17 @@ class Watermarks:
             return None
         now = self.ctl.now_ms()
         timeout = self.ctl.config.watermark_writer_timeout_ms
-        marks = [
-            v.value
-            for _, v in await self.ctl.md.entries(meta.table, "writer/")
-            if now - v.value["updated"] <= timeout
-        ]
+        marks: list[tuple[str, Json]] = []
+        idle: list[tuple[str, Json]] = []
+        for key, v in await self.ctl.md.entries(meta.table, "writer/"):
+            (marks if now - v.value["updated"] <= timeout else idle).append((key, v.value))
+        # a writer silent for the timeout is forgotten (it no longer holds watermarks back)
+        await self.ctl.md.remove(meta.table, [k for k, _ in idle])
         if not marks:
             return None
         h = await self.ctl.history(meta)
         upper: dict[int, int] = {}
-        for m in marks:
+        for _, m in marks:
             for seg, offset in cut_from_json(m["position"]).items():
                 upper[seg] = max(offset, upper.get(seg, 0))
         segs = [h.segment(s) for s in upper]
@@ -111,7 +113,8 @@ class Watermarks:
                 for o in segs
             ):
                 upper.pop(s.id, None)
-        wm = Watermark(min(m["time"] for m in marks), max(m["time"] for m in marks), upper)
+        times = [m["time"] for _, m in marks]
+        wm = Watermark(min(times), max(times), upper)
         entries = await self.ctl.md.entries(meta.table, "watermark/")
         if entries and wm.lower_time_ms <= entries[-1][1].value["lower"]:
             return None
