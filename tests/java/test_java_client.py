@@ -7,6 +7,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.clients.server import Tidegate
 from tests.java.conftest import Java
 
@@ -96,13 +98,16 @@ def _wait(cond: object, timeout_s: float, what: str, detail: object = None) -> N
     raise AssertionError(f"timed out waiting for {what}: {detail() if callable(detail) else ''}")
 
 
-def test_consumer_group_of_three_and_group_admin(java: Java, tidegate_groups: Tidegate, tmp_path: Path) -> None:
+@pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
+def test_consumer_group_of_three_and_group_admin(
+    java: Java, tidegate_groups: Tidegate, tmp_path: Path, assignor: str
+) -> None:
     server = tidegate_groups
     _create(java, server, "jv-grp", 3)
     expected = set(_produce(java, server, "jv-grp", 60, 3))
     stop = tmp_path / "stop"
     members = [
-        _Member(java, server, tmp_path, f"m{i}", "jv-grp", "jgroup", stop, "range") for i in range(3)
+        _Member(java, server, tmp_path, f"m{i}", "jv-grp", "jgroup", stop, assignor) for i in range(3)
     ]
     try:
         def settled() -> bool:
@@ -118,7 +123,7 @@ def test_consumer_group_of_three_and_group_admin(java: Java, tidegate_groups: Ti
 
         _wait(everything, 60, "every record consumed", lambda: len({r for m in members for r in m.records()}))
         out = java.run("AdminScenarios", server.bootstrap, "groups", "jgroup", "jv-grp", "3")
-        assert "state=Stable members=3 assignor=range" in out, out
+        assert f"state=Stable members=3 assignor={assignor}" in out, out
         assert "committed total 90" in out, out
     finally:
         stop.write_text("stop")
