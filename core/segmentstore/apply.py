@@ -27,6 +27,8 @@ from core.segmentstore.tables import TableIndex
 if TYPE_CHECKING:
     from core.segmentstore.container import SegmentContainer
 
+_APPEND = OpKind.APPEND
+
 
 class Applier:
     def __init__(self, container: SegmentContainer) -> None:
@@ -42,7 +44,7 @@ class Applier:
         now_ms = int(c.wall_clock() * 1000)
         traffic: dict[SegmentMeta, list[int]] = {}
         for op in ops:
-            if op.kind is OpKind.APPEND:
+            if op.kind is _APPEND:
                 # The hot path, inlined: metadata, read index, traffic.
                 assert isinstance(op, AppendOp)
                 meta = by_id[op.segment_id]
@@ -75,12 +77,36 @@ class Applier:
         for meta, (nbytes, events) in traffic.items():
             c.traffic.record(meta.name, nbytes, events)
 
-    def replay(self, op: Operation) -> None:
+    def replay(self, ops: list[Operation]) -> None:
+        """Apply operations read back from Tier-1 (recovery), in log order."""
+        if not ops:
+            return
         c = self.c
-        c.md.seq = max(c.md.seq, op.seq)
+        by_id = c.md.by_id
+        get_index = c.read_index.get
+        now_ms = int(c.wall_clock() * 1000)
+        for op in ops:
+            if op.kind is _APPEND:
+                assert isinstance(op, AppendOp)
+                meta = by_id[op.segment_id]
+                n = op.length
+                if op.offset != meta.length:
+                    raise AssertionError(f"{meta.name}: append at {op.offset}, length {meta.length}")
+                meta.length = meta.p_length = op.offset + n
+                meta.last_modified_ms = now_ms
+                if op.attributes:
+                    meta.attributes.update(op.attributes)
+                    meta.p_attributes.update(op.attributes)
+                if n:
+                    assert op.data is not None
+                    # A copy: a slice would pin the whole Tier-1 frame in the cache.
+                    get_index(meta).add_append(op.offset, bytes(op.data), op)
+                op.data = None
+            else:
+                self._apply(op, now_ms, live=False)
+        c.md.seq = max(c.md.seq, ops[-1].seq)
         c.committed_seq = c.md.seq
-        self._apply(op, int(c.wall_clock() * 1000), live=False)
-        c.writer.add(op)
+        c.writer.add_many(ops)
 
     def _append(self, meta: SegmentMeta, op: AppendOp | TableWriteOp, offset: int, n: int, now_ms: int) -> None:
         if offset != meta.length:

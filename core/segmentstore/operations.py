@@ -135,7 +135,14 @@ class AppendOp(Operation):
         attributes: Attrs = (),
         event_count: int = 1,
     ) -> None:
-        super().__init__(segment_id, name)
+        # Operation.__init__ inlined: this is the per-append hot path.
+        self.seq = 0
+        self.segment_id = segment_id
+        self.name = name
+        self.future = None
+        self.address = None
+        self.frame_pos = 0
+        self.result = None
         self.offset = offset
         self.length = len(data)
         self.data: bytes | memoryview | None = data
@@ -258,6 +265,7 @@ class CheckpointOp(Operation):
 
 
 _APPEND_PLAIN = struct.Struct("<IBQQQHI")  # head + APPEND body without attributes
+_APPEND_BODY = struct.Struct("<QQHI")
 
 
 def serialize(op: Operation) -> tuple[list[bytes | memoryview], int]:
@@ -287,6 +295,13 @@ def parse(rec: memoryview) -> Operation:
     _, kind, seq = _HEAD.unpack_from(rec, 0)
     p = HEAD_BYTES
     op: Operation
+    if kind == 2:  # APPEND, the common case first
+        sid, offset, nattrs, n = _APPEND_BODY.unpack_from(rec, p)
+        if nattrs == 0:
+            p += _APPEND_BODY.size
+            op = AppendOp(sid, "", offset, rec[p : p + n])
+            op.seq = seq
+            return op
     if kind == OpKind.APPEND:
         sid, offset = _U64x2.unpack_from(rec, p)
         attrs, p = _read_attrs(rec, p + 16)

@@ -17,7 +17,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from core.segmentstore.durablelog.frames import read_operations
-from core.segmentstore.operations import CheckpointOp, OpKind
+from core.segmentstore.operations import CheckpointOp, Operation, OpKind
 from core.segmentstore.tables import TableIndex
 from tier2.api import SegmentInfo, StorageError
 from tier2.api import SegmentNotFoundError as Tier2NotFound
@@ -31,6 +31,7 @@ async def recover(c: SegmentContainer) -> None:
     first = True
     applier = c.applier
     applier.replay_deleted.clear()
+    batch: list[Operation] = []
     async for op in read_operations(c.log):
         if first and op.kind == OpKind.CHECKPOINT:
             assert isinstance(op, CheckpointOp)
@@ -39,7 +40,11 @@ async def recover(c: SegmentContainer) -> None:
                 if meta.is_table:
                     c.tables[meta.id] = TableIndex()
         first = False
-        applier.replay(op)
+        batch.append(op)
+        if len(batch) >= 1024:
+            applier.replay(batch)
+            batch = []
+    applier.replay(batch)
 
     # Tier-2 lengths: segments still live, and merge sources not yet concatenated.
     for meta in list(c.md.by_id.values()):
