@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import sys
 import tempfile
 import tomllib
@@ -343,6 +344,7 @@ class Bench:
                 "offered_mb_per_s": r.offered_mb_per_s,
                 "achieved_mb_per_s": r.achieved_mb_per_s,
                 "server_cpu_s": r.server_cpu_s,
+                "client_cpu_s": r.client_cpu_s,
             }
             figures.update({f"produce_{k}_ms": v for k, v in r.produce_ms.items()})
             figures.update({f"e2e_{k}_ms": v for k, v in r.end_to_end_ms.items()})
@@ -472,5 +474,11 @@ def _client_version() -> str:
     return f"confluent-kafka {confluent_kafka.version()[0]} / librdkafka {confluent_kafka.libversion()[0]}"
 
 
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    # SystemExit unwinds through the `finally` blocks that stop the servers.
+    sys.exit(128 + signum)
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     sys.exit(main())

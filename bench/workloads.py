@@ -366,11 +366,16 @@ def _latency_producer(
         return cb
 
     gate.ready_then_wait(timeout_s)
-    start = time.monotonic()
+    start, cpu0 = time.monotonic(), time.process_time()
     for seq in range(records):
         due = start + seq / rate_records_per_s
         while (wait := due - time.monotonic()) > 0:
-            producer.poll(wait)
+            # librdkafka takes whole milliseconds: poll(<1 ms) returns at once and would
+            # spin a core the server needs, so short waits sleep instead.
+            if wait >= 0.001:
+                producer.poll(wait)
+            else:
+                time.sleep(wait)
         now = time.monotonic_ns()
         sent_ns[seq] = now
         producer.produce(
@@ -384,6 +389,7 @@ def _latency_producer(
             "role": "producer",
             "start": start,
             "sent_until": sent_until,
+            "cpu_s": time.process_time() - cpu0,
             "produce_latency_ns": [a - s for a, s in zip(acked_ns, sent_ns, strict=True)],
             "failures": len(failures) + undelivered,
             "first_failure": failures[0] if failures else None,
@@ -407,6 +413,7 @@ def _latency_consumer(
     e2e_ns = [0] * records
     got = 0
     gate.ready_then_wait(timeout_s)
+    cpu0 = time.process_time()
     deadline = time.monotonic() + timeout_s
     while got < records and time.monotonic() < deadline:
         # poll(), not consume(n): consume waits for n records or its whole timeout.
@@ -419,8 +426,9 @@ def _latency_consumer(
             sent, seq = _STAMP.unpack_from(value)
             e2e_ns[seq] = now - sent
             got += 1
+    cpu_s = time.process_time() - cpu0
     consumer.close()
-    gate.report({"role": "consumer", "records": got, "e2e_latency_ns": e2e_ns})
+    gate.report({"role": "consumer", "records": got, "e2e_latency_ns": e2e_ns, "cpu_s": cpu_s})
 
 
 @dataclass(frozen=True)
@@ -432,6 +440,7 @@ class LatencyResult:
     produce_ms: dict[str, float]
     end_to_end_ms: dict[str, float]
     server_cpu_s: float
+    client_cpu_s: float
 
 
 def percentiles_ms(samples_ns: list[int]) -> dict[str, float]:
@@ -489,6 +498,7 @@ def run_latency(
         produce_ms=percentiles_ms(prod["produce_latency_ns"][warmup:]),
         end_to_end_ms=percentiles_ms(cons["e2e_latency_ns"][warmup:]),
         server_cpu_s=results.server_cpu_s,
+        client_cpu_s=prod["cpu_s"] + cons["cpu_s"],
     )
 
 
