@@ -13,7 +13,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 
 from core.controller import recovery
@@ -80,7 +80,6 @@ class StreamController:
         self.scope_lock = asyncio.Lock()
         self._histories: dict[str, History] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        self._started = False
         self.autoscaler = AutoScaler(self, traffic or store.traffic)
         self.retention = RetentionManager(self)
         self.txns = TransactionManager(self, rng or random.Random())
@@ -99,7 +98,6 @@ class StreamController:
         await self.kv_tables.resume()
         await self.reader_groups.resume()
         await self.txns.load()
-        self._started = True
         c = self.config
         for period, job, name in (
             (c.autoscale_period_ms, self.autoscaler.run_once, "autoscale"),
@@ -119,17 +117,14 @@ class StreamController:
             except asyncio.CancelledError:
                 pass
         self._tasks.clear()
-        self._started = False
 
-    async def _periodic(self, period_ms: int, job: Callable[[], object], name: str) -> None:
+    async def _periodic(
+        self, period_ms: int, job: Callable[[], Awaitable[None]], name: str
+    ) -> None:
         while True:
             await asyncio.sleep(period_ms / 1000)
             try:
-                result = job()
-                if asyncio.iscoroutine(result):
-                    await result
-            except asyncio.CancelledError:
-                raise
+                await job()
             except Exception:
                 log.exception("controller background job %s failed", name)
 
@@ -139,7 +134,8 @@ class StreamController:
         ``workflow_lock_timeout_ms`` of waiting."""
         lock = self._locks.setdefault((scope, stream), asyncio.Lock())
         try:
-            await asyncio.wait_for(lock.acquire(), self.config.workflow_lock_timeout_ms / 1000)
+            async with asyncio.timeout(self.config.workflow_lock_timeout_ms / 1000):
+                await lock.acquire()
         except TimeoutError as e:
             raise ConflictError(f"stream {scope}/{stream} is busy with another workflow") from e
         try:

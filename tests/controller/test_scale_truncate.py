@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
@@ -21,9 +22,9 @@ from core.controller.api import (
 )
 from core.controller.controller import StreamController
 from core.controller.keyspace import is_cover, split
-from core.segmentstore.api import SegmentNotFoundError
+from core.segmentstore.api import SegmentNotFoundError, SegmentStore
 from core.segmentstore.inmemory import InMemorySegmentStore
-from tests.controller.conftest import Clock
+from tests.controller.conftest import QUIET, Clock
 
 
 def name(seg: int) -> str:
@@ -206,3 +207,15 @@ async def test_malformed_arguments(two: StreamController) -> None:
         await ctl.get_stream("s", "nope")
     with pytest.raises(ScopeNotFoundError):
         await ctl.get_stream("nope", "t")
+
+
+async def test_busy_stream_times_out_with_conflict(store: SegmentStore, clock: Clock) -> None:
+    ctl = StreamController(store, replace(QUIET, workflow_lock_timeout_ms=50), clock=clock)
+    await ctl.start()
+    await ctl.create_scope("s")
+    await ctl.create_stream("s", "t", StreamConfig())
+    async with ctl.workflow_lock("s", "t"):
+        with pytest.raises(ConflictError, match="busy"):
+            await ctl.seal_stream("s", "t")
+    await ctl.seal_stream("s", "t")
+    await ctl.close()
