@@ -15,8 +15,9 @@ class GroupConfig:
     #: group.initial.rebalance.delay.ms: how long a group that starts from Empty waits
     #: for more members before it completes its first join phase.
     initial_rebalance_delay_ms: int = 3_000
-    #: group.max.size
-    max_group_size: int = 2**31 - 1
+    #: group.max.size (Kafka's default is unbounded; members and member ids handed out
+    #: but not yet used count, so one client cannot grow a group's memory without end).
+    max_group_size: int = 10_000
     #: offset.metadata.max.bytes
     offset_metadata_bytes_max: int = 4_096
     #: How often session, join and sync deadlines are checked.

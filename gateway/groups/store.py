@@ -6,7 +6,7 @@ Keys (byte strings, so a prefix scan finds one group's offsets):
   name, leader, and each member with its protocols and assignment (base64). Written
   when a generation becomes Stable (before anyone sees its assignment) and when the
   group becomes Empty; removed when the group is deleted.
-- ``b"o" + u16 len + group_id + u16 len + topic + i32 partition`` (big-endian, UTF-8)
+- ``b"o" + u32 len + group_id + u32 len + topic + i32 partition`` (big-endian, UTF-8)
   -> a committed offset (JSON: offset, leader epoch, metadata string, commit time).
 
 Writes go through a single writer task in call order, so the table always holds the
@@ -42,27 +42,27 @@ def group_key(group_id: str) -> bytes:
     return _GROUP + group_id.encode()
 
 
-def _str16(s: str) -> bytes:
+def _str32(s: str) -> bytes:
     b = s.encode()
-    return struct.pack(">H", len(b)) + b
+    return struct.pack(">I", len(b)) + b
 
 
 def offsets_prefix(group_id: str) -> bytes:
-    return _OFFSET + _str16(group_id)
+    return _OFFSET + _str32(group_id)
 
 
 def offset_key(group_id: str, topic: str, partition: int) -> bytes:
-    return offsets_prefix(group_id) + _str16(topic) + struct.pack(">i", partition)
+    return offsets_prefix(group_id) + _str32(topic) + struct.pack(">i", partition)
 
 
 def parse_offset_key(key: bytes) -> tuple[str, str, int]:
     pos = 1
-    (n,) = struct.unpack_from(">H", key, pos)
-    group = key[pos + 2 : pos + 2 + n].decode()
-    pos += 2 + n
-    (n,) = struct.unpack_from(">H", key, pos)
-    topic = key[pos + 2 : pos + 2 + n].decode()
-    pos += 2 + n
+    (n,) = struct.unpack_from(">I", key, pos)
+    group = key[pos + 4 : pos + 4 + n].decode()
+    pos += 4 + n
+    (n,) = struct.unpack_from(">I", key, pos)
+    topic = key[pos + 4 : pos + 4 + n].decode()
+    pos += 4 + n
     (partition,) = struct.unpack_from(">i", key, pos)
     return group, topic, partition
 

@@ -158,3 +158,29 @@ async def test_topic_deletion_removes_commits(store: InMemorySegmentStore, clock
     assert again.fetch_offsets("a", None)[1].keys() == {("kept", 0)}
     assert again.group("b") is None
     await again.close()
+
+
+async def test_any_group_and_topic_names_round_trip(store: InMemorySegmentStore, clock: FakeClock) -> None:
+    coord = make_coordinator(store, clock)
+    await coord.start(ticker=False)
+    names = ["a\x00b", "ü" * 40_000, "g"]
+    for n in names:
+        res = await coord.commit_offsets(n, -1, "", None, {("t\x00x", 1): OffsetCommit(3)})
+        assert res == {("t\x00x", 1): E.NONE}
+    await coord.close()
+    again = make_coordinator(store, clock)
+    await again.start(ticker=False)
+    for n in names:
+        assert again.fetch_offsets(n, None)[1][("t\x00x", 1)].offset == 3  # type: ignore[union-attr]
+    await again.close()
+
+
+async def test_group_size_is_bounded(store: InMemorySegmentStore, clock: FakeClock) -> None:
+    coord = make_coordinator(store, clock, max_group_size=2)
+    await coord.start(ticker=False)
+    try:
+        assert (await coord.join_group(join_req(client_id="a"))).error == E.MEMBER_ID_REQUIRED
+        assert (await coord.join_group(join_req(client_id="b"))).error == E.MEMBER_ID_REQUIRED
+        assert (await coord.join_group(join_req(client_id="c"))).error == E.GROUP_MAX_SIZE_REACHED
+    finally:
+        await coord.close()
