@@ -568,10 +568,11 @@ def _run_workers(procs: list[Any], gate: Gate, server_pid: int, timeout_s: float
         gate.go.set()
         reports = _collect(gate.reports, len(procs), procs, timeout_s, "during the phase")
         cpu1 = cpu_seconds(server_pid)
+        for p in procs:  # they have reported; give them time to close their clients
+            p.join(timeout=10)
         return _WorkerResults(reports, cpu1 - cpu0)
     finally:
-        for p in procs:
-            p.join(timeout=10)
+        for p in procs:  # on failure or interruption nothing is waited for
             if p.is_alive():
                 p.kill()
-                p.join()
+            p.join()
