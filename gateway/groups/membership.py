@@ -219,7 +219,9 @@ class Membership:
         m.protocols = list(req.protocols)
         m.session_timeout_ms = req.session_timeout_ms
         m.rebalance_timeout_ms = req.rebalance_timeout_ms
-        self._resolve(m.awaiting_join, JoinResult(E.UNKNOWN_MEMBER_ID, m.member_id))
+        # A join that supersedes a pending one (a client retry): the old request is
+        # answered with a retriable error so its connection does not stall.
+        self._resolve(m.awaiting_join, JoinResult(E.REBALANCE_IN_PROGRESS, m.member_id))
         fut = self._await_join(m)
         self._prepare_rebalance_if_settled(g)
         self._maybe_complete_join(g)
