@@ -244,3 +244,46 @@ async def test_recovery_restores_everything(backings: Backings, tmp_path: Path) 
         assert c.epoch > epochs[cid]
         assert c.md.seq >= seqs[cid]
     await s.close()
+
+
+async def test_ordering_contract_queue_before_first_await(store: StreamSegmentStore) -> None:
+    """Every mutating call queues its operation before its first await: tasks started
+    in some order land in the log in that order, whatever their sizes, and a call that
+    fails validation in between changes nothing for the others."""
+    await store.create_segment("s")
+    sizes = [70_000, 1, 5000, 3, 200_000, 10]
+    tasks = []
+    for i, n in enumerate(sizes):
+        tasks.append(asyncio.ensure_future(store.append("s", bytes([i]) * n)))
+        if i == 2:
+            tasks.append(asyncio.ensure_future(store.append("s", b"x", expected_offset=1)))
+    res = await asyncio.gather(*tasks, return_exceptions=True)
+    assert isinstance(res[3], BadOffsetError)
+    offsets = [r for r in res if isinstance(r, int)]
+    assert offsets == [sum(sizes[:i]) for i in range(len(sizes))]
+    # The queueing happens in the coroutine's first step, before any suspension:
+    coro = store.append("s", b"!")
+    step = coro.send(None)  # runs up to its first await (the durable-log future)
+    c = store.container_for("s")
+    assert c.md.by_name["s"].p_length == sum(sizes) + 1
+    assert isinstance(step, asyncio.Future)
+    coro.close()  # the operation stays queued; it commits without a caller
+    await asyncio.sleep(0.05)
+    assert (await store.get_info("s")).length == sum(sizes) + 1
+
+
+async def test_container_not_owned(backings: Backings, tmp_path: Path) -> None:
+    from core.segmentstore.api import ContainerNotOwnedError
+    from core.segmentstore.service import container_of
+
+    s = backings.store(tmp_path, owned_containers=(0,))
+    await s.start()
+    foreign = next(n for n in (f"n{i}" for i in range(100)) if container_of(n, 2) == 1)
+    mine = next(n for n in (f"n{i}" for i in range(100)) if container_of(n, 2) == 0)
+    with pytest.raises(ContainerNotOwnedError):
+        await s.create_segment(foreign)
+    with pytest.raises(ContainerNotOwnedError):
+        await s.read(foreign, 0, 1)
+    await s.create_segment(mine)
+    assert await s.append(mine, b"ok") == 0
+    await s.close()
