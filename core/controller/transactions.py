@@ -29,7 +29,7 @@ from core.controller.api import (
 from core.controller.metadata import StreamMeta
 from core.controller.records import TxnRecord, TxnState
 from core.controller.workflows import abort, commit
-from core.controller.workflows.base import create_segment, txn_segment_name
+from core.controller.workflows.base import create_segment, each, txn_segment_name
 from core.segmentstore.api import NOT_EXISTS
 
 if TYPE_CHECKING:
@@ -124,8 +124,10 @@ class TransactionManager:
             )
             await meta.put({f"txn/{txn_id}": rec.to_json()}, {f"txn/{txn_id}": NOT_EXISTS})
             self.open[(scope, stream, txn_id)] = rec.lease_expiry_ms
-            for s in epoch.segments:
-                await create_segment(self.ctl.store, txn_segment_name(scope, stream, s.id, txn_id))
+            await each(
+                create_segment(self.ctl.store, txn_segment_name(scope, stream, s.id, txn_id))
+                for s in epoch.segments
+            )
         return self._info(meta, rec, {s.id: s for s in epoch.segments})
 
     async def get(self, scope: str, stream: str, txn_id: str) -> TransactionInfo:

@@ -10,7 +10,7 @@ from dataclasses import replace
 from core.controller.api import ConflictError
 from core.controller.metadata import StreamMeta
 from core.controller.records import TxnRecord, TxnState
-from core.controller.workflows.base import Context, delete_segment, txn_segment_name
+from core.controller.workflows.base import Context, delete_segment, each, txn_segment_name
 
 
 async def mark(meta: StreamMeta, txn_id: str) -> TxnRecord:
@@ -30,8 +30,10 @@ async def mark(meta: StreamMeta, txn_id: str) -> TxnRecord:
 
 
 async def steps(ctx: Context, meta: StreamMeta, rec: TxnRecord) -> TxnRecord:
-    for parent in rec.segments:
-        await delete_segment(ctx.store, txn_segment_name(meta.scope, meta.stream, parent, rec.id))
+    await each(
+        delete_segment(ctx.store, txn_segment_name(meta.scope, meta.stream, p, rec.id))
+        for p in rec.segments
+    )
     done = replace(rec, state=TxnState.ABORTED, completed_ms=ctx.now_ms())
     await meta.put({f"txn/{rec.id}": done.to_json()})
     return done

@@ -3,8 +3,10 @@ forms of the segment-store calls it makes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from core.controller.api import ConflictError, StreamState, qualified_segment_name
 from core.controller.config import ControllerConfig
@@ -13,6 +15,8 @@ from core.controller.metadata import MetadataStore, StreamMeta
 from core.controller.records import Json
 from core.controller.state import check_transition
 from core.segmentstore.api import SegmentExistsError, SegmentNotFoundError, SegmentStore
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +56,12 @@ async def finish(
     if new_state is not None:
         out["state"] = new_state.value
     await meta.put(out)
+
+
+async def each(calls: Iterable[Awaitable[T]]) -> list[T]:
+    """Run independent segment-store calls concurrently (the store orders them by
+    arrival and group-commits them); results in the order given."""
+    return list(await asyncio.gather(*calls))
 
 
 async def create_segment(store: SegmentStore, name: str) -> None:

@@ -41,6 +41,7 @@ from core.controller.workflows.base import (
     Context,
     begin,
     create_segment,
+    each,
     finish,
     txn_segment_name,
 )
@@ -125,21 +126,18 @@ async def steps(ctx: Context, meta: StreamMeta, record: Json) -> None:
     results: dict[str, Json] = {f"txn/{rec.id}": done.to_json()}
     roll = record.get("roll")
     if roll is None:
-        for p in rec.segments:
-            await merge(ctx.store, name(p), shadow(p))
+        await each(merge(ctx.store, name(p), shadow(p)) for p in rec.segments)
         await finish(meta, None, results)
         return
     dup, nxt = epoch_from_json(roll["dup"]), epoch_from_json(roll["next"])
-    for s in dup.segments + nxt.segments:
-        await create_segment(ctx.store, name(s.id))
+    await each(create_segment(ctx.store, name(s.id)) for s in dup.segments + nxt.segments)
     cur = await meta.epoch(dup.epoch - 1)
-    for s in cur.segments:
-        size = await ctx.store.seal(name(s.id))
+    sizes = await each(ctx.store.seal(name(s.id)) for s in cur.segments)
+    for s, size in zip(cur.segments, sizes, strict=True):
         results[seg_key("sealed", s.id)] = SealedRecord(size, dup.epoch).to_json()
-    for p, d in roll["parents"].items():
-        await merge(ctx.store, name(d), shadow(int(p)))
-    for s in dup.segments:
-        size = await ctx.store.seal(name(s.id))
+    await each(merge(ctx.store, name(d), shadow(int(p))) for p, d in roll["parents"].items())
+    sizes = await each(ctx.store.seal(name(s.id)) for s in dup.segments)
+    for s, size in zip(dup.segments, sizes, strict=True):
         results[seg_key("sealed", s.id)] = SealedRecord(size, nxt.epoch).to_json()
     results[epoch_key(dup.epoch)] = roll["dup"]
     results[epoch_key(nxt.epoch)] = roll["next"]

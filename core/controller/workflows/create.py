@@ -21,7 +21,7 @@ from core.controller.api import (
 )
 from core.controller.metadata import StreamMeta, epoch_key
 from core.controller.records import Json, config_from_json, config_to_json, epoch_to_json
-from core.controller.workflows.base import Context, create_segment, finish
+from core.controller.workflows.base import Context, create_segment, each, finish
 from core.segmentstore.api import NOT_EXISTS
 
 
@@ -76,8 +76,10 @@ async def steps(ctx: Context, scope: str, stream: str, req: Json) -> None:
         state = await meta.get("state")
     assert state is not None
     if state.value == StreamState.CREATING.value:
-        for s in (await meta.epoch(0)).segments:
-            await create_segment(ctx.store, qualified_segment_name(scope, stream, s.id))
+        await each(
+            create_segment(ctx.store, qualified_segment_name(scope, stream, s.id))
+            for s in (await meta.epoch(0)).segments
+        )
         if config.tags:
             await ctx.md.put(
                 ctx.md.scope_table(scope), {f"tag/{t}/{stream}": None for t in config.tags}

@@ -9,7 +9,13 @@ from core.controller.api import ConflictError, StreamState, qualified_segment_na
 from core.controller.history import History
 from core.controller.metadata import StreamMeta
 from core.controller.records import TxnRecord, TxnState
-from core.controller.workflows.base import Context, begin, delete_segment, txn_segment_name
+from core.controller.workflows.base import (
+    Context,
+    begin,
+    delete_segment,
+    each,
+    txn_segment_name,
+)
 from core.segmentstore.api import SegmentNotFoundError
 
 
@@ -37,13 +43,13 @@ async def steps(ctx: Context, scope: str, stream: str) -> None:
         pass  # the table is gone already: only the index entry is left
     else:
         gone = history.before(truncation.cut) if truncation else set()
-        for seg_id in history.segments:
-            if seg_id not in gone:
-                await delete_segment(ctx.store, qualified_segment_name(scope, stream, seg_id))
+        names = [
+            qualified_segment_name(scope, stream, s) for s in history.segments if s not in gone
+        ]
         for t in txns:
             if t.state not in (TxnState.COMMITTED, TxnState.ABORTED):
-                for parent in t.segments:
-                    await delete_segment(ctx.store, txn_segment_name(scope, stream, parent, t.id))
+                names += [txn_segment_name(scope, stream, p, t.id) for p in t.segments]
+        await each(delete_segment(ctx.store, n) for n in names)
         await ctx.md.remove(scope_table, [f"tag/{t}/{stream}" for t in config.tags])
         await ctx.md.drop_table(meta.table)
     await ctx.md.remove(scope_table, [f"stream/{stream}"])

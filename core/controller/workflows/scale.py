@@ -27,7 +27,14 @@ from core.controller.history import History
 from core.controller.keyspace import check_cover, check_range, merged
 from core.controller.metadata import StreamMeta, epoch_key, seg_key
 from core.controller.records import Json, SealedRecord, epoch_from_json, epoch_to_json
-from core.controller.workflows.base import Context, begin, create_segment, finish, history
+from core.controller.workflows.base import (
+    Context,
+    begin,
+    create_segment,
+    each,
+    finish,
+    history,
+)
 
 
 def plan(
@@ -90,12 +97,12 @@ async def steps(ctx: Context, meta: StreamMeta, record: Json) -> None:
     def name(seg: int) -> str:
         return qualified_segment_name(meta.scope, meta.stream, seg)
 
-    for s in epoch.segments:
-        if s.epoch == epoch.epoch:
-            await create_segment(ctx.store, name(s.id))
+    await each(
+        create_segment(ctx.store, name(s.id)) for s in epoch.segments if s.epoch == epoch.epoch
+    )
     results: dict[str, Json] = {}
-    for seg in record["seal"]:
-        size = await ctx.store.seal(name(seg))
+    sizes = await each(ctx.store.seal(name(seg)) for seg in record["seal"])
+    for seg, size in zip(record["seal"], sizes, strict=True):
         results[seg_key("sealed", seg)] = SealedRecord(size, epoch.epoch).to_json()
     results[epoch_key(epoch.epoch)] = record["epoch"]
     results["current_epoch"] = epoch.epoch

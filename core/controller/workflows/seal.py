@@ -8,7 +8,7 @@ from core.controller.api import StreamState, qualified_segment_name
 from core.controller.metadata import StreamMeta, seg_key
 from core.controller.records import Json, SealedRecord, TxnRecord, TxnState
 from core.controller.workflows import abort
-from core.controller.workflows.base import Context, begin, finish
+from core.controller.workflows.base import Context, begin, each, finish
 
 #: ``SealedRecord.sealed_epoch`` of the segments sealed with the stream itself.
 STREAM_SEALED = -1
@@ -28,7 +28,10 @@ async def steps(ctx: Context, meta: StreamMeta) -> None:
         if rec.state not in (TxnState.COMMITTED, TxnState.ABORTED):
             await abort.steps(ctx, meta, rec)
     sealed: dict[str, Json] = {}
-    for s in (await meta.current_epoch()).segments:
-        size = await ctx.store.seal(qualified_segment_name(meta.scope, meta.stream, s.id))
+    segments = (await meta.current_epoch()).segments
+    sizes = await each(
+        ctx.store.seal(qualified_segment_name(meta.scope, meta.stream, s.id)) for s in segments
+    )
+    for s, size in zip(segments, sizes, strict=True):
         sealed[seg_key("sealed", s.id)] = SealedRecord(size, STREAM_SEALED).to_json()
     await finish(meta, StreamState.SEALED, sealed)

@@ -25,6 +25,7 @@ from core.controller.workflows.base import (
     Context,
     begin,
     delete_segment,
+    each,
     finish,
     history,
     truncate_segment,
@@ -64,11 +65,11 @@ async def start(ctx: Context, meta: StreamMeta, cut: StreamCut) -> None:
 
 async def steps(ctx: Context, meta: StreamMeta, record: Json) -> None:
     cut: Mapping[int, int] = cut_from_json(record["cut"])
-    for seg in record["delete"]:
-        await delete_segment(ctx.store, qualified_segment_name(meta.scope, meta.stream, seg))
-    for seg, offset in cut.items():
-        await truncate_segment(
-            ctx.store, qualified_segment_name(meta.scope, meta.stream, seg), offset
-        )
+
+    def name(seg: int) -> str:
+        return qualified_segment_name(meta.scope, meta.stream, seg)
+
+    await each(delete_segment(ctx.store, name(seg)) for seg in record["delete"])
+    await each(truncate_segment(ctx.store, name(seg), offset) for seg, offset in cut.items())
     rec = TruncationRecord(cut=cut, time_ms=record["time"])
     await finish(meta, StreamState.ACTIVE, {"truncation": rec.to_json()})
