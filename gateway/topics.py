@@ -23,11 +23,11 @@ from core.controller.api import (
     KeyRange,
     ScopeExistsError,
     SegmentRecord,
-    StreamConfig,
     StreamExistsError,
     qualified_segment_name,
 )
 from core.segmentstore.api import SegmentExistsError, SegmentStore, TableRemoval, TableUpdate
+from gateway.topic_config import stream_config
 
 TOPICS_TABLE = "_system/gateway/topics"
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -111,7 +111,8 @@ class TopicRegistry:
     async def _ensure_stream(self, info: TopicInfo) -> None:
         try:
             await self.controller.create_stream(
-                self.scope, info.name, StreamConfig(), initial_key_ranges(info.partitions)
+                self.scope, info.name, stream_config(info.configs, info.partitions),
+                initial_key_ranges(info.partitions),
             )
         except StreamExistsError:
             pass

@@ -112,6 +112,15 @@ HANDLER_MODULES = [
     "list_offsets",
     "init_producer_id",
     "create_topics",
+    # Admin APIs.
+    "delete_topics",
+    "create_partitions",
+    "describe_configs",
+    "alter_configs",
+    "incremental_alter_configs",
+    "delete_records",
+    "describe_cluster",
+    "sasl_handshake",
     # Consumer groups (gateway/groups).
     "find_coordinator",
     "join_group",

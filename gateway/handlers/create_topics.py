@@ -1,6 +1,8 @@
 """CreateTopics (key 19): partitions and configs; replication factor and assignments
 are accepted and ignored (durability comes from the segment store); ``validate_only``
-checks without creating."""
+checks without creating. Configs are validated and mapped onto stream policies by
+``gateway.topic_config`` (INVALID_CONFIG with a message otherwise); v5+ answers list
+every config of the new topic."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 
+from gateway import topic_config
 from gateway.handlers import HandlerContext, RequestContext
 from gateway.topics import topic_name_error
 from protocol.apis import ApiSpec
@@ -29,6 +32,16 @@ def _result(name: str, error: ErrorCode, message: str | None = None, **kw: Any) 
     )
 
 
+def _configs(configs: dict[str, str]) -> list[Any]:
+    cfg = _Result.CreatableTopicConfigs
+    return [
+        cfg(name=k, value=v, read_only=False, is_sensitive=False,
+            config_source=topic_config.ConfigSource.DYNAMIC_TOPIC_CONFIG if k in configs
+            else topic_config.ConfigSource.DEFAULT_CONFIG)
+        for k, v in topic_config.effective(configs).items()
+    ]
+
+
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     results = []
     seen: set[str] = set()
@@ -39,6 +52,8 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             continue
         seen.add(name)
         partitions = ctx.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+        if topic.assignments:  # manual assignments give the partition count
+            partitions = len(topic.assignments)
         bad_name = topic_name_error(name)
         if bad_name is not None:
             results.append(_result(name, ErrorCode.INVALID_TOPIC_EXCEPTION, bad_name))
@@ -53,10 +68,16 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         elif topic.replication_factor not in (-1,) and topic.replication_factor < 1:
             results.append(_result(name, ErrorCode.INVALID_REPLICATION_FACTOR, None))
         else:
-            configs = {c.name: c.value for c in topic.configs if c.value is not None}
+            try:
+                configs = topic_config.validate({c.name: c.value for c in topic.configs})
+                topic_config.stream_config(configs, partitions)
+            except topic_config.InvalidConfig as exc:
+                results.append(_result(name, ErrorCode.INVALID_CONFIG, str(exc)))
+                continue
             if request.validate_only:
                 results.append(
-                    _result(name, ErrorCode.NONE, num_partitions=partitions, replication_factor=1)
+                    _result(name, ErrorCode.NONE, num_partitions=partitions, replication_factor=1,
+                            configs=_configs(configs))
                 )
                 continue
             info = await ctx.topics.create(name, partitions, configs)
@@ -67,6 +88,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                     _result(
                         name, ErrorCode.NONE, topic_id=info.topic_id,
                         num_partitions=partitions, replication_factor=1,
+                        configs=_configs(configs),
                     )
                 )
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)

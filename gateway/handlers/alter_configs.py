@@ -1,0 +1,55 @@
+"""AlterConfigs (key 33): replaces a topic's stored configs with the given set (configs
+not named return to Kafka's defaults); validated (INVALID_CONFIG with a message) and
+mapped onto stream policies. Broker configs are read-only here (INVALID_REQUEST)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import AlterConfigsRequest, AlterConfigsResponse
+
+from gateway.handlers import HandlerContext, RequestContext
+from gateway.handlers.config_resources import (
+    ResourceError,
+    ResourceType,
+    apply_topic_configs,
+    check_broker,
+    check_type,
+    topic_of,
+)
+from protocol.apis import ApiSpec
+from protocol.errors import ErrorCode
+
+SPEC = ApiSpec(AlterConfigsRequest, AlterConfigsResponse, 0, 2)
+
+_Result = AlterConfigsResponse.AlterConfigsResourceResponse
+
+
+async def alter(ctx: HandlerContext, res: Any, validate_only: bool) -> None:
+    rtype = check_type(res.resource_type)
+    if rtype == ResourceType.BROKER:
+        check_broker(ctx, res.resource_name)
+        raise ResourceError(
+            ErrorCode.INVALID_REQUEST,
+            "broker configs are read-only: set them with tidegate serve flags or its config file",
+        )
+    names = [c.name for c in res.configs]
+    if len(set(names)) != len(names):
+        raise ResourceError(ErrorCode.INVALID_REQUEST, "duplicate config keys")
+    info = topic_of(ctx, res.resource_name)
+    await apply_topic_configs(ctx, info, {c.name: c.value for c in res.configs}, validate_only)
+
+
+async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
+    results = []
+    for res in request.resources:
+        code, message = ErrorCode.NONE, None
+        try:
+            await alter(ctx, res, bool(request.validate_only))
+        except ResourceError as exc:
+            code, message = exc.code, str(exc)
+        results.append(_Result(
+            error_code=code, error_message=message, resource_type=res.resource_type,
+            resource_name=res.resource_name,
+        ))
+    return AlterConfigsResponse(throttle_time_ms=0, responses=results)

@@ -1,0 +1,152 @@
+"""What DescribeConfigs, AlterConfigs and IncrementalAlterConfigs share (not a handler
+module): resource types, describing a resource, and applying a topic's new configs.
+
+Topic resources hold the configs of ``gateway.topic_config``; the broker resource (name
+``""`` or this node's id) reports this node's settings read-only. Other resource types
+(broker loggers, groups, client metrics) answer INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Collection
+from dataclasses import replace
+from typing import Any
+
+from kafka.protocol.admin import DescribeConfigsResponse
+
+from core.controller.api import ConflictError
+from gateway import topic_config
+from gateway.handlers import HandlerContext
+from gateway.topic_config import ConfigSource, ConfigType, InvalidConfig
+from gateway.topics import TopicInfo
+from protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+_ConfigResult = DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult
+_Synonym = _ConfigResult.DescribeConfigsSynonym
+
+#: Attempts (100 ms apart) at a stream policy update while another workflow holds the
+#: stream (a scale, a truncation).
+UPDATE_ATTEMPTS_MAX = 50
+UPDATE_RETRY_DELAY_MS = 100
+
+
+class ResourceType(enum.IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    TOPIC = 2
+    GROUP = 3
+    BROKER = 4
+    BROKER_LOGGER = 8
+
+
+class ResourceError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def topic_of(ctx: HandlerContext, name: str) -> TopicInfo:
+    info = ctx.topics.get(name)
+    if info is None:
+        raise ResourceError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name!r} does not exist."
+        )
+    return info
+
+
+def check_broker(ctx: HandlerContext, name: str) -> None:
+    if name not in ("", str(ctx.config.node_id)):
+        raise ResourceError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id {name!r}")
+
+
+def check_type(resource_type: int) -> ResourceType:
+    if resource_type not in (ResourceType.TOPIC, ResourceType.BROKER):
+        raise ResourceError(
+            ErrorCode.INVALID_REQUEST, f"resource type {resource_type} is not supported"
+        )
+    return ResourceType(resource_type)
+
+
+def describe(
+    ctx: HandlerContext, rtype: ResourceType, name: str, keys: Collection[str] | None,
+    synonyms: bool, documentation: bool, version: int,
+) -> list[Any]:
+    """The configs of one resource as DescribeConfigs entries (``keys`` None: all)."""
+    out = []
+    if rtype == ResourceType.TOPIC:
+        stored = topic_of(ctx, name).configs
+        for cname, d in topic_config.TOPIC_CONFIGS.items():
+            if keys is not None and cname not in keys:
+                continue
+            is_set = cname in stored
+            value = stored.get(cname, d.default)
+            source = ConfigSource.DYNAMIC_TOPIC_CONFIG if is_set else ConfigSource.DEFAULT_CONFIG
+            syn = []
+            if synonyms:
+                if is_set:
+                    syn.append(_Synonym(name=cname, value=value, source=source))
+                syn.append(_Synonym(name=d.broker_synonym or cname, value=d.default,
+                                    source=ConfigSource.DEFAULT_CONFIG))
+            out.append(_entry(cname, value, False, source, not is_set, d.type, d.doc, syn,
+                              documentation, version))
+    else:
+        check_broker(ctx, name)
+        for cname, (value, ctype, doc) in topic_config.broker_configs(ctx.config).items():
+            if keys is not None and cname not in keys:
+                continue
+            source = ConfigSource.STATIC_BROKER_CONFIG
+            syn = [_Synonym(name=cname, value=value, source=source)] if synonyms else []
+            out.append(_entry(cname, value, True, source, False, ctype, doc, syn,
+                              documentation, version))
+    return out
+
+
+def _entry(
+    name: str, value: str, read_only: bool, source: ConfigSource, is_default: bool,
+    ctype: ConfigType, doc: str, synonyms: list[Any], documentation: bool, version: int,
+) -> Any:
+    return _ConfigResult(
+        name=name, value=value, read_only=read_only,
+        config_source=source if version >= 1 else -1, is_default=is_default,
+        is_sensitive=False, synonyms=synonyms, config_type=ctype,
+        documentation=doc if documentation else None,
+    )
+
+
+async def apply_topic_configs(
+    ctx: HandlerContext, info: TopicInfo, configs: dict[str, str | None], validate_only: bool
+) -> None:
+    """Validate ``configs`` as the topic's complete set of stored configs and, unless
+    ``validate_only``, make them the topic's: the stream policies first (through
+    ``controller.update_stream`` when they change), then the topics table."""
+    try:
+        new = topic_config.validate(configs)
+        old_policy = topic_config.stream_config(info.configs, info.partitions)
+        new_policy = topic_config.stream_config(new, info.partitions)
+    except InvalidConfig as exc:
+        raise ResourceError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+    if validate_only:
+        return
+    if new_policy != old_policy:
+        await update_stream_policy(ctx, info.name, new_policy)
+    await ctx.topics.update(replace(info, configs=new))
+
+
+async def update_stream_policy(ctx: HandlerContext, topic: str, policy: Any) -> None:
+    """``controller.update_stream``, retried while another workflow holds the stream."""
+    for attempt in range(UPDATE_ATTEMPTS_MAX):
+        try:
+            await ctx.controller.update_stream(ctx.topics.scope, topic, policy)
+            return
+        except ConflictError:
+            if attempt + 1 == UPDATE_ATTEMPTS_MAX:
+                raise ResourceError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"the stream of {topic!r} stayed busy; its policies are unchanged",
+                ) from None
+            await asyncio.sleep(UPDATE_RETRY_DELAY_MS / 1000)

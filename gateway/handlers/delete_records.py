@@ -1,0 +1,61 @@
+"""DeleteRecords (key 21): raises a partition's log start offset (never lowers it;
+-1 means the high watermark; beyond the high watermark is OFFSET_OUT_OF_RANGE). The new
+log start is durable before the answer and Fetch and ListOffsets honour it at once; the
+stream is then truncated as far as every partition sharing its segments allows
+(``gateway.log_start``), which may be less far or nothing."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
+
+from gateway.handlers import HandlerContext, RequestContext
+from gateway.log_start import truncate_to_log_starts
+from protocol.apis import ApiSpec
+from protocol.errors import ErrorCode
+
+SPEC = ApiSpec(DeleteRecordsRequest, DeleteRecordsResponse, 0, 2)
+
+log = logging.getLogger(__name__)
+
+_Topic = DeleteRecordsResponse.DeleteRecordsTopicResult
+_Partition = _Topic.DeleteRecordsPartitionResult
+
+#: DeleteRecords' "up to the high watermark".
+HIGH_WATERMARK = -1
+
+
+def _delete(ctx: HandlerContext, topic: str, partition: int, offset: int) -> tuple[int, int]:
+    """(error, low watermark) for one partition."""
+    info = ctx.topics.get(topic)
+    if info is None or not 0 <= partition < info.partitions:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1
+    plog = ctx.logs.get(topic, partition)
+    if offset == HIGH_WATERMARK:
+        offset = plog.high_watermark
+    if not 0 <= offset <= plog.high_watermark:
+        return ErrorCode.OFFSET_OUT_OF_RANGE, -1
+    plog.set_log_start(offset)
+    return ErrorCode.NONE, plog.log_start_offset
+
+
+async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
+    topics = []
+    for t in request.topics:
+        results = []
+        moved = False
+        for p in t.partitions:
+            error, low = _delete(ctx, t.name, p.partition_index, p.offset)
+            moved |= error == ErrorCode.NONE
+            results.append(
+                _Partition(partition_index=p.partition_index, low_watermark=low, error_code=error)
+            )
+        if moved:
+            try:
+                await truncate_to_log_starts(ctx, t.name)
+            except Exception:  # the log starts are durable; the next call truncates further
+                log.exception("truncating the stream of %s after DeleteRecords", t.name)
+        topics.append(_Topic(name=t.name, partitions=results))
+    return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)

@@ -1,0 +1,84 @@
+"""DeleteTopics (key 20): by name, and by topic id from v6. Each topic's stream is
+sealed, its offset index, segment markers and producer state dropped, the stream
+deleted through the controller, the topic forgotten, and the group coordinator told to
+drop the topic's committed offsets.
+
+Order and crashes: a crash after the seal leaves a sealed topic whose retried delete
+finishes the job; a crash after the stream's deletion but before the topic is forgotten
+leaves the topic, empty, with a fresh stream (re-created at start); the delete was not
+acknowledged, and a retry removes it."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
+
+from core.controller.api import ConflictError, StreamNotFoundError
+from gateway.groups.wiring import EXTENSION_KEY as GROUPS_EXTENSION_KEY
+from gateway.handlers import HandlerContext, RequestContext
+from gateway.topics import TopicInfo
+from protocol.apis import ApiSpec
+from protocol.errors import ErrorCode
+
+SPEC = ApiSpec(DeleteTopicsRequest, DeleteTopicsResponse, 0, 6)
+
+log = logging.getLogger(__name__)
+
+_Result = DeleteTopicsResponse.DeletableTopicResult
+_NO_ID = uuid.UUID(int=0)
+
+
+async def delete_topic(ctx: HandlerContext, info: TopicInfo) -> None:
+    scope = ctx.topics.scope
+    try:
+        await ctx.controller.seal_stream(scope, info.name)
+    except StreamNotFoundError:
+        pass
+    ctx.logs.delete_topic(info.name)
+    try:
+        await ctx.controller.delete_stream(scope, info.name)
+    except StreamNotFoundError:
+        pass
+    await ctx.topics.forget(info.name)
+    groups = ctx.extensions.get(GROUPS_EXTENSION_KEY)  # absent in gateways built without groups
+    if groups is not None:
+        await groups.remove_topic_offsets([info.name])
+
+
+def _find(ctx: HandlerContext, name: str | None, topic_id: uuid.UUID) -> TopicInfo | None:
+    if name is not None:
+        return ctx.topics.get(name)
+    for n in ctx.topics.names():
+        info = ctx.topics.get(n)
+        if info is not None and info.topic_id == topic_id:
+            return info
+    return None
+
+
+async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
+    if req.api_version >= 6:
+        wanted = [(t.name, t.topic_id or _NO_ID) for t in request.topics]
+    else:
+        wanted = [(name, _NO_ID) for name in request.topic_names]
+    results = []
+    for name, topic_id in wanted:
+        info = _find(ctx, name, topic_id)
+        if info is None:
+            unknown_id = name is None
+            code = ErrorCode.UNKNOWN_TOPIC_ID if unknown_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            results.append(_Result(name=name, topic_id=topic_id, error_code=code,
+                                   error_message="This server does not host this topic."))
+            continue
+        try:
+            await delete_topic(ctx, info)
+        except ConflictError as exc:  # a scale or truncation holds the stream: retriable
+            results.append(_Result(name=info.name, topic_id=info.topic_id,
+                                   error_code=ErrorCode.REQUEST_TIMED_OUT, error_message=str(exc)))
+            continue
+        log.info("topic %s deleted", info.name)
+        results.append(_Result(name=info.name, topic_id=info.topic_id,
+                               error_code=ErrorCode.NONE, error_message=None))
+    return DeleteTopicsResponse(throttle_time_ms=0, responses=results)

@@ -1,0 +1,44 @@
+"""DescribeCluster (key 60): this node is the one broker and the controller. Authorized
+operations are not computed (no authorization yet): the field stays at Kafka's
+"not requested" value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
+
+from gateway.handlers import HandlerContext, RequestContext
+from protocol.apis import ApiSpec
+from protocol.errors import ErrorCode
+
+SPEC = ApiSpec(DescribeClusterRequest, DescribeClusterResponse, 0, 2)
+
+#: Kafka's UNSUPPORTED_ENDPOINT_TYPE (v1+ ``endpoint_type`` 2, controllers: none are
+#: exposed to clients here).
+UNSUPPORTED_ENDPOINT_TYPE = 119
+_BROKERS = 1
+#: Quirk: kafka-python patches this field into a bit set; None encodes Kafka's
+#: Int.MinValue, "authorized operations not requested or not known".
+_AUTHORIZED_OPERATIONS_UNKNOWN = None
+
+
+async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
+    endpoint_type = request.endpoint_type if req.api_version >= 1 else _BROKERS
+    node = ctx.config.node_id
+    if endpoint_type != _BROKERS:
+        return DescribeClusterResponse(
+            throttle_time_ms=0, error_code=UNSUPPORTED_ENDPOINT_TYPE,
+            error_message=f"endpoint type {endpoint_type} is not supported",
+            endpoint_type=endpoint_type, cluster_id=ctx.config.cluster_id, controller_id=-1,
+            brokers=[], authorized_operations=_AUTHORIZED_OPERATIONS_UNKNOWN,
+        )
+    host, port = ctx.config.advertised_address
+    broker = DescribeClusterResponse.DescribeClusterBroker(
+        broker_id=node, host=host, port=port, rack=None, is_fenced=False
+    )
+    return DescribeClusterResponse(
+        throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
+        endpoint_type=_BROKERS, cluster_id=ctx.config.cluster_id, controller_id=node,
+        brokers=[broker], authorized_operations=_AUTHORIZED_OPERATIONS_UNKNOWN,
+    )

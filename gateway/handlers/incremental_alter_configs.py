@@ -1,0 +1,101 @@
+"""IncrementalAlterConfigs (key 44): SET, DELETE (back to Kafka's default), APPEND and
+SUBTRACT (list configs only: ``cleanup.policy``) on a topic's stored configs; validated
+and mapped onto stream policies like AlterConfigs. Broker configs are read-only."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
+
+from gateway import topic_config
+from gateway.handlers import HandlerContext, RequestContext
+from gateway.handlers.config_resources import (
+    ResourceError,
+    ResourceType,
+    apply_topic_configs,
+    check_broker,
+    check_type,
+    topic_of,
+)
+from gateway.topic_config import ConfigType
+from protocol.apis import ApiSpec
+from protocol.errors import ErrorCode
+
+SPEC = ApiSpec(IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1)
+
+_Result = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+
+
+class OpType(enum.IntEnum):
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+def _list(value: str | None) -> list[str]:
+    return [i.strip() for i in (value or "").split(",") if i.strip()]
+
+
+def merged(stored: dict[str, str], ops: list[Any]) -> dict[str, str | None]:
+    """The topic's stored configs after ``ops`` (raises ``ResourceError``)."""
+    out: dict[str, str | None] = dict(stored)
+    for op in ops:
+        d = topic_config.TOPIC_CONFIGS.get(op.name)
+        if d is None:
+            raise ResourceError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {op.name}")
+        if op.config_operation == OpType.SET:
+            out[op.name] = op.value
+        elif op.config_operation == OpType.DELETE:
+            out.pop(op.name, None)
+        elif op.config_operation in (OpType.APPEND, OpType.SUBTRACT):
+            if d.type != ConfigType.LIST:
+                verb = "append" if op.config_operation == OpType.APPEND else "subtract"
+                raise ResourceError(
+                    ErrorCode.INVALID_CONFIG,
+                    f"Config value {verb} is not allowed for config key: {op.name}",
+                )
+            current = _list(out.get(op.name) or d.default)
+            items = _list(op.value)
+            if op.config_operation == OpType.APPEND:
+                current += [i for i in items if i not in current]
+            else:
+                current = [i for i in current if i not in items]
+            out[op.name] = ",".join(current)
+        else:
+            raise ResourceError(
+                ErrorCode.INVALID_REQUEST, f"unknown config operation {op.config_operation}"
+            )
+    return out
+
+
+async def alter(ctx: HandlerContext, res: Any, validate_only: bool) -> None:
+    rtype = check_type(res.resource_type)
+    if rtype == ResourceType.BROKER:
+        check_broker(ctx, res.resource_name)
+        raise ResourceError(
+            ErrorCode.INVALID_REQUEST,
+            "broker configs are read-only: set them with tidegate serve flags or its config file",
+        )
+    names = [c.name for c in res.configs]
+    if len(set(names)) != len(names):
+        raise ResourceError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+    info = topic_of(ctx, res.resource_name)
+    await apply_topic_configs(ctx, info, merged(info.configs, list(res.configs)), validate_only)
+
+
+async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
+    results = []
+    for res in request.resources:
+        code, message = ErrorCode.NONE, None
+        try:
+            await alter(ctx, res, bool(request.validate_only))
+        except ResourceError as exc:
+            code, message = exc.code, str(exc)
+        results.append(_Result(
+            error_code=code, error_message=message, resource_type=res.resource_type,
+            resource_name=res.resource_name,
+        ))
+    return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=results)

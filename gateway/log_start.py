@@ -1,0 +1,181 @@
+"""Log start offsets and the stream's truncation point, kept consistent both ways.
+
+A partition's log start offset is logical, per partition and durable (the offset index's
+``s`` key); a segment may hold several partitions, so the stream can only be truncated
+where *every* partition in a segment allows:
+
+- ``truncate_to_log_starts`` (after DeleteRecords) moves the stream's truncation point
+  forward as far as all log starts allow. In each segment the cut is the least of, over
+  the topic's partitions whose point lies in the segment's key range, the envelope start
+  of the partition's first retained batch there, and of the segment's indexed end
+  (``OffsetIndex.marker``: nothing unindexed, such as an append in flight, is cut). A
+  sealed segment cut at its end is replaced in the cut by its successors once all their
+  predecessors are as well. The cut is always an envelope start, so the index rebuild,
+  which starts at a segment's start offset, stays on envelope boundaries.
+- ``follow_truncation`` (after the controller's retention truncated the stream) raises
+  each partition's log start past batches whose bytes are gone.
+
+Partition entries are scanned from the log start for at most ``scan_entries_max``
+entries: retained batches of a partition in a segment lie at the front of its retained
+entries, except for re-sends reordered around a seal, which the in-flight window bounds.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from core.controller.api import ConflictError, SegmentRecord
+from core.segmentstore.api import SegmentNotFoundError, SegmentProperties
+from gateway.envelope import ENVELOPE_BYTES
+from gateway.offset_index import IndexEntry
+from gateway.topics import partition_point
+
+if TYPE_CHECKING:
+    from gateway.handlers import HandlerContext
+
+log = logging.getLogger(__name__)
+
+SCAN_ENTRIES_MAX = 10_000
+
+
+class _Segments:
+    """Segment properties, read once per operation."""
+
+    def __init__(self, ctx: HandlerContext, topic: str) -> None:
+        self.ctx = ctx
+        self.topic = topic
+        self._props: dict[int, SegmentProperties | None] = {}
+
+    async def props(self, seg_id: int) -> SegmentProperties | None:
+        if seg_id not in self._props:
+            name = self.ctx.topics.segment_name(self.topic, seg_id)
+            try:
+                self._props[seg_id] = await self.ctx.store.get_info(name)
+            except SegmentNotFoundError:
+                self._props[seg_id] = None
+        return self._props[seg_id]
+
+
+def _envelope_start(ctx: HandlerContext, topic: str, partition: int, e: IndexEntry) -> int:
+    """Start of the envelope holding batch ``e``: batches of one append are contiguous
+    and at consecutive offsets, and every envelope begins with its header."""
+    while e.base_offset > 0:
+        prev = ctx.index.floor(topic, partition, e.base_offset - 1)
+        if prev is None or prev.segment_id != e.segment_id or prev.position + prev.length != e.position:
+            break
+        e = prev
+    return e.position - ENVELOPE_BYTES
+
+
+def _retained_starts(
+    ctx: HandlerContext, topic: str, partition: int, scan_entries_max: int
+) -> dict[int, int]:
+    """segment id → the least envelope start of the partition's retained batches there."""
+    plog = ctx.logs.get(topic, partition)
+    out: dict[int, int] = {}
+    for n, e in enumerate(ctx.index.entries_from(topic, partition, plog.log_start_offset)):
+        if n >= scan_entries_max:
+            break
+        if e.segment_id not in out or e.position - ENVELOPE_BYTES < out[e.segment_id]:
+            out[e.segment_id] = _envelope_start(ctx, topic, partition, e)
+    return out
+
+
+async def truncate_to_log_starts(
+    ctx: HandlerContext, topic: str, *, scan_entries_max: int = SCAN_ENTRIES_MAX
+) -> dict[int, int] | None:
+    """Truncate the topic's stream as far as every partition's log start allows; return
+    the cut applied, or None when it cannot move (or another workflow holds the stream:
+    the next call catches up)."""
+    info = ctx.topics.get(topic)
+    if info is None:
+        return None
+    scope = ctx.topics.scope
+    head = await ctx.controller.get_head_segments(scope, topic)
+    records: dict[int, SegmentRecord] = {s.id: s for s in await ctx.topics.all_segments(topic)}
+    retained = {p: _retained_starts(ctx, topic, p, scan_entries_max) for p in range(info.partitions)}
+    segments = _Segments(ctx, topic)
+
+    async def limit(seg_id: int) -> tuple[int, bool]:
+        """How far the segment may be cut, and whether that is its sealed end."""
+        props = await segments.props(seg_id)
+        if props is None:
+            return 0, False
+        seg = records[seg_id]
+        end = min(ctx.index.marker(ctx.topics.segment_name(topic, seg_id)), props.length)
+        for p in range(info.partitions):
+            if seg.key_range.contains(partition_point(p)) and seg_id in retained[p]:
+                end = min(end, retained[p][seg_id])
+        end = max(end, props.start_offset)
+        return end, props.sealed and end == props.length
+
+    succ_cache: dict[int, dict[SegmentRecord, list[int]]] = {}
+
+    async def successors_of(seg_id: int) -> dict[SegmentRecord, list[int]]:
+        if seg_id not in succ_cache:
+            succ_cache[seg_id] = await ctx.controller.get_successors(scope, topic, seg_id)
+        return succ_cache[seg_id]
+
+    cut = dict(head)
+    done: dict[int, bool] = {}
+    changed = True
+    while changed:
+        changed = False
+        for seg_id in list(cut):
+            if seg_id not in done:
+                cut[seg_id], done[seg_id] = await limit(seg_id)
+        for seg_id in list(cut):
+            if seg_id not in cut or not done.get(seg_id):
+                continue
+            # The group of segments that must leave the cut together: all predecessors
+            # of all successors, transitively; it moves only if each is cut at its end.
+            group, successors, todo = {seg_id}, set(), [seg_id]
+            while todo:
+                for succ, preds in (await successors_of(todo.pop())).items():
+                    successors.add(succ.id)
+                    for p in preds:
+                        if p not in group:
+                            group.add(p)
+                            todo.append(p)
+            if not successors or not all(p in cut and done.get(p) for p in group):
+                continue
+            for p in group:
+                del cut[p]
+            for s in successors:
+                cut[s] = 0
+            changed = True
+    if cut == head:
+        return None
+    try:
+        await ctx.controller.truncate(scope, topic, cut)
+    except ConflictError as exc:
+        log.info("truncation of %s deferred: %s", topic, exc)
+        return None
+    return cut
+
+
+async def follow_truncation(ctx: HandlerContext, topic: str) -> dict[int, int]:
+    """Raise the log start of each partition of ``topic`` past batches no longer in
+    their segments (truncated or deleted); return the partitions moved → new start."""
+    info = ctx.topics.get(topic)
+    if info is None:
+        return {}
+    segments = _Segments(ctx, topic)
+    moved: dict[int, int] = {}
+    for p in range(info.partitions):
+        plog = ctx.logs.get(topic, p)
+        start = plog.log_start_offset
+        for e in ctx.index.entries_from(topic, p, start):
+            if e.base_offset >= plog.high_watermark:
+                start = max(start, plog.high_watermark)
+                break
+            props = await segments.props(e.segment_id)
+            if props is not None and e.position >= props.start_offset:
+                start = max(start, e.base_offset)
+                break
+            start = e.last_offset + 1
+        if start > plog.log_start_offset:
+            plog.set_log_start(start)
+            moved[p] = start
+    return moved

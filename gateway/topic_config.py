@@ -1,0 +1,277 @@
+"""Topic configs: Kafka's names and defaults, validation, and the mapping onto stream
+policies (DESIGN.md section 3).
+
+A topic stores only the configs set on it (``TopicInfo.configs``, strings as Kafka sends
+them); every other config reads as Kafka's default. Three groups:
+
+- ``retention.ms`` / ``retention.bytes`` → the stream's retention policy. A stream has one
+  retention policy: time retention when ``retention.ms`` is not -1, else size retention
+  when ``retention.bytes`` is not -1; setting both explicitly to values other than -1 is
+  INVALID_CONFIG. Kafka counts ``retention.bytes`` per partition while the controller
+  counts the whole stream, so the size policy is ``retention.bytes * partitions``.
+  ``retention.ms = 0`` becomes 1 ms (the controller wants a positive value).
+- ``tidegate.scaling.type`` / ``.target.rate`` / ``.scale.factor`` / ``.min.segments`` →
+  the stream's scaling policy (``FIXED_NUM_SEGMENTS`` by default, so a topic keeps one
+  segment per partition unless asked otherwise).
+- everything else (``cleanup.policy``, ``segment.bytes``, ``max.message.bytes``, ...) is
+  validated, stored and returned, and has no effect on storage.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from core.controller.api import (
+    RetentionPolicy,
+    RetentionType,
+    ScalingPolicy,
+    ScalingType,
+    StreamConfig,
+)
+from gateway.config import GatewayConfig
+
+_LONG_MAX = (1 << 63) - 1
+
+
+class ConfigType(enum.IntEnum):
+    """DescribeConfigs ``config_type`` (v3+)."""
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+class ConfigSource(enum.IntEnum):
+    """DescribeConfigs ``config_source`` (v1+)."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+class InvalidConfig(ValueError):
+    """A config name or value Kafka would refuse (answered as INVALID_CONFIG)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDef:
+    name: str
+    type: ConfigType
+    default: str
+    doc: str
+    #: The broker config that supplies the default (DescribeConfigs synonyms), if any.
+    broker_synonym: str | None = None
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+
+    def validate(self, value: str | None) -> str:
+        """The value as stored, or ``InvalidConfig`` naming the config."""
+        if value is None:
+            raise InvalidConfig(f"Null value not supported for topic config {self.name}")
+        v = value.strip()
+        if self.type in (ConfigType.INT, ConfigType.LONG, ConfigType.SHORT):
+            try:
+                n: float = int(v)
+            except ValueError:
+                raise InvalidConfig(f"Invalid value {value} for configuration {self.name}: "
+                                    "Not a number of type " + self.type.name) from None
+            limit = {ConfigType.INT: 1 << 31, ConfigType.SHORT: 1 << 15}.get(self.type, 1 << 63)
+            if not -limit <= n < limit:
+                raise InvalidConfig(f"Invalid value {value} for configuration {self.name}: "
+                                    f"out of range for {self.type.name}")
+        elif self.type == ConfigType.DOUBLE:
+            try:
+                n = float(v)
+            except ValueError:
+                raise InvalidConfig(f"Invalid value {value} for configuration {self.name}: "
+                                    "Not a number of type DOUBLE") from None
+        elif self.type == ConfigType.BOOLEAN:
+            if v.lower() not in ("true", "false"):
+                raise InvalidConfig(f"Invalid value {value} for configuration {self.name}: "
+                                    "Expected value to be either true or false")
+            return v.lower()
+        elif self.type == ConfigType.LIST:
+            items = [i.strip() for i in v.split(",") if i.strip()]
+            bad = [i for i in items if self.choices and i not in self.choices]
+            if bad or (self.choices and not items):
+                raise InvalidConfig(f"Invalid value {value} for configuration {self.name}: "
+                                    f"String must be one of: {', '.join(self.choices)}")
+            return ",".join(items)
+        else:
+            if self.choices and v not in self.choices:
+                raise InvalidConfig(f"Invalid value {value} for configuration {self.name}: "
+                                    f"String must be one of: {', '.join(self.choices)}")
+            return v
+        if (self.low is not None and n < self.low) or (self.high is not None and n > self.high):
+            bound = (f"at least {_num(self.low)}" if self.high is None
+                     else f"between {_num(self.low)} and {_num(self.high)}")
+            raise InvalidConfig(f"Invalid value {value} for configuration {self.name}: "
+                                f"Value must be {bound}")
+        return v
+
+
+def _num(x: float | None) -> str:
+    return str(int(x)) if x is not None and x == int(x) else str(x)
+
+
+_T = ConfigType
+_SCALING_TYPES = tuple(t.value for t in ScalingType)
+
+#: Kafka's topic configs (3.x names and defaults) and tidegate's scaling configs.
+TOPIC_CONFIGS: dict[str, ConfigDef] = {
+    d.name: d
+    for d in [
+        ConfigDef("cleanup.policy", _T.LIST, "delete", "The retention policy for log "
+                  "segments (stored; tidegate deletes by retention, it does not compact).",
+                  "log.cleanup.policy", choices=("compact", "delete")),
+        ConfigDef("compression.type", _T.STRING, "producer", "The final compression type "
+                  "(stored; batches are kept as the producer compressed them).",
+                  "compression.type",
+                  choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
+        ConfigDef("delete.retention.ms", _T.LONG, "86400000", "How long delete tombstones "
+                  "are retained (stored).", "log.cleaner.delete.retention.ms", low=0),
+        ConfigDef("file.delete.delay.ms", _T.LONG, "60000", "Delay before deleting a file "
+                  "(stored).", "log.segment.delete.delay.ms", low=0),
+        ConfigDef("flush.messages", _T.LONG, str(_LONG_MAX), "Messages between forced "
+                  "fsyncs (stored; the segment store makes every acknowledged append "
+                  "durable).", "log.flush.interval.messages", low=1),
+        ConfigDef("flush.ms", _T.LONG, str(_LONG_MAX), "Time between forced fsyncs "
+                  "(stored).", "log.flush.interval.ms", low=0),
+        ConfigDef("index.interval.bytes", _T.INT, "4096", "Offset index granularity "
+                  "(stored; the offset index has an entry per batch).",
+                  "log.index.interval.bytes", low=0),
+        ConfigDef("max.compaction.lag.ms", _T.LONG, str(_LONG_MAX), "Maximum time a "
+                  "message stays uncompacted (stored).", "log.cleaner.max.compaction.lag.ms",
+                  low=1),
+        ConfigDef("max.message.bytes", _T.INT, "1048588", "Largest record batch size "
+                  "allowed (stored).", "message.max.bytes", low=0),
+        ConfigDef("message.timestamp.after.max.ms", _T.LONG, str(_LONG_MAX), "Allowed "
+                  "timestamp lead over the broker clock (stored).",
+                  "log.message.timestamp.after.max.ms", low=0),
+        ConfigDef("message.timestamp.before.max.ms", _T.LONG, str(_LONG_MAX), "Allowed "
+                  "timestamp lag behind the broker clock (stored).",
+                  "log.message.timestamp.before.max.ms", low=0),
+        ConfigDef("message.timestamp.type", _T.STRING, "CreateTime", "Whether record "
+                  "timestamps are CreateTime or LogAppendTime (stored).",
+                  "log.message.timestamp.type", choices=("CreateTime", "LogAppendTime")),
+        ConfigDef("min.cleanable.dirty.ratio", _T.DOUBLE, "0.5", "Log compaction trigger "
+                  "(stored).", "log.cleaner.min.cleanable.ratio", low=0, high=1),
+        ConfigDef("min.compaction.lag.ms", _T.LONG, "0", "Minimum time a message stays "
+                  "uncompacted (stored).", "log.cleaner.min.compaction.lag.ms", low=0),
+        ConfigDef("min.insync.replicas", _T.INT, "1", "Replicas that must acknowledge "
+                  "acks=all (stored; durability comes from the segment store).",
+                  "min.insync.replicas", low=1),
+        ConfigDef("preallocate", _T.BOOLEAN, "false", "Preallocate segment files (stored).",
+                  "log.preallocate"),
+        ConfigDef("retention.bytes", _T.LONG, "-1", "Bytes kept per partition before old "
+                  "data is deleted: the stream's size retention (times the partition "
+                  "count) when retention.ms is -1.", "log.retention.bytes", low=-1),
+        ConfigDef("retention.ms", _T.LONG, "604800000", "How long data is kept: the "
+                  "stream's time retention; -1 keeps data forever.", "log.retention.ms",
+                  low=-1),
+        ConfigDef("segment.bytes", _T.INT, "1073741824", "Log segment file size (stored; "
+                  "segments are the stream's).", "log.segment.bytes", low=14),
+        ConfigDef("segment.index.bytes", _T.INT, "10485760", "Index file size (stored).",
+                  "log.index.size.max.bytes", low=4),
+        ConfigDef("segment.jitter.ms", _T.LONG, "0", "Segment roll jitter (stored).",
+                  "log.roll.jitter.ms", low=0),
+        ConfigDef("segment.ms", _T.LONG, "604800000", "Segment roll time (stored).",
+                  "log.roll.ms", low=1),
+        ConfigDef("unclean.leader.election.enable", _T.BOOLEAN, "false", "Unclean leader "
+                  "election (stored; there are no replicas to elect).",
+                  "unclean.leader.election.enable"),
+        ConfigDef("tidegate.scaling.type", _T.STRING, ScalingType.FIXED_NUM_SEGMENTS.value,
+                  "The stream's scaling policy type.", choices=_SCALING_TYPES),
+        ConfigDef("tidegate.scaling.target.rate", _T.INT, "0", "Scaling target rate (KiB/s "
+                  "or events/s per segment).", low=0),
+        ConfigDef("tidegate.scaling.scale.factor", _T.INT, "2", "Segments a hot segment is "
+                  "split into.", low=0),
+        ConfigDef("tidegate.scaling.min.segments", _T.INT, "1", "Fewest segments the "
+                  "scaling policy keeps.", low=1),
+    ]
+}
+
+#: Configs whose change updates the stream's policies (the rest are only stored).
+STREAM_POLICY_CONFIGS = frozenset(
+    {"retention.ms", "retention.bytes"} | {n for n in TOPIC_CONFIGS if n.startswith("tidegate.")}
+)
+
+
+def validate(configs: Mapping[str, str | None]) -> dict[str, str]:
+    """Validated topic configs as stored; ``InvalidConfig`` on an unknown name, a bad
+    value or a combination the stream cannot express."""
+    out: dict[str, str] = {}
+    for name, value in configs.items():
+        d = TOPIC_CONFIGS.get(name)
+        if d is None:
+            raise InvalidConfig(f"Unknown topic config name: {name}")
+        out[name] = d.validate(value)
+    stream_config(out, 1)
+    return out
+
+
+def effective(configs: Mapping[str, str]) -> dict[str, str]:
+    """Every topic config: the stored ones over Kafka's defaults."""
+    return {name: configs.get(name, d.default) for name, d in TOPIC_CONFIGS.items()}
+
+
+def stream_config(configs: Mapping[str, str], partitions: int) -> StreamConfig:
+    """The stream policies a topic's configs ask for (see the module doc)."""
+    c = effective(configs)
+    ms, size = int(c["retention.ms"]), int(c["retention.bytes"])
+    if ms != -1 and size != -1 and "retention.ms" in configs and "retention.bytes" in configs:
+        raise InvalidConfig("tidegate keeps one retention policy per topic: set "
+                            "retention.ms=-1 to use retention.bytes")
+    retention: RetentionPolicy | None = None
+    if ms != -1:
+        retention = RetentionPolicy(RetentionType.TIME, max(ms, 1))
+    elif size != -1:
+        retention = RetentionPolicy(RetentionType.SIZE, max(size * max(partitions, 1), 1))
+    scaling_type = ScalingType(c["tidegate.scaling.type"])
+    rate = int(c["tidegate.scaling.target.rate"])
+    factor = int(c["tidegate.scaling.scale.factor"])
+    if scaling_type != ScalingType.FIXED_NUM_SEGMENTS and (rate < 1 or factor < 1):
+        raise InvalidConfig(f"tidegate.scaling.type={scaling_type.value} needs "
+                            "tidegate.scaling.target.rate and .scale.factor of at least 1")
+    scaling = ScalingPolicy(scaling_type, rate, factor, int(c["tidegate.scaling.min.segments"]))
+    return StreamConfig(scaling=scaling, retention=retention)
+
+
+# -- broker resources -----------------------------------------------------------------
+
+def broker_configs(g: GatewayConfig) -> dict[str, tuple[str, ConfigType, str]]:
+    """The broker configs DescribeConfigs reports: name → (value, type, documentation).
+    Read-only: a node's settings come from ``tidegate serve`` flags and its config file."""
+    values: dict[str, tuple[str, ConfigType, str]] = {
+        "broker.id": (str(g.node_id), _T.INT, "This node's id."),
+        "node.id": (str(g.node_id), _T.INT, "This node's id."),
+        "auto.create.topics.enable": (
+            str(g.auto_create_topics_enable).lower(), _T.BOOLEAN,
+            "Create unknown topics on Metadata requests that allow it."),
+        "num.partitions": (str(g.num_partitions), _T.INT, "Partitions of auto-created topics."),
+        "message.max.bytes": (str(g.message_max_bytes), _T.INT,
+                              "Largest records blob accepted for one partition."),
+        "socket.request.max.bytes": (str(g.socket_request_max_bytes), _T.INT,
+                                     "Largest request frame accepted."),
+        "default.replication.factor": ("1", _T.INT, "Replication is the segment store's."),
+        "offsets.topic.replication.factor": ("1", _T.SHORT, "Replication is the segment "
+                                             "store's."),
+        "delete.topic.enable": ("true", _T.BOOLEAN, "DeleteTopics is enabled."),
+    }
+    for d in TOPIC_CONFIGS.values():
+        if d.broker_synonym is not None and d.broker_synonym not in values:
+            values[d.broker_synonym] = (d.default, d.type, d.doc)
+    return values

@@ -1,0 +1,37 @@
+"""Fixtures for the admin API tests: a real ``tidegate serve`` subprocess (module-wide,
+for client-only tests) and an in-process gateway (``Node``: in-memory segment store and
+the real controller) for tests that also look at streams, segments and the index.
+Clients are real (kafka-python, confluent-kafka, kcat); against the in-process gateway
+they run in a worker thread so the event loop keeps serving."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+import protocol  # noqa: F401  (loads kafka-python's schema modules with its warning silenced)
+from tests.clients.server import Tidegate
+from tests.gateway.conftest import Node
+
+
+@pytest.fixture(scope="module")
+def tidegate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tidegate]:
+    base = tmp_path_factory.mktemp("tidegate")
+    server = Tidegate(base / "data", base / "tidegate.log")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[Node]:
+    n = Node(tmp_path / "data")
+    await n.start()
+    try:
+        yield n
+    finally:
+        await n.close()
