@@ -62,7 +62,11 @@ def test_random_kill_rounds(tmp_path: Path) -> None:
         )
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
-        time.sleep(rng.uniform(0.2, 0.8))
+        # let it complete a few operations, then kill it at a random moment of the next ones
+        for _ in range(rng.randint(1, 4)):
+            assert proc.stdout.readline().startswith("done")
+            done_ops += 1
+        time.sleep(rng.uniform(0.0, 0.05))
         proc.send_signal(signal.SIGKILL)
         out, err = proc.communicate(timeout=30)
         assert proc.returncode == -signal.SIGKILL, err
