@@ -22,12 +22,35 @@ from core.segmentstore.operations import (
     TableWriteOp,
     TruncateOp,
 )
+from core.segmentstore.reading.index import SegmentReadIndex
 from core.segmentstore.tables import TableIndex
 
 if TYPE_CHECKING:
     from core.segmentstore.container import SegmentContainer
 
 _APPEND = OpKind.APPEND
+#: Appends up to this size committed together are joined into one cache entry (a copy
+#: of a few KB costs less than a cache entry per append); larger ones are kept as is.
+COALESCE_BYTES_MAX = 16 * 1024
+
+
+class _Run:
+    """Consecutive small appends of one segment within one commit batch."""
+
+    __slots__ = ("first", "datas", "last_seq", "copy")
+
+    def __init__(self, first: AppendOp, data: bytes | memoryview, copy: bool) -> None:
+        self.first = first
+        self.datas = [data]
+        self.last_seq = first.seq
+        self.copy = copy  # replayed data: slices of Tier-1 frames
+
+    def end(self, idx: SegmentReadIndex) -> None:
+        datas = self.datas
+        data = b"".join(datas) if len(datas) > 1 or self.copy else datas[0]
+        idx.add_append(self.first.offset, data, self.first, self.last_seq)
+        if idx.waiters:
+            idx.notify()
 
 
 class Applier:
@@ -40,12 +63,12 @@ class Applier:
     def commit(self, ops: list[Operation]) -> None:
         c = self.c
         by_id = c.md.by_id
-        get_index = c.read_index.get
         now_ms = int(c.wall_clock() * 1000)
         traffic: dict[SegmentMeta, list[int]] = {}
+        runs: dict[SegmentMeta, _Run] = {}
         for op in ops:
             if op.kind is _APPEND:
-                # The hot path, inlined: metadata, read index, traffic.
+                # The hot path, inlined: metadata, read index (via runs), traffic.
                 assert isinstance(op, AppendOp)
                 meta = by_id[op.segment_id]
                 n = op.length
@@ -55,13 +78,9 @@ class Applier:
                 meta.last_modified_ms = now_ms
                 if op.attributes:
                     meta.attributes.update(op.attributes)
-                idx = get_index(meta)
                 if n:
-                    assert op.data is not None
-                    idx.add_append(op.offset, op.data, op)
+                    self._add(runs, meta, op, False)
                 op.data = None
-                if idx.waiters:
-                    idx.notify()
                 t = traffic.get(meta)
                 if t is None:
                     traffic[meta] = [n, op.event_count]
@@ -69,7 +88,9 @@ class Applier:
                     t[0] += n
                     t[1] += op.event_count
             else:
+                self._end_runs(runs)
                 self._apply(op, now_ms, live=True)
+        self._end_runs(runs)
         if not ops:
             return  # a frame holding only the middle of a spanning operation
         c.writer.add_many(ops)
@@ -83,8 +104,8 @@ class Applier:
             return
         c = self.c
         by_id = c.md.by_id
-        get_index = c.read_index.get
         now_ms = int(c.wall_clock() * 1000)
+        runs: dict[SegmentMeta, _Run] = {}
         for op in ops:
             if op.kind is _APPEND:
                 assert isinstance(op, AppendOp)
@@ -98,15 +119,44 @@ class Applier:
                     meta.attributes.update(op.attributes)
                     meta.p_attributes.update(op.attributes)
                 if n:
-                    assert op.data is not None
-                    # A copy: a slice would pin the whole Tier-1 frame in the cache.
-                    get_index(meta).add_append(op.offset, bytes(op.data), op)
+                    self._add(runs, meta, op, True)
                 op.data = None
             else:
+                self._end_runs(runs)
                 self._apply(op, now_ms, live=False)
+        self._end_runs(runs)
         c.md.seq = max(c.md.seq, ops[-1].seq)
         c.committed_seq = c.md.seq
         c.writer.add_many(ops)
+
+    def _add(self, runs: dict[SegmentMeta, _Run], meta: SegmentMeta, op: AppendOp, copy: bool) -> None:
+        """Index an append's bytes: small ones join the segment's run (one cache entry
+        per run), large ones get an entry of their own (the caller's buffer, not
+        copied; a replayed one is copied so it does not pin its Tier-1 frame)."""
+        data = op.data
+        assert data is not None
+        run = runs.get(meta)
+        if op.length <= COALESCE_BYTES_MAX:
+            if run is None:
+                runs[meta] = _Run(op, data, copy)
+            else:
+                run.datas.append(data)
+                run.last_seq = op.seq
+            return
+        if run is not None:
+            del runs[meta]
+            run.end(self.c.read_index.get(meta))
+        idx = self.c.read_index.get(meta)
+        idx.add_append(op.offset, bytes(data) if copy else data, op)
+        if idx.waiters:
+            idx.notify()
+
+    def _end_runs(self, runs: dict[SegmentMeta, _Run]) -> None:
+        if runs:
+            get = self.c.read_index.get
+            for meta, run in runs.items():
+                run.end(get(meta))
+            runs.clear()
 
     def _append(self, meta: SegmentMeta, op: AppendOp | TableWriteOp, offset: int, n: int, now_ms: int) -> None:
         if offset != meta.length:

@@ -1,8 +1,9 @@
 """The cache: segment data held in memory, bounded by ``cache_bytes_max``.
 
 One cache serves every container of a node. An entry is a contiguous range of one
-segment: the bytes of one append (kept as the caller's own immutable buffer, or a slice
-of the Tier-1 frame it was recovered from: never copied) or one block read from Tier-2.
+segment: the bytes of one append (kept as the caller's own immutable buffer: not
+copied), of a run of small appends committed together (joined: one entry instead of
+many), or of one block read from Tier-2.
 Each entry is charged its length plus ``ENTRY_OVERHEAD_BYTES``.
 
 Eviction, when over the bound: least recently used entries already in Tier-2 first
@@ -26,7 +27,9 @@ ENTRY_OVERHEAD_BYTES = 200
 
 
 class CacheEntry:
-    __slots__ = ("index", "start", "end", "data", "address", "frame_pos", "seq", "flushed", "removed")
+    __slots__ = (
+        "index", "start", "end", "data", "address", "frame_pos", "seq", "last_seq", "flushed", "removed",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -37,6 +40,7 @@ class CacheEntry:
         address: LogAddress | None = None,
         frame_pos: int = 0,
         seq: int = 0,
+        last_seq: int = 0,
     ) -> None:
         self.index = index
         self.start = start
@@ -45,7 +49,10 @@ class CacheEntry:
         #: Where in Tier-1 the operation that wrote these bytes lies (None: from Tier-2).
         self.address = address
         self.frame_pos = frame_pos
+        #: The operations (of this segment, sequence numbers ``seq..last_seq``) whose
+        #: bytes this entry holds: one append, or a run of small ones coalesced.
         self.seq = seq
+        self.last_seq = max(seq, last_seq)
         self.flushed = address is None
         self.removed = False
 

@@ -20,7 +20,7 @@ from contextlib import aclosing
 from core.segmentstore.api import DataCorruptionError
 from core.segmentstore.logs.api import LogAddress
 from core.segmentstore.metadata import SegmentMeta
-from core.segmentstore.operations import Operation
+from core.segmentstore.operations import Operation, OpKind
 from core.segmentstore.reading.cache import Cache, CacheEntry
 from tier2.api import BadOffsetError as Tier2BadOffset
 from tier2.api import DataMissingError, Storage, StorageError
@@ -41,9 +41,15 @@ class SegmentReadIndex:
         self.merges: list[tuple[int, int, SegmentReadIndex]] = []
         self.waiters: list[asyncio.Future[None]] = []
 
-    def add_append(self, offset: int, data: bytes | memoryview, op: Operation) -> None:
-        """Index data appended at the end (``offset`` past every entry)."""
-        entry = CacheEntry(self, offset, data, address=op.address, frame_pos=op.frame_pos, seq=op.seq)
+    def add_append(
+        self, offset: int, data: bytes | memoryview, op: Operation, last_seq: int = 0
+    ) -> None:
+        """Index data appended at the end (``offset`` past every entry), written by
+        ``op`` (and, for a coalesced run, the operations of this segment up to
+        ``last_seq``)."""
+        entry = CacheEntry(
+            self, offset, data, address=op.address, frame_pos=op.frame_pos, seq=op.seq, last_seq=last_seq
+        )
         self.starts.append(offset)
         self.entries[offset] = entry
         self.unflushed.append(entry)
@@ -134,6 +140,8 @@ class SegmentReadIndex:
 
 #: ``tier1_read(address, frame_pos)``: the operations of Tier-1 from there on.
 Tier1Reader = Callable[[LogAddress, int], AsyncGenerator[Operation, None]]
+
+_DATA_KINDS = (OpKind.APPEND, OpKind.TABLE_WRITE, OpKind.TABLE_COMPACT)
 
 #: Most bytes one Tier-1 read-back brings into the cache.
 TIER1_READBACK_BYTES_MAX = 8 * 1024 * 1024
@@ -252,38 +260,45 @@ class ReadIndex:
         """Read back ``first`` and the evicted entries after it (up to ``end``) in one
         pass over Tier-1. Payloads are copied out of the frames so a cached entry never
         pins a whole frame."""
-        wanted: dict[int, CacheEntry] = {first.seq: first}
+        wanted = [first]
         budget = TIER1_READBACK_BYTES_MAX - (first.end - first.start)
         pos = first.end
         while pos < end and budget > 0:
             entry = idx.find(pos)
             if entry is None or entry.data is not None or entry.address is None:
                 break
-            wanted[entry.seq] = entry
+            wanted.append(entry)
             budget -= entry.end - entry.start
             pos = entry.end
-        last_seq = max(wanted)
+        seg_id = idx.meta.id
         assert first.address is not None
-        found: bytes | memoryview | None = None
+        found: bytes | None = None
+        i = 0
+        pieces: list[bytes | memoryview] = []
         async with aclosing(self._tier1_read(first.address, first.frame_pos)) as ops:
             async for op in ops:
-                if op.seq > last_seq:
-                    break
-                entry_or_none = wanted.pop(op.seq, None)
-                if entry_or_none is None:
+                e = wanted[i]
+                if op.seq < e.seq or op.segment_id != seg_id or op.kind not in _DATA_KINDS:
+                    if op.seq > e.last_seq:
+                        break
                     continue
-                e = entry_or_none
                 raw: bytes | memoryview | None = getattr(op, "data", None)
-                if raw is None or len(raw) != e.end - e.start:
+                if raw:
+                    pieces.append(raw)
+                if op.seq < e.last_seq:
+                    continue
+                data = b"".join(pieces)
+                pieces = []
+                if len(data) != e.end - e.start:
                     raise DataCorruptionError(idx.meta.name, f"Tier-1 entry for seq {e.seq} mismatch")
-                data = bytes(raw)
                 if e is first:
                     found = data
                 if e.data is None and not e.removed:
                     e.data = data
                     if not e.flushed:
                         idx.cache.add(e)
-                if not wanted:
+                i += 1
+                if i == len(wanted):
                     break
         if found is None:
             raise DataCorruptionError(idx.meta.name, f"Tier-1 has no entry for seq {first.seq}")
