@@ -38,7 +38,7 @@ from core.controller.history import History, head_cut
 from core.controller.keyspace import equal_cover
 from core.controller.kvtables import KeyValueTables
 from core.controller.metadata import MetadataStore, StreamMeta
-from core.controller.policies.autoscale import AutoScaler
+from core.controller.policies.autoscale import AutoScaler, KeyPoints
 from core.controller.policies.retention import RetentionManager
 from core.controller.readergroups import ReaderGroups
 from core.controller.transactions import TransactionManager
@@ -66,11 +66,13 @@ class StreamController:
         *,
         clock: Callable[[], float] = time.time,
         traffic: Callable[[str], SegmentTraffic] | None = None,
+        key_points: KeyPoints | None = None,
         rng: random.Random | None = None,
     ) -> None:
         """``clock`` gives seconds since the epoch; ``traffic`` gives a segment's smoothed
-        traffic to the auto-scaler (default ``store.traffic``); ``rng`` draws transaction
-        ids."""
+        traffic to the auto-scaler (default ``store.traffic``); ``key_points`` gives the
+        routing keys a stream uses, so the auto-scaler splits between them (see
+        ``policies/autoscale.py``); ``rng`` draws transaction and reader-group ids."""
         self.store = store
         self.config = config
         self.clock = clock
@@ -80,7 +82,7 @@ class StreamController:
         self.scope_lock = asyncio.Lock()
         self._histories: dict[str, History] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        self.autoscaler = AutoScaler(self, traffic or store.traffic)
+        self.autoscaler = AutoScaler(self, traffic or store.traffic, key_points)
         self.retention = RetentionManager(self)
         self.txns = TransactionManager(self, rng or random.Random())
         #: Key-value tables, reader groups and watermarks (beyond ``api.Controller``).

@@ -209,3 +209,47 @@ async def test_size_retention_across_scale(store: InMemorySegmentStore, clock: C
     with pytest.raises(SegmentNotFoundError):
         await store.get_info(name(s0))
     await ctl.close()
+
+
+async def test_split_between_routing_keys(store: InMemorySegmentStore, clock: Clock) -> None:
+    rates = Rates()
+    points = [0.0, 0.5, 0.25, 0.75]  # partitions 0..3, bit-reversed
+    ctl = StreamController(
+        store, POLICY, clock=clock, traffic=rates, key_points=lambda sc, st: points
+    )
+    await ctl.start()
+    await ctl.create_scope("s")
+    await ctl.create_stream("s", "t", rate_config(factor=4))
+    rates.events[name(segment_id(0, 0))] = 500
+    await ctl.autoscaler.run_once()
+    segs = await ctl.get_current_segments("s", "t")
+    # four keys, factor 4: one segment per key, cut halfway between neighbours
+    assert [(s.key_start, s.key_end) for s in segs] == [
+        (0.0, 0.125),
+        (0.125, 0.375),
+        (0.375, 0.625),
+        (0.625, 1.0),
+    ]
+    # a segment holding a single key is never split however hot
+    rates.events = {
+        name(segs[0].id): 10_000,
+        name(segs[1].id): 80,
+        name(segs[2].id): 80,
+        name(segs[3].id): 80,
+    }
+    await ctl.autoscaler.run_once()
+    assert len(await ctl.get_current_segments("s", "t")) == 4
+    await ctl.close()
+
+
+def test_split_between_keys_groups() -> None:
+    from core.controller.policies.autoscale import split_between_keys
+
+    keys = [i / 8 for i in range(8)]
+    assert [(r.start, r.end) for r in split_between_keys(0.0, 1.0, keys, 2)] == [
+        (0.0, 0.4375),
+        (0.4375, 1.0),
+    ]
+    assert len(split_between_keys(0.0, 1.0, keys, 3)) == 3
+    assert split_between_keys(0.2, 0.3, keys, 4) == [KeyRange(0.2, 0.3)]  # holds key 0.25 only
+    assert split_between_keys(0.0, 1.0, [], 4) == [KeyRange(0.0, 1.0)]

@@ -13,12 +13,18 @@ events/s, from the traffic source's smoothed figures):
 
 A split takes precedence over merges in the same round. A scale that loses a race with
 another workflow is simply retried next round.
+
+With a ``key_points`` source (the routing keys a stream is known to use, e.g. the Kafka
+gateway's partition points), a hot segment is split between its keys instead of into
+equal ranges: into at most ``scale_factor`` groups of about equally many keys, each cut
+halfway between neighbouring keys; a segment holding a single key is never split, since
+one routing key never spans segments.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from core.controller.api import (
@@ -40,10 +46,39 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+#: (scope, stream) -> the routing keys the stream is known to use, or None if unknown.
+KeyPoints = Callable[[str, str], Sequence[float] | None]
+
+
+def split_between_keys(
+    start: float, end: float, keys: Sequence[float], parts: int
+) -> list[KeyRange]:
+    """``[start, end)`` cut between its ``keys`` into at most ``parts`` ranges holding about
+    equally many keys each; a single range when it holds fewer than two keys."""
+    inside = sorted({k for k in keys if start <= k < end})
+    n = min(parts, len(inside))
+    if n < 2:
+        return [KeyRange(start, end)]
+    bounds = [start]
+    for i in range(1, n):
+        j = round(i * len(inside) / n)
+        b = inside[j - 1] + (inside[j] - inside[j - 1]) / 2
+        if bounds[-1] < b < end:
+            bounds.append(b)
+    bounds.append(end)
+    return [KeyRange(a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
 class AutoScaler:
-    def __init__(self, ctl: StreamController, traffic: Callable[[str], SegmentTraffic]) -> None:
+    def __init__(
+        self,
+        ctl: StreamController,
+        traffic: Callable[[str], SegmentTraffic],
+        key_points: KeyPoints | None = None,
+    ) -> None:
         self.ctl = ctl
         self.traffic = traffic
+        self.key_points = key_points
 
     def rate(self, config: StreamConfig, name: str) -> float:
         t = self.traffic(name)
@@ -90,8 +125,12 @@ class AutoScaler:
         if hot and policy.scale_factor >= 2:
             ranges: list[KeyRange] = []
             sealed: list[int] = []
+            keys = self.key_points(scope, stream) if self.key_points else None
             for s in hot:
-                parts = split(s.key_start, s.key_end, policy.scale_factor)
+                if keys is None:
+                    parts = split(s.key_start, s.key_end, policy.scale_factor)
+                else:
+                    parts = split_between_keys(s.key_start, s.key_end, keys, policy.scale_factor)
                 if len(parts) >= 2:
                     sealed.append(s.id)
                     ranges += parts
