@@ -276,3 +276,15 @@ async def test_join_waits_for_the_rest_of_the_group(
         assert len(rejoined.members) == 2 and joined.members == []
     finally:
         await other.close()
+
+
+async def test_deleting_a_topic_removes_its_commits(client: RawClient) -> None:
+    from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
+
+    await client.call(_commit("dg", -1, "", {("t", 0): 5}), 8, OffsetCommitResponse)
+    res = await client.call(DeleteTopicsRequest(topic_names=["t"], timeout_ms=10_000), 4, DeleteTopicsResponse)
+    assert res.responses[0].error_code == 0
+    fetched = await client.call(OffsetFetchRequest(group_id="dg", topics=None, require_stable=False), 7, OffsetFetchResponse)
+    assert fetched.topics == []
+    listed = await client.call(ListGroupsRequest(), 0, ListGroupsResponse)
+    assert "dg" not in {g.group_id for g in listed.groups}
