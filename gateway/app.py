@@ -68,6 +68,12 @@ class Gateway:
         groups = GroupCoordinator(self.store, GroupConfig(**self.config.groups))
         await groups.start()
         self.ctx.extensions[EXTENSION_KEY] = groups
+        # Log starts follow the controller's retention truncation (gateway/log_start.py).
+        from gateway.log_start import RetentionFollower
+
+        follower = RetentionFollower(self.ctx)
+        follower.start()
+        self.ctx.extensions[RetentionFollower.EXTENSION_KEY] = follower
         self.server = KafkaServer(self.ctx)
         try:
             self.address = await self.server.start()
@@ -84,6 +90,9 @@ class Gateway:
         if self.ctx is None:
             return
         self.ctx.stopping.set()
+        follower = self.ctx.extensions.pop("log_start", None)  # gateway/log_start.py
+        if follower is not None:
+            await follower.close()
         if self.server is not None:
             await self.server.close(timeout_s)
         await self.ctx.logs.drain(timeout_s)

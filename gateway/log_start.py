@@ -22,6 +22,7 @@ entries, except for re-sends reordered around a seal, which the in-flight window
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -164,6 +165,8 @@ async def follow_truncation(ctx: HandlerContext, topic: str) -> dict[int, int]:
     segments = _Segments(ctx, topic)
     moved: dict[int, int] = {}
     for p in range(info.partitions):
+        if ctx.topics.get(topic) is not info:
+            break  # deleted or changed meanwhile: a later round catches up
         plog = ctx.logs.get(topic, p)
         start = plog.log_start_offset
         for e in ctx.index.entries_from(topic, p, start):
@@ -179,3 +182,45 @@ async def follow_truncation(ctx: HandlerContext, topic: str) -> dict[int, int]:
             plog.set_log_start(start)
             moved[p] = start
     return moved
+
+
+class RetentionFollower:
+    """Runs ``follow_truncation`` for every topic each ``period_ms``, so a truncation by
+    the controller's retention policy moves the log starts that Fetch and ListOffsets
+    report (until then Fetch answers OFFSET_OUT_OF_RANGE for the bytes already gone).
+    Kept in ``HandlerContext.extensions[EXTENSION_KEY]``."""
+
+    EXTENSION_KEY = "log_start"
+
+    def __init__(self, ctx: HandlerContext, *, period_ms: int = 10_000) -> None:
+        self.ctx = ctx
+        self.period_ms = period_ms
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self.period_ms > 0 and self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+
+    async def run_once(self) -> None:
+        for topic in self.ctx.topics.names():
+            try:
+                moved = await follow_truncation(self.ctx, topic)
+            except Exception:
+                log.exception("following the truncation of %s", topic)
+                continue
+            if moved:
+                log.info("retention moved the log start of %s: %s", topic, moved)
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.period_ms / 1000)
+            await self.run_once()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
