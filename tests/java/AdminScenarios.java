@@ -11,11 +11,14 @@ import java.util.Collection;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
 import org.apache.kafka.clients.admin.ConsumerGroupListing;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
+import org.apache.kafka.clients.admin.GroupListing;
+import org.apache.kafka.clients.admin.ListGroupsOptions;
 import org.apache.kafka.clients.admin.ListOffsetsOptions;
 import org.apache.kafka.clients.admin.ListOffsetsResult;
 import org.apache.kafka.clients.admin.NewTopic;
@@ -23,6 +26,8 @@ import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.admin.RecordsToDelete;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.GroupState;
+import org.apache.kafka.common.GroupType;
 import org.apache.kafka.common.IsolationLevel;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.TopicPartition;
@@ -123,6 +128,19 @@ public final class AdminScenarios {
             found |= l.groupId().equals(group);
         }
         Check.that(found, group + " not in " + listed);
+        // The 4.x listGroups: ListGroups v5 with state and type filters.
+        Collection<GroupListing> stable = admin.listGroups(ListGroupsOptions.forConsumerGroups()
+                .inGroupStates(Set.of(GroupState.STABLE, GroupState.EMPTY))).all().get();
+        GroupListing mine = null;
+        for (GroupListing l : stable) {
+            if (l.groupId().equals(group)) {
+                mine = l;
+            }
+        }
+        Check.that(mine != null, group + " not in listGroups " + stable);
+        Check.that(mine.type().orElse(null) == GroupType.CLASSIC, "type " + mine.type());
+        Check.out("listGroups " + mine.groupId() + " " + mine.type().get() + " " + mine.groupState().get()
+                + " protocol=" + mine.protocol());
         ConsumerGroupDescription d = admin.describeConsumerGroups(List.of(group))
                 .describedGroups().get(group).get();
         Check.out("describe " + d.groupId() + " state=" + d.groupState() + " members=" + d.members().size()

@@ -125,6 +125,7 @@ def test_consumer_group_of_three_and_group_admin(
         out = java.run("AdminScenarios", server.bootstrap, "groups", "jgroup", "jv-grp", "3")
         assert f"state=Stable members=3 assignor={assignor}" in out, out
         assert "committed total 90" in out, out
+        assert "listGroups jgroup Classic Stable protocol=consumer" in out, out
     finally:
         stop.write_text("stop")
         outputs = [m.finish() for m in members]
