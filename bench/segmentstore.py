@@ -96,6 +96,7 @@ async def replay_case(root: Path, size: int, volume: int, writers: int) -> dict[
         checkpoint_interval_ops=1 << 40,
         tier1_file_bytes_max=256 * MIB,
         writer_lag_bytes_max=1 << 40,
+        cache_bytes_max=1 << 40,  # no cache pressure: nothing may be flushed early
     )
     try:
         store = StreamSegmentStore(d, held)

@@ -240,6 +240,7 @@ class Applier:
             assert isinstance(op, MergeOp)
             src = md.by_id[op.source_id]
             src.sealed = src.deleted = True
+            src.merged_into = (meta, op.offset, op.length)
             if not live:
                 src.p_sealed = src.p_deleted = True
                 if md.by_name.get(src.name) is src:
@@ -250,9 +251,11 @@ class Applier:
             if now_ms:
                 meta.last_modified_ms = now_ms
             idx = c.read_index.get(meta)
+            src_idx = c.read_index.get(src)
             if op.length:
-                idx.merges.append((op.offset, op.length, c.read_index.get(src)))
+                idx.merges.append((op.offset, op.length, src_idx))
             idx.notify()
+            src_idx.notify()  # tail readers of the source wake to find it gone
             c.traffic.forget(src.name)
         elif kind == OpKind.DELETE:
             meta.deleted = True

@@ -26,7 +26,7 @@ class SegmentMeta:
     __slots__ = (
         "id", "name", "is_table", "created", "deleted",
         "length", "start_offset", "sealed", "attributes", "last_modified_ms",
-        "storage_length", "tier2_stale",
+        "storage_length", "tier2_stale", "merged_into",
         "p_length", "p_start", "p_sealed", "p_deleted", "p_attributes",
     )  # fmt: skip
 
@@ -46,6 +46,8 @@ class SegmentMeta:
         #: Tier-2 may still hold an earlier segment of the same name (deleted, with the
         #: deletion not yet applied there); the writer clears this.
         self.tier2_stale = False
+        #: For a merge source: (target, offset in target, length), once durable.
+        self.merged_into: tuple[SegmentMeta, int, int] | None = None
         self.p_length = 0
         self.p_start = 0
         self.p_sealed = False

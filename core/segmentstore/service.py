@@ -23,6 +23,7 @@ from core.segmentstore.api import (
     ContainerNotOwnedError,
     ReadResult,
     SegmentProperties,
+    SegmentStore,
     SegmentTraffic,
     StoreShutdownError,
     TableEntry,
@@ -228,3 +229,8 @@ class StreamSegmentStore:
 
     async def table_entries(self, name: str, prefix: bytes = b"") -> list[TableEntry]:
         return self._c(name).table(name).items(prefix)
+
+
+def _conforms(store: StreamSegmentStore) -> SegmentStore:
+    """Never called: makes mypy check that the class implements the protocol."""
+    return store

@@ -252,7 +252,8 @@ class StorageWriter:
         elif kind == OpKind.SEAL:
             meta = md.by_id[op.segment_id]
             await self._flush(meta)
-            await self._ensure(meta, "seal")
+            if not await self._gone(meta):
+                await self._ensure(meta, "seal")
         elif kind == OpKind.TRUNCATE:
             assert isinstance(op, TruncateOp)
             meta = md.by_id[op.segment_id]
@@ -322,6 +323,10 @@ class StorageWriter:
         agg = self._aggs.get(meta.id)
         if agg is None:
             return
+        if await self._gone(meta):
+            del self._aggs[meta.id]
+            self._lag_done(agg.end - agg.start + LAG_OVERHEAD_BYTES * agg.ops)
+            return
         name = meta.name
         idx = self.c.read_index.get(meta)
         while True:
@@ -349,6 +354,18 @@ class StorageWriter:
         idx.flushed_to(meta.storage_length)
         del self._aggs[meta.id]
         self._lag_done(agg.end - agg.start + LAG_OVERHEAD_BYTES * agg.ops)
+
+    async def _gone(self, meta: SegmentMeta) -> bool:
+        """Whether Tier-2 needs nothing more for this segment: it is deleted (its bytes
+        are going away), or merged and already concatenated into its target (a replay
+        after a crash). Creating it again would resurrect it."""
+        if not meta.deleted or await self._state(meta.name) is not None:
+            return False
+        if meta.merged_into is None:
+            return True
+        target, offset, length = meta.merged_into
+        tinfo = await self._state(target.name)
+        return tinfo is not None and tinfo.length >= offset + length
 
     async def _t2_truncate(self, meta: SegmentMeta, offset: int) -> None:
         info = await self._state(meta.name)
