@@ -20,6 +20,13 @@ class GroupConfig:
     max_group_size: int = 10_000
     #: offset.metadata.max.bytes
     offset_metadata_bytes_max: int = 4_096
+    #: offsets.retention.minutes (in ms): the commits of a consumer group expire once it
+    #: has been Empty this long; a group that never had members (commits with
+    #: generation -1) loses each commit this long after it was made; a group with
+    #: members loses commits of topics it no longer subscribes to this long after them.
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    #: offsets.retention.check.interval.ms
+    offsets_retention_check_interval_ms: int = 600_000
     #: How often session, join and sync deadlines are checked.
     tick_interval_ms: int = 100
     #: Bound on durable writes queued and not yet done.
@@ -35,6 +42,7 @@ class GroupConfig:
             "group.initial.rebalance.delay.ms": "initial_rebalance_delay_ms",
             "group.max.size": "max_group_size",
             "offset.metadata.max.bytes": "offset_metadata_bytes_max",
+            "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
         }
         kwargs = {field: int(str(settings[key])) for key, field in names.items() if key in settings}
         return cls(**kwargs)  # type: ignore[arg-type]

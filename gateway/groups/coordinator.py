@@ -94,10 +94,11 @@ class GroupCoordinator(Membership):
             GroupStore(store, config.table, queue_writes_max=config.queue_writes_max),
             config,
             clock_ms,
+            wall_clock_ms,
             rng or random.Random(),
         )
-        self._wall_clock_ms = wall_clock_ms
         self._ticker: asyncio.Task[None] | None = None
+        self._retention_checked_ms = clock_ms()
 
     async def start(self, *, ticker: bool = True) -> None:
         """Load groups and offsets. With ``ticker=False`` nothing runs in the
@@ -107,14 +108,14 @@ class GroupCoordinator(Membership):
         for e in entries:
             if e.key.startswith(b"g"):
                 gid = e.key[1:].decode()
-                loaded = decode_group(gid, e.value, now)
+                loaded = decode_group(gid, e.value, now, self._wall_clock_ms())
                 if gid in self._groups:
                     loaded.offsets = self._groups[gid].offsets
                 self._groups[gid] = loaded
         for e in entries:
             if e.key.startswith(b"o"):
                 gid, topic, partition = parse_offset_key(e.key)
-                g = self._groups.setdefault(gid, Group(gid, state_changed_ms=now))
+                g = self._groups.get(gid) or self._new_group(gid)
                 g.offsets[(topic, partition)] = decode_offset(e.value)
         self._loaded = True
         if ticker:
@@ -143,6 +144,42 @@ class GroupCoordinator(Membership):
             except Exception:  # a bug here must not stop every deadline for good
                 log.exception("group coordinator maintenance failed")
 
+    def maintain(self) -> None:
+        super().maintain()
+        now = self._clock_ms()
+        if now - self._retention_checked_ms >= self.config.offsets_retention_check_interval_ms:
+            self._retention_checked_ms = now
+            self.expire_offsets()
+
+    def expire_offsets(self) -> int:
+        """Drop commits past ``offsets_retention_ms`` (Kafka's KIP-211 rules, see
+        ``GroupConfig``); returns how many. Groups left Empty with none are removed."""
+        now = self._wall_clock_ms()
+        keep_ms = self.config.offsets_retention_ms
+        removed = 0
+        for g in list(self._groups.values()):
+            if g.is_(S.EMPTY) and g.protocol_type:
+                since = g.empty_since_wall_ms
+                expired = list(g.offsets) if since is not None and now - since >= keep_ms else []
+            else:
+                subscribed: set[str] | None = set()
+                if not g.is_(S.EMPTY):
+                    subscribed = g.subscribed_topics()
+                expired = [] if subscribed is None else [
+                    tp for tp, o in g.offsets.items()
+                    if tp[0] not in subscribed and now - o.commit_timestamp_ms >= keep_ms
+                ]
+            if not expired:
+                continue
+            self._store.remove_offsets(g.group_id, expired)
+            for tp in expired:
+                del g.offsets[tp]
+            removed += len(expired)
+            self._forget_if_unused(g)
+        if removed:
+            log.info("offset retention: %d commits expired", removed)
+        return removed
+
     # -- offsets -------------------------------------------------------------------------
 
     async def commit_offsets(
@@ -164,8 +201,7 @@ class GroupCoordinator(Membership):
         if g is None:
             if generation_id >= 0:
                 return all_(E.ILLEGAL_GENERATION)
-            g = Group(group_id, state_changed_ms=self._clock_ms())
-            self._groups[group_id] = g
+            g = self._new_group(group_id)
         elif g.is_(S.DEAD):
             return all_(E.COORDINATOR_NOT_AVAILABLE)
         elif g.fenced(group_instance_id, member_id):

@@ -53,11 +53,13 @@ class Membership:
         store: GroupStore,
         config: GroupConfig,
         clock_ms: Callable[[], int],
+        wall_clock_ms: Callable[[], int],
         rng: random.Random,
     ) -> None:
         self.config = config
         self._store = store
         self._clock_ms = clock_ms
+        self._wall_clock_ms = wall_clock_ms
         self._rng = rng
         self._groups: dict[str, Group] = {}
         self._loaded = False
@@ -66,6 +68,11 @@ class Membership:
 
     def _new_member_id(self, prefix: str) -> str:
         return f"{prefix}-{uuid.UUID(int=self._rng.getrandbits(128), version=4)}"
+
+    def _new_group(self, group_id: str) -> Group:
+        g = Group(group_id, state_changed_ms=self._clock_ms(), empty_since_wall_ms=self._wall_clock_ms())
+        self._groups[group_id] = g
+        return g
 
     def _join_result(self, g: Group, member_id: str) -> JoinResult:
         members: tuple[tuple[str, str | None, bytes], ...] = ()
@@ -100,8 +107,7 @@ class Membership:
         if g is None:
             if req.member_id:
                 return JoinResult(E.UNKNOWN_MEMBER_ID, req.member_id)
-            g = Group(req.group_id, state_changed_ms=self._clock_ms())
-            self._groups[req.group_id] = g
+            g = self._new_group(req.group_id)
         if g.is_(S.DEAD):
             return JoinResult(E.COORDINATOR_NOT_AVAILABLE, req.member_id)
         if not g.supports(req.protocol_type, req.protocols):
@@ -265,6 +271,7 @@ class Membership:
             g.protocol_name = None
             g.leader_id = None
             g.transition(S.EMPTY, now)
+            g.empty_since_wall_ms = self._wall_clock_ms()
             self._store.put_group(g)
             return
         g.protocol_name = g.select_protocol()

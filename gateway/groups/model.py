@@ -122,6 +122,8 @@ class Group:
     #: for more members instead of completing as soon as everybody known has joined.
     initial_delay_active: bool = False
     state_changed_ms: int = 0
+    #: Wall-clock time the group last became Empty (offset retention counts from it).
+    empty_since_wall_ms: int | None = None
 
     def transition(self, target: GroupState, now_ms: int) -> None:
         if self.state not in TRANSITIONS[target]:

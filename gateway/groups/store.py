@@ -103,12 +103,13 @@ def encode_group(g: Group) -> bytes:
             "protocol_type": g.protocol_type,
             "protocol": g.protocol_name,
             "leader": g.leader_id,
+            "empty_since": g.empty_since_wall_ms,
             "members": members,
         }
     ).encode()
 
 
-def decode_group(group_id: str, value: bytes, now_ms: int) -> Group:
+def decode_group(group_id: str, value: bytes, now_ms: int, now_wall_ms: int) -> Group:
     """A group as loaded after a restart: Stable with its members (their sessions
     start again now, as Kafka does when it loads a group), or Empty."""
     d = json.loads(value)
@@ -134,6 +135,9 @@ def decode_group(group_id: str, value: bytes, now_ms: int) -> Group:
             g.static_members[m.group_instance_id] = m.member_id
     g.state = GroupState.STABLE if g.members else GroupState.EMPTY
     g.state_changed_ms = now_ms
+    if g.state is GroupState.EMPTY:
+        since = d.get("empty_since")
+        g.empty_since_wall_ms = int(since) if since is not None else now_wall_ms
     return g
 
 

@@ -184,3 +184,32 @@ async def test_group_size_is_bounded(store: InMemorySegmentStore, clock: FakeClo
         assert (await coord.join_group(join_req(client_id="c"))).error == E.GROUP_MAX_SIZE_REACHED
     finally:
         await coord.close()
+
+
+async def test_offset_retention(store: InMemorySegmentStore, clock: FakeClock) -> None:
+    day = 24 * 3600 * 1000
+    coord = make_coordinator(store, clock, offsets_retention_ms=day, offsets_retention_check_interval_ms=60_000)
+    await coord.start(ticker=False)
+    # A standalone group: each commit expires on its own.
+    await coord.commit_offsets("simple", -1, "", None, {("t", 0): OffsetCommit(1)})
+    clock.advance(day // 2)
+    await coord.commit_offsets("simple", -1, "", None, {("t", 1): OffsetCommit(2)})
+    # A consumer group: its commits expire a day after it became Empty.
+    member, gen = await _one_member_group(coord, "cg")
+    await coord.commit_offsets("cg", gen, member, None, {("t", 0): OffsetCommit(3)})
+    clock.advance(day // 2 + 1)
+    coord.maintain()
+    assert coord.fetch_offsets("simple", None)[1].keys() == {("t", 1)}
+    assert coord.fetch_offsets("cg", None)[1].keys() == {("t", 0)}  # Stable: subscribed topic kept
+    coord.leave_group("cg", [(member, None)])
+    await coord.close()
+    again = make_coordinator(store, clock, offsets_retention_ms=day, offsets_retention_check_interval_ms=60_000)
+    await again.start(ticker=False)  # "Empty since" survives the restart
+    clock.advance(day - 1_000)
+    again.maintain()
+    assert again.fetch_offsets("cg", None)[1].keys() == {("t", 0)}
+    assert again.group("simple") is None  # its last commit is 1.5 days old
+    clock.advance(2_000)
+    assert again.expire_offsets() == 1
+    assert again.group("cg") is None
+    await again.close()
