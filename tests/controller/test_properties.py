@@ -10,7 +10,7 @@ import collections
 import math
 from fractions import Fraction
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from core.controller.api import (
@@ -233,6 +233,10 @@ async def _random_requests(requests: list[Request]) -> None:
         max_size=6,
     )
 )
+# Explicit cases every run: a request naming the segment sealed in setup (conflict), and
+# a valid split of a live segment.
+@example(requests=[(False, [0], [(0.0, 0.125)], [], 0)])
+@example(requests=[(True, [1], [], [500], 0)])
 def random_requests_match_oracle(requests: list[Request]) -> None:
     asyncio.run(_random_requests(requests))
 
