@@ -252,7 +252,21 @@ class SegmentContainer:
         meta.p_length = offset + n
         op = AppendOp(meta.id, name, offset, data, attrs, event_count)
         op.result = offset
-        return self._queue(op)
+        # _queue, inlined (the per-append hot path).
+        md = self.md
+        md.seq += 1
+        op.seq = md.seq
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        op.future = fut
+        durable = self.durable
+        assert durable is not None
+        durable.add(op)
+        if (
+            durable.bytes_logged - self._ckpt_bytes >= self._ckpt_interval_bytes
+            or durable.ops_logged - self._ckpt_ops >= self._ckpt_interval_ops
+        ):
+            self.queue_checkpoint()
+        return fut
 
     def queue_update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> asyncio.Future[Any]:
         self._check(name)

@@ -36,7 +36,7 @@ class _Frame:
     def __init__(self) -> None:
         self.parts: list[bytes | memoryview] = []
         self.size = 0
-        self.starts: list[tuple[Operation, int]] = []
+        self.starts: list[Operation] = []  # ops whose first byte is here (at op.frame_pos)
         self.completes: list[Operation] = []
         self.first_op_pos = NO_OP_START
 
@@ -68,13 +68,15 @@ class DurableLog:
         self._idle.set()
         self._failed: BaseException | None = None
         self._committer: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop
         #: Bytes serialized since the container started (drives checkpoints).
         self.bytes_logged = 0
         self.ops_logged = 0
         self.last_address: LogAddress | None = None
 
     def start(self) -> None:
-        self._committer = asyncio.get_running_loop().create_task(self._commit_loop())
+        self._loop = asyncio.get_running_loop()
+        self._committer = self._loop.create_task(self._commit_loop())
 
     @property
     def failed(self) -> BaseException | None:
@@ -93,7 +95,8 @@ class DurableLog:
             cur = self._cur
         if cur.first_op_pos == NO_OP_START:
             cur.first_op_pos = cur.size
-        cur.starts.append((op, cur.size))
+        op.frame_pos = cur.size
+        cur.starts.append(op)
         parts, size = serialize(op)
         if cur.size + size <= self._payload_max:
             cur.parts += parts
@@ -104,11 +107,10 @@ class DurableLog:
                 self._write(part)
         self._cur.completes.append(op)
         self.ops_logged += 1
-        if self._idle.is_set():
-            self._idle.clear()
         if not self._cut_scheduled:
+            self._idle.clear()
             self._cut_scheduled = True
-            asyncio.get_running_loop().call_soon(self._cut_soon)
+            self._loop.call_soon(self._cut_soon)
 
     def _write(self, part: bytes | memoryview) -> None:
         n = len(part)
@@ -179,9 +181,8 @@ class DurableLog:
                 return
             self._inflight.popleft()
             self.last_address = addr
-            for op, pos in frame.starts:
+            for op in frame.starts:
                 op.address = addr
-                op.frame_pos = pos
             try:
                 self._on_commit(frame.completes)
             except Exception as exc:
