@@ -3,8 +3,8 @@
 Layout under ``data_dir``: ``tier1/container-N/`` (each container's Tier-1 log),
 ``tier2/`` (Tier-2 segment files, shared by all containers).
 
-A segment belongs to container ``crc32c(name) % container_count`` (stable across
-processes and nodes). Every mutating call queues its operation into its container's
+A segment belongs to container ``crc32c(primary name) % container_count`` (stable
+across processes and nodes; see ``container_of``). Every mutating call queues its operation into its container's
 durable log before its first ``await``: the order of calls is the order in the log, and
 a call rejected at validation (typed error) affects nothing queued before or after it.
 """
@@ -41,7 +41,17 @@ Tier1Factory = Callable[[int], DurableDataLog]
 
 
 def container_of(name: str, container_count: int) -> int:
-    return int(crc32c.crc32c(name.encode())) % container_count
+    """The container of a segment: crc32c of its *primary* name, modulo the count.
+
+    The primary name drops a transaction suffix (``#transaction.<id>``) and an epoch
+    suffix (``.#epoch.<n>``), as Pravega maps a transaction segment to its parent's
+    container: a transaction segment, its parent and the parent's duplicates in later
+    epochs (rolling transactions) share a container, so they can be merged."""
+    base = name.split("#transaction.", 1)[0]
+    cut = base.find(".#epoch.")
+    if cut >= 0:
+        base = base[:cut]
+    return int(crc32c.crc32c(base.encode())) % container_count
 
 
 class StreamSegmentStore:

@@ -287,3 +287,27 @@ async def test_container_not_owned(backings: Backings, tmp_path: Path) -> None:
     await s.create_segment(mine)
     assert await s.append(mine, b"ok") == 0
     await s.close()
+
+
+async def test_transaction_segments_share_their_parents_container(backings: Backings, tmp_path: Path) -> None:
+    from core.segmentstore.config import SegmentStoreConfig
+    from core.segmentstore.service import container_of
+
+    s = backings.store(tmp_path, SegmentStoreConfig(container_count=4))
+    await s.start()
+    parent = "sc/st/3.#epoch.0"
+    dup = "sc/st/3.#epoch.2"  # the parent's duplicate in a rolling transaction
+    for txn in ("sc/st/3.#epoch.0#transaction.abc", "sc/st/3.#epoch.2#transaction.abc"):
+        assert container_of(txn, 4) == container_of(parent, 4) == container_of(dup, 4)
+    await s.create_segment(parent)
+    await s.create_segment(dup)
+    await s.create_segment(parent + "#transaction.t1")
+    await s.create_segment(dup + "#transaction.t1")
+    await s.append(parent + "#transaction.t1", b"one")
+    await s.append(dup + "#transaction.t1", b"two")
+    assert await s.merge(parent, parent + "#transaction.t1") == 0
+    assert await s.merge(dup, dup + "#transaction.t1") == 0
+    assert (await s.get_info(dup)).length == 3
+    spread = {container_of(f"sc/st/{i}.#epoch.0", 4) for i in range(40)}
+    assert spread == {0, 1, 2, 3}
+    await s.close()
