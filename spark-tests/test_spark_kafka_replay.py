@@ -17,3 +17,4 @@ def test_spark_source_and_sink_replay(java: Java, tidegate_groups: Tidegate, iso
     )
     assert "OK spark replay" in out, out
     assert out.count("read 40 until") == 3, out
+    assert "data loss detected below" in out, out

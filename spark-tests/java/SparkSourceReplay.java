@@ -16,7 +16,10 @@
 //                      poll until `until` (exclusive), checking dense offsets; the
 //                      available range is checked with seekToBeginning/seekToEnd/position;
 // by timestamp         startingOffsetsByTimestamp: Admin.listOffsets(forTimestamp) per
-//                      partition, reading from there.
+//                      partition, reading from there;
+// data loss            after Admin.deleteRecords, the earliest offset moves up and a
+//                      consumer with auto.offset.reset=none that seeks below it gets
+//                      OffsetOutOfRangeException (what failOnDataLoss relies on).
 //
 // Usage: SparkSourceReplay BOOTSTRAP TOPIC PARTITIONS BATCHES RECORDS_PER_BATCH TS_BASE ISOLATION
 import java.nio.charset.StandardCharsets;
@@ -35,10 +38,12 @@ import org.apache.kafka.clients.admin.ListOffsetsOptions;
 import org.apache.kafka.clients.admin.ListOffsetsResult;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.admin.RecordsToDelete;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetOutOfRangeException;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -135,6 +140,30 @@ public final class SparkSourceReplay {
             long expected = produced.values().stream().filter(t -> t >= ts).count();
             Check.that(fromTs == expected, "by timestamp read " + fromTs + " of " + expected);
             Check.out("by timestamp read " + fromTs);
+
+            TopicPartition tp0 = tps.get(0);
+            long cut = lastLatest.get(tp0) / 2;
+            Check.that(cut > 0, "partition 0 has too few records for the data-loss check");
+            admin.deleteRecords(Map.of(tp0, RecordsToDelete.beforeOffset(cut))).all().get();
+            Map<TopicPartition, Long> earliestNow = offsets(admin, List.of(tp0), OffsetSpec.earliest(), options);
+            Check.that(earliestNow.get(tp0) == cut, "earliest after deleteRecords " + earliestNow);
+            try (KafkaConsumer<byte[], byte[]> consumer = executorConsumer(bootstrap, isolation)) {
+                consumer.assign(List.of(tp0));
+                consumer.seek(tp0, 0);
+                long deadline = System.currentTimeMillis() + 30_000;
+                boolean detected = false;
+                while (!detected && System.currentTimeMillis() < deadline) {
+                    try {
+                        Check.that(consumer.poll(Duration.ofMillis(500)).isEmpty(), "read deleted records");
+                    } catch (OffsetOutOfRangeException e) {
+                        detected = true;
+                    }
+                }
+                Check.that(detected, "no OffsetOutOfRangeException below the earliest offset");
+                Check.out("data loss detected below " + cut);
+            }
+            Check.that(readRange(bootstrap, tp0, cut, lastLatest.get(tp0), isolation).size()
+                    == lastLatest.get(tp0) - cut, "records after the cut");
         }
         Check.out("OK spark replay");
     }
@@ -169,8 +198,7 @@ public final class SparkSourceReplay {
         return out;
     }
 
-    static List<ConsumerRecord<byte[], byte[]>> readRange(String bootstrap, TopicPartition tp, long from,
-                                                          long until, IsolationLevel isolation) {
+    static KafkaConsumer<byte[], byte[]> executorConsumer(String bootstrap, IsolationLevel isolation) {
         Properties p = Check.props(bootstrap);
         p.put(ConsumerConfig.GROUP_ID_CONFIG, GROUP_PREFIX + "-executor");
         p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "none");
@@ -178,8 +206,13 @@ public final class SparkSourceReplay {
         p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation.toString());
         p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        return new KafkaConsumer<>(p);
+    }
+
+    static List<ConsumerRecord<byte[], byte[]>> readRange(String bootstrap, TopicPartition tp, long from,
+                                                          long until, IsolationLevel isolation) {
         List<ConsumerRecord<byte[], byte[]>> out = new ArrayList<>();
-        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(p)) {
+        try (KafkaConsumer<byte[], byte[]> consumer = executorConsumer(bootstrap, isolation)) {
             consumer.assign(List.of(tp));
             // KafkaDataConsumer.getAvailableOffsetRange
             consumer.seekToBeginning(List.of(tp));
