@@ -1,7 +1,7 @@
 """FindCoordinator (key 10): this node coordinates every group and every transactional
-id it is asked about (one embedded node; in a cluster every node runs a coordinator
-over the shared table segments). v4+ batches keys; share-group keys (type 2) are not
-served."""
+id it is asked about. That is right for the embedded single node; a cluster must send
+each key to one node, because a coordinator keeps its groups' live state in memory.
+v4+ batches keys; share-group keys (type 2) are not served."""
 
 from __future__ import annotations
 
