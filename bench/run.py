@@ -401,7 +401,7 @@ def _describe(e: Exception, server: systems.Server) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    started = datetime.now(UTC)
+    started, load_at_start = datetime.now(UTC), os.getloadavg()[0]
     out_dir = args.results_dir / started.strftime("%Y%m%dT%H%M%SZ")
     own_work_dir = args.work_dir is None
     work_dir = Path(tempfile.mkdtemp(prefix="tidegate-bench-")) if own_work_dir else args.work_dir
@@ -431,7 +431,8 @@ def main(argv: list[str] | None = None) -> int:
         "systems": args.system_list,
         "versions": bench.versions,
         "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus, "
-        f"load {os.getloadavg()[0]:.1f} at start, python {platform.python_version()}",
+        f"load average {load_at_start:.1f} at start, {os.getloadavg()[0]:.1f} at end, "
+        f"python {platform.python_version()}",
         "client": _client_version(),
         "tuning": vars(bench.tuning),
         "skipped": skipped,
