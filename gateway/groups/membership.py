@@ -169,6 +169,7 @@ class Membership:
         member): it takes over the old member's place under a new id and the old id is
         fenced. A Stable group keeps its assignment when the chosen protocol stays."""
         assert req.group_instance_id is not None
+        leader_before = g.leader_id or ""
         old = g.members.pop(old_id)
         new_id = self._new_member_id(req.group_instance_id)
         self._resolve(old.awaiting_join, JoinResult(E.FENCED_INSTANCE_ID, old_id))
@@ -188,10 +189,11 @@ class Membership:
         if g.is_(S.STABLE):
             if g.select_protocol() == g.protocol_name and old_protocols == old.protocols:
                 self._store.put_group(g)
-                # Not the leader's member list even if it leads: no new assignment is run.
+                # As Kafka: the old leader id, so a rejoining leader does not take itself
+                # for the leader and run an assignment a Stable group would not relay.
                 return JoinResult(
                     E.NONE, new_id, g.generation_id, g.protocol_type, g.protocol_name,
-                    g.leader_id or "", (),
+                    leader_before, (),
                 )
             fut = self._await_join(old)
             self._prepare_rebalance(g)

@@ -148,6 +148,7 @@ async def test_static_member_restart_keeps_assignment_without_rebalance(
     r2 = await coord.join_group(join_req(instance="i-1", client_id="s"))
     assert r2.error == E.NONE and r2.member_id != old
     assert r2.generation_id == r.generation_id  # no rebalance
+    assert r2.leader_id == old and r2.members == ()  # it must not run an assignment
     g = coord.group("g")
     assert g is not None and g.state is GroupState.STABLE
     s2 = await coord.sync_group("g", r2.generation_id, r2.member_id, "i-1", None, None, {})

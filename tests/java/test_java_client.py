@@ -60,11 +60,12 @@ class _Member:
     """One GroupConsumer process; its output goes to a file the test reads as it runs."""
 
     def __init__(self, java: Java, server: Tidegate, tmp: Path, name: str, topic: str,
-                 group: str, stop: Path, assignor: str) -> None:
+                 group: str, stop: Path, assignor: str, *extra: str) -> None:
         self.log = tmp / f"{name}.out"
         self._file = open(self.log, "w")
         self.proc = java.popen(
-            "GroupConsumer", server.bootstrap, topic, group, str(stop), assignor, stdout=self._file
+            "GroupConsumer", server.bootstrap, topic, group, str(stop), assignor, *extra,
+            stdout=self._file,
         )
 
     def lines(self) -> list[str]:
@@ -138,3 +139,41 @@ def test_consumer_group_of_three_and_group_admin(
     # round-trip, and deleteConsumerGroups removes it.
     out = java.run("AdminScenarios", server.bootstrap, "groups", "jgroup", "jv-grp", "3")
     assert "state=Empty members=0" in out and "altered, read back and deleted jgroup" in out, out
+
+
+def _generations(server: Tidegate, group: str) -> int:
+    return server.tail(10_000).count(f"group {group!r} generation")
+
+
+def test_static_member_restarts_without_a_rebalance(java: Java, tidegate_groups: Tidegate, tmp_path: Path) -> None:
+    """group.instance.id: a static member that is killed and comes back within its
+    session timeout takes its old place and partition; the group does not rebalance."""
+    server = tidegate_groups
+    _create(java, server, "jv-static", 2)
+    stop = tmp_path / "stop"
+    first = [
+        _Member(java, server, tmp_path, f"s{i}", "jv-static", "jstatic", stop, "range", f"inst-{i}")
+        for i in range(2)
+    ]
+    members = list(first)
+    try:
+        _wait(lambda: all(m.assignment() is not None and len(m.assignment() or ()) == 1 for m in first),
+              60, "two static members with one partition each", lambda: [m.assignment() for m in first])
+        before = _generations(server, "jstatic")
+        owned = first[0].assignment()
+        first[0].proc.kill()
+        first[0].proc.wait()
+        again = _Member(java, server, tmp_path, "s0-again", "jv-static", "jstatic", stop, "range", "inst-0")
+        members.append(again)
+        _wait(lambda: again.assignment() is not None, 30, "the restarted member's assignment",
+              lambda: again.lines()[-5:])
+        assert again.assignment() == owned
+        expected = set(_produce(java, server, "jv-static", 20, 2))
+        _wait(lambda: {r for m in members for r in m.records()} >= expected, 30, "records after the restart",
+              lambda: len({r for m in members for r in m.records()}))
+        assert _generations(server, "jstatic") == before, server.tail()
+        assert [ln for ln in first[1].lines() if ln.startswith("A ")] == [f"A {sorted(first[1].assignment() or ())[0]},"]
+    finally:
+        stop.write_text("stop")
+        for m in members:
+            m.finish()
