@@ -201,21 +201,24 @@ class StorageWriter:
         aggs = self._aggs
         flush_bytes = self.config.flush_bytes
         cache = self.c.read_index.cache
+        append = OpKind.APPEND
+        pressure = cache.under_pressure
         while ops:
             op = ops.popleft()
-            if op.kind is OpKind.APPEND:
+            if op.kind is append:
                 # The common case without a coroutine call: extend an aggregator.
-                assert isinstance(op, AppendOp)
                 agg = aggs.get(op.segment_id)
-                if agg is not None and agg.end == op.offset:
-                    agg.end += op.length
+                if agg is not None and agg.end == op.offset:  # type: ignore[attr-defined]
+                    agg.end += op.length  # type: ignore[attr-defined]
                     agg.ops += 1
                     self._next_seq = op.seq + 1
-                    if agg.end - agg.start < flush_bytes and not cache.under_pressure:
+                    if agg.end - agg.start < flush_bytes and not pressure:
                         continue
                     await self._flush(agg.meta)
+                    pressure = cache.under_pressure
                     continue
             await self._process(op)
+            pressure = cache.under_pressure
 
     async def _process(self, op: Operation) -> None:
         kind = op.kind
