@@ -155,15 +155,20 @@ class StreamController:
             yield await self.stream_meta(scope, stream)
 
     async def _finish_recorded(self, scope: str, stream: str) -> None:
-        """Run the remaining steps of a workflow an earlier failure left recorded."""
-        meta = StreamMeta(self.md, scope, stream)
+        """Run the remaining steps of a workflow an earlier failure left recorded (a
+        create or delete in the scope's index, or another in the stream's table)."""
         try:
-            recorded = (await meta.workflow()).value
+            entry = await self.md.get(self.md.scope_table(scope), f"stream/{stream}")
         except SegmentNotFoundError:
-            return  # no stream table (yet)
-        if recorded is not None:
-            log.info("finishing the recorded %s workflow of %s", recorded["type"], meta.name)
-            await recovery.resume_stream(self, scope, stream, None)
+            return  # no such scope
+        if entry is None:
+            return
+        if entry.value is None:
+            recorded = (await StreamMeta(self.md, scope, stream).workflow()).value
+            if recorded is None:
+                return
+        log.info("finishing the recorded workflow of %s/%s", scope, stream)
+        await recovery.resume_stream(self, scope, stream, entry.value)
 
     # -- scopes -------------------------------------------------------------------------------
     async def create_scope(self, scope: str) -> None:

@@ -30,7 +30,7 @@ from core.controller.metadata import StreamMeta
 from core.controller.records import TxnRecord, TxnState
 from core.controller.workflows import abort, commit
 from core.controller.workflows.base import create_segment, each, txn_segment_name
-from core.segmentstore.api import NOT_EXISTS
+from core.segmentstore.api import NOT_EXISTS, SegmentNotFoundError
 
 if TYPE_CHECKING:
     from core.controller.controller import StreamController
@@ -89,7 +89,11 @@ class TransactionManager:
             for key, _ in await md.entries(md.scope_table(scope), "stream/"):
                 stream = key[len("stream/") :]
                 meta = StreamMeta(md, scope, stream)
-                for _, v in await md.entries(meta.table, "txn/"):
+                try:
+                    entries = await md.entries(meta.table, "txn/")
+                except SegmentNotFoundError:
+                    continue  # a stream whose create or delete is still to be finished
+                for _, v in entries:
                     rec = TxnRecord.from_json(v.value)
                     k = (scope, stream, rec.id)
                     if rec.state == TxnState.OPEN:

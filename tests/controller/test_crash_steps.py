@@ -323,3 +323,30 @@ async def test_start_survives_a_workflow_that_keeps_failing() -> None:
     assert len(await ctl.get_epochs("s", "t")) == 2
     await check_consistent(ctl)
     await ctl.close()
+
+
+async def test_half_deleted_stream_is_finished_later() -> None:
+    """A delete that got as far as dropping the stream's table: a restart whose recovery
+    fails still starts, and the next workflow call on the name finishes the delete."""
+    clock = Clock()
+    store = InMemorySegmentStore()
+    await setup(store, clock)
+    ctl = StreamController(store, QUIET, clock=clock)
+    await ctl.start()
+    await ctl.seal_stream("s", "t")
+    # the state a crash leaves after the delete's steps up to dropping the table
+    await ctl.md.put(ctl.md.scope_table("s"), {"stream/t": {"delete": True}})
+    for seg in (S0, S1):
+        await store.delete_segment(qualified_segment_name("s", "t", seg))
+    await ctl.md.drop_table(ctl.md.stream_table("s", "t"))
+    await ctl.close()
+    failing = FailingStore(store, 2)  # after ensuring two tables, the recovery fails
+    ctl = StreamController(failing, QUIET, clock=clock)  # type: ignore[arg-type]
+    await ctl.start()
+    with pytest.raises(StreamNotFoundError):
+        await ctl.get_stream("s", "t")
+    await ctl.create_stream("s", "t", StreamConfig())  # finishes the delete, then creates
+    assert len(await ctl.get_current_segments("s", "t")) == 1
+    assert await ctl.list_streams("s") == ["t"]
+    assert (await store.get_info(qualified_segment_name("s", "t", S0))).length == 0  # new
+    await ctl.close()
