@@ -67,8 +67,10 @@ async def append_case(
                 lat(clock() - t)
 
         t0 = clock()
+        cpu0 = time.process_time()
         await asyncio.gather(*(writer(w) for w in range(n_writers)))
         elapsed = clock() - t0
+        cpu = time.process_time() - cpu0
     finally:
         await store.close()
         shutil.rmtree(d, ignore_errors=True)
@@ -83,6 +85,9 @@ async def append_case(
         "appends_per_s": count / elapsed,
         "p50_ms": percentile(latencies, 50) * 1000,
         "p99_ms": percentile(latencies, 99) * 1000,
+        # Process CPU (all threads) per append: a figure that other load on the machine
+        # distorts less than wall-clock rates.
+        "cpu_us_per_append": cpu / count * 1e6,
     }
 
 
@@ -138,7 +143,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     disk = disk_fdatasync_bandwidth(root, int(args.disk_mb * MIB)) / 1e6
     print(f"disk 1 MiB fdatasync bandwidth: {disk:.1f} MB/s")
     cases = []
-    print(f"{'size':>6} {'segs':>5} {'writers':>7} {'MB/s':>8} {'appends/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'ratio':>6}")
+    print(
+        f"{'size':>6} {'segs':>5} {'writers':>7} {'MB/s':>8} {'appends/s':>10} "
+        f"{'p50 ms':>8} {'p99 ms':>8} {'ratio':>6} {'cpu us':>7}"
+    )
     for size in SIZES:
         for segments in SEGMENTS:
             c = await append_case(root, size, segments, args.writers, int(VOLUME[size] * args.scale))
@@ -147,7 +155,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             print(
                 f"{size:>6} {segments:>5} {c['writers']:>7} {c['mb_per_s']:>8.1f} "
                 f"{c['appends_per_s']:>10.0f} {c['p50_ms']:>8.2f} {c['p99_ms']:>8.2f} "
-                f"{c['ratio_to_disk']:>6.2f}"
+                f"{c['ratio_to_disk']:>6.2f} {c['cpu_us_per_append']:>7.1f}"
             )
     replays = []
     for size in (1024, 65536):

@@ -140,6 +140,28 @@ class StreamSegmentStore:
                 await c.queue_checkpoint()
                 await c.writer.flush_all()
 
+    def stats(self) -> dict[str, object]:
+        """Figures for metrics and tests: cache use and, per container, its state,
+        epoch, last durable sequence number, segment count, writer lag and retries."""
+        return {
+            "cache_bytes": self.cache.used_bytes,
+            "cache_bytes_max": self.cache.bytes_max,
+            "cache_unflushed_bytes": self.cache.unflushed_bytes,
+            "containers": {
+                cid: {
+                    "state": c.state,
+                    "epoch": c.epoch,
+                    "committed_seq": c.committed_seq,
+                    "segments": len(c.md.by_name),
+                    "writer_lag_bytes": c.writer.lag_bytes,
+                    "tier2_writes": c.writer.tier2_writes,
+                    "tier2_retries": c.writer.retries,
+                    "writer_error": None if c.writer.error is None else repr(c.writer.error),
+                }
+                for cid, c in sorted(self.containers.items())
+            },
+        }
+
     def _c(self, name: str) -> SegmentContainer:
         cid = self._cids.get(name)
         if cid is None:

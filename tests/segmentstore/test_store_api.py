@@ -311,3 +311,13 @@ async def test_transaction_segments_share_their_parents_container(backings: Back
     spread = {container_of(f"sc/st/{i}.#epoch.0", 4) for i in range(40)}
     assert spread == {0, 1, 2, 3}
     await s.close()
+
+
+async def test_stats(store: StreamSegmentStore) -> None:
+    await store.create_segment("s")
+    await store.append("s", b"x" * 100)
+    st = store.stats()
+    containers = st["containers"]
+    assert isinstance(containers, dict) and len(containers) == 2
+    assert all(c["state"] == "running" and c["epoch"] >= 1 for c in containers.values())
+    assert sum(c["segments"] for c in containers.values()) == 1
