@@ -65,7 +65,7 @@ class Gateway:
         from gateway.groups import GroupConfig, GroupCoordinator
         from gateway.groups.wiring import EXTENSION_KEY
 
-        groups = GroupCoordinator(self.store, GroupConfig(**self.config.groups))
+        groups = GroupCoordinator(self.store, GroupConfig.from_table(self.config.groups))
         await groups.start()
         self.ctx.extensions[EXTENSION_KEY] = groups
         # Log starts follow the controller's retention truncation (gateway/log_start.py).

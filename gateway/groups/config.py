@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 
@@ -33,16 +34,11 @@ class GroupConfig:
     queue_writes_max: int = 10_000
 
     @classmethod
-    def from_kafka(cls, settings: dict[str, object]) -> GroupConfig:
-        """Build from Kafka-named keys (as a TOML config would carry them); unknown keys
-        are ignored so one settings dict can feed every component."""
-        names = {
-            "group.min.session.timeout.ms": "min_session_timeout_ms",
-            "group.max.session.timeout.ms": "max_session_timeout_ms",
-            "group.initial.rebalance.delay.ms": "initial_rebalance_delay_ms",
-            "group.max.size": "max_group_size",
-            "offset.metadata.max.bytes": "offset_metadata_bytes_max",
-            "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
-        }
-        kwargs = {field: int(str(settings[key])) for key, field in names.items() if key in settings}
+    def from_table(cls, values: dict[str, object]) -> GroupConfig:
+        """From the ``[groups]`` table of the TOML config (field names as keys)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown [groups] config keys {unknown}; known: {sorted(known)}")
+        kwargs = {k: v if k == "table" else int(str(v)) for k, v in values.items()}
         return cls(**kwargs)  # type: ignore[arg-type]

@@ -213,3 +213,13 @@ async def test_offset_retention(store: InMemorySegmentStore, clock: FakeClock) -
     assert again.expire_offsets() == 1
     assert again.group("cg") is None
     await again.close()
+
+
+def test_config_from_toml_table() -> None:
+    import pytest
+
+    from gateway.groups import GroupConfig
+
+    assert GroupConfig.from_table({"initial_rebalance_delay_ms": 0}).initial_rebalance_delay_ms == 0
+    with pytest.raises(ValueError, match="initial_rebalance_delay"):
+        GroupConfig.from_table({"initial.rebalance.delay.ms": 0})
