@@ -32,7 +32,7 @@ async def recover(c: SegmentContainer) -> None:
     applier = c.applier
     applier.replay_deleted.clear()
     batch: list[Operation] = []
-    async for op in read_operations(c.log):
+    async for op in read_operations(c.log, prefetch_entries=16):
         if first and op.kind == OpKind.CHECKPOINT:
             assert isinstance(op, CheckpointOp)
             c.md.restore(op.data)

@@ -16,6 +16,7 @@ acknowledged: its last frame never became durable).
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
@@ -34,18 +35,61 @@ class FrameCorruptError(Exception):
 
 
 async def read_operations(
-    log: DurableDataLog, start: LogAddress | None = None, start_pos: int | None = None
+    log: DurableDataLog,
+    start: LogAddress | None = None,
+    start_pos: int | None = None,
+    *,
+    prefetch_entries: int = 0,
 ) -> AsyncGenerator[Operation, None]:
     """Every whole operation from ``start`` (the frame there must begin one, or
     ``start_pos`` says where in its payload one begins), in log order, each with
     ``address``/``frame_pos`` of its first byte. An unfinished last operation is
-    dropped."""
+    dropped. With ``prefetch_entries``, Tier-1 is read ahead by up to that many
+    entries while operations are decoded and applied (recovery)."""
     entries = log.read(start)
+    if prefetch_entries > 0:
+        entries = _prefetch(entries, prefetch_entries)
     try:
         async with aclosing(_decode(entries, start_pos)) as ops:
             async for op in ops:
                 yield op
     finally:
+        aclose = getattr(entries, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+async def _prefetch(
+    entries: AsyncIterator[tuple[LogAddress, bytes]], depth: int
+) -> AsyncGenerator[tuple[LogAddress, bytes], None]:
+    """``entries``, read by a task of its own up to ``depth`` entries ahead."""
+    queue: asyncio.Queue[tuple[LogAddress, bytes] | BaseException | None] = asyncio.Queue(depth)
+
+    async def pump() -> None:
+        try:
+            async for item in entries:
+                await queue.put(item)
+            await queue.put(None)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            await queue.put(exc)
+
+    task = asyncio.get_running_loop().create_task(pump())
+    try:
+        while True:
+            item = await queue.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
         aclose = getattr(entries, "aclose", None)
         if aclose is not None:
             await aclose()
