@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 from core.controller import recovery
 from core.controller.api import (
     ConflictError,
+    Controller,
     EpochRecord,
     InvalidArgumentError,
     KeyRange,
@@ -417,3 +418,8 @@ class StreamController:
     @staticmethod
     def transaction_segment_name(scope: str, stream: str, parent: int, txn_id: str) -> str:
         return txn_segment_name(scope, stream, parent, txn_id)
+
+
+def _conforms(c: StreamController) -> Controller:
+    """Checked by mypy: ``StreamController`` implements the ``Controller`` protocol."""
+    return c
