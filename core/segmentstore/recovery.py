@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from core.segmentstore.durablelog.frames import read_operations
+from core.segmentstore.durablelog.frames import read_operation_batches
 from core.segmentstore.operations import CheckpointOp, Operation, OpKind
 from core.segmentstore.tables import TableIndex
 from tier2.api import SegmentInfo, StorageError
@@ -32,15 +32,16 @@ async def recover(c: SegmentContainer) -> None:
     applier = c.applier
     applier.replay_deleted.clear()
     batch: list[Operation] = []
-    async for op in read_operations(c.log, prefetch_entries=16):
-        if first and op.kind == OpKind.CHECKPOINT:
-            assert isinstance(op, CheckpointOp)
-            c.md.restore(op.data)
+    async for ops in read_operation_batches(c.log, prefetch_entries=16):
+        if first and ops[0].kind == OpKind.CHECKPOINT:
+            ckpt = ops[0]
+            assert isinstance(ckpt, CheckpointOp)
+            c.md.restore(ckpt.data)
             for meta in c.md.by_id.values():
                 if meta.is_table:
                     c.tables[meta.id] = TableIndex()
         first = False
-        batch.append(op)
+        batch += ops
         if len(batch) >= 1024:
             applier.replay(batch)
             batch = []

@@ -35,24 +35,35 @@ class FrameCorruptError(Exception):
 
 
 async def read_operations(
+    log: DurableDataLog, start: LogAddress | None = None, start_pos: int | None = None
+) -> AsyncGenerator[Operation, None]:
+    """Every whole operation from ``start`` (the frame there must begin one, or
+    ``start_pos`` says where in its payload one begins), in log order, each with
+    ``address``/``frame_pos`` of its first byte. An unfinished last operation is
+    dropped."""
+    async with aclosing(read_operation_batches(log, start, start_pos)) as batches:
+        async for batch in batches:
+            for op in batch:
+                yield op
+
+
+async def read_operation_batches(
     log: DurableDataLog,
     start: LogAddress | None = None,
     start_pos: int | None = None,
     *,
     prefetch_entries: int = 0,
-) -> AsyncGenerator[Operation, None]:
-    """Every whole operation from ``start`` (the frame there must begin one, or
-    ``start_pos`` says where in its payload one begins), in log order, each with
-    ``address``/``frame_pos`` of its first byte. An unfinished last operation is
-    dropped. With ``prefetch_entries``, Tier-1 is read ahead by up to that many
-    entries while operations are decoded and applied (recovery)."""
+) -> AsyncGenerator[list[Operation], None]:
+    """As ``read_operations``, a list per frame (recovery: one suspension per frame,
+    not per operation). With ``prefetch_entries``, Tier-1 is read ahead by up to that
+    many entries while operations are decoded and applied."""
     entries = log.read(start)
     if prefetch_entries > 0:
         entries = _prefetch(entries, prefetch_entries)
     try:
-        async with aclosing(_decode(entries, start_pos)) as ops:
-            async for op in ops:
-                yield op
+        async with aclosing(_decode(entries, start_pos)) as batches:
+            async for batch in batches:
+                yield batch
     finally:
         aclose = getattr(entries, "aclose", None)
         if aclose is not None:
@@ -97,7 +108,8 @@ async def _prefetch(
 
 async def _decode(
     entries: AsyncIterator[tuple[LogAddress, bytes]], start_pos: int | None
-) -> AsyncGenerator[Operation, None]:
+) -> AsyncGenerator[list[Operation], None]:
+    """The operations completed in each frame, one list per frame."""
     carry: bytearray | None = None
     carry_need = 0
     carry_at: tuple[LogAddress, int] = (LogAddress(0, 0), 0)
@@ -112,6 +124,7 @@ async def _decode(
             raise FrameCorruptError(f"frame at {addr} has version {version}")
         payload = mv[FRAME_HEAD.size :]
         pos = 0
+        batch: list[Operation] = []
         if first_frame and start_pos is not None:
             first, flags = start_pos, SESSION_START
         first_frame = False
@@ -138,7 +151,7 @@ async def _decode(
                 op = parse(memoryview(bytes(carry)))
                 op.address, op.frame_pos = carry_at
                 carry = None
-                yield op
+                batch.append(op)
             else:
                 continue
         n = len(payload)
@@ -150,14 +163,17 @@ async def _decode(
             size = record_length(payload, pos)
             if pos + size <= n:
                 op = parse(payload[pos : pos + size])
-                op.address, op.frame_pos = addr, pos
+                op.address = addr
+                op.frame_pos = pos
                 pos += size
-                yield op
+                batch.append(op)
             else:
                 carry = bytearray(payload[pos:])
                 carry_need = size
                 carry_at = (addr, pos)
                 break
+        if batch:
+            yield batch
 
 
 async def read_operation_at(log: DurableDataLog, address: LogAddress, pos: int) -> Operation:
