@@ -237,18 +237,26 @@ class SegmentContainer:
         offset = meta.p_length
         if expected_offset is not None and expected_offset != offset:
             raise BadOffsetError(name, f"expected offset {expected_offset}, length {offset}", actual=offset)
-        n = len(data)
+        n = data.nbytes if isinstance(data, memoryview) else len(data)
         if n > self.config.append_bytes_max:
             raise TooLargeError(name, f"append of {n} bytes > {self.config.append_bytes_max}")
         attrs: tuple[tuple[str, int], ...] = ()
         if attribute_updates:
             self._check_attrs(name, meta.p_attributes, attribute_updates)
             attrs = tuple((u.key, u.value) for u in attribute_updates)
-            meta.p_attributes.update(attrs)
-        if isinstance(data, memoryview) and (data.readonly is False or data.nbytes * 2 < _nbytes(data.obj)):
-            # The caller may reuse a writable buffer, and a small slice of a big one
-            # would pin all of it in the cache: keep a copy of our bytes instead.
+        if type(data) is not bytes and (
+            not isinstance(data, memoryview)
+            or not data.readonly
+            or not data.c_contiguous
+            or data.format != "B"
+            or data.nbytes * 2 < _nbytes(data.obj)
+        ):
+            # Kept without a copy: ``bytes`` and read-only byte views covering most of
+            # their buffer. Otherwise a copy: the caller may reuse a writable buffer, a
+            # small slice of a big one would pin all of it, other formats count items.
             data = bytes(data)
+        if attrs:
+            meta.p_attributes.update(attrs)
         meta.p_length = offset + n
         op = AppendOp(meta.id, name, offset, data, attrs, event_count)
         op.result = offset

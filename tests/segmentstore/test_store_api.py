@@ -321,3 +321,20 @@ async def test_stats(store: StreamSegmentStore) -> None:
     assert isinstance(containers, dict) and len(containers) == 2
     assert all(c["state"] == "running" and c["epoch"] >= 1 for c in containers.values())
     assert sum(c["segments"] for c in containers.values()) == 1
+
+
+async def test_append_buffer_kinds(store: StreamSegmentStore) -> None:
+    """Writable buffers are copied (later changes by the caller do not leak in), other
+    formats count bytes, read-only byte views are kept as they are."""
+    import array
+
+    await store.create_segment("s")
+    buf = bytearray(b"abcd")
+    await store.append("s", memoryview(buf))
+    buf[:] = b"XXXX"
+    ints = array.array("i", [1, 2])
+    assert await store.append("s", memoryview(ints)) == 4
+    ro = memoryview(bytearray(b"tail")).toreadonly()
+    assert await store.append("s", ro) == 4 + ints.itemsize * 2
+    data = await read_all(store, "s")
+    assert data == b"abcd" + ints.tobytes() + b"tail"
