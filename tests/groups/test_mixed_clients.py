@@ -1,7 +1,8 @@
 """One consumer group with members from four client families — kafka-python, aiokafka,
 confluent-kafka (librdkafka) and the Java client 4.3.0 — all with the range assignor,
 against a real ``tidegate serve``. Members join, leave, crash (``kill -9``) and the
-server restarts while records keep coming; every record is delivered exactly once.
+server restarts while records keep coming; every record is delivered exactly once. The
+Java member leads (computes the assignment) first; after it crashes, aiokafka leads.
 
 A delivery is a record a member read and whose offset commit the broker acknowledged
 (``D`` lines, see ``member.py``). Exactly once means: no record is delivered twice,
@@ -79,6 +80,12 @@ class Member:
         return self.log.read_text()
 
 
+def _member_count(server: Tidegate) -> int:
+    """Members of the latest generation, from the coordinator's log line."""
+    lines = [ln for ln in server.tail(10_000).splitlines() if f"group {GROUP!r} generation" in ln]
+    return int(lines[-1].split(": ")[-1].split()[0]) if lines else 0
+
+
 def _wait(cond: Callable[[], bool], what: str, detail: Callable[[], object]) -> float:
     start = time.monotonic()
     while time.monotonic() - start < PHASE_TIMEOUT_S:
@@ -135,21 +142,30 @@ def test_mixed_client_group_exactly_once(java: Java, tidegate_groups: Tidegate, 
 
     phases: dict[str, float] = {}
     try:
-        for name, client in [("kp1", "kafka-python"), ("aio1", "aiokafka"),
-                             ("cf1", "confluent-kafka"), ("java1", "java")]:
+        # The Java member joins first and leads (it computes the assignment from the
+        # Python and librdkafka members' subscriptions) ...
+        # Join order decides who leads next, so the first two join one after the other.
+        java1 = start("java1", "java")
+        _wait(lambda: any(ln.startswith("A ") for ln in java1.log.read_text().splitlines()),
+              "the first member's assignment", progress)
+        aio1 = start("aio1", "aiokafka")
+        _wait(lambda: bool(aio1.lines("R")) or _member_count(server) >= 2, "the second member", progress)
+        for name, client in [("kp1", "kafka-python"), ("cf1", "confluent-kafka")]:
             start(name, client)
         produce(200, 4)
         phases["four families"] = _wait(all_delivered, "first deliveries", progress)
 
-        start("kp2", "kafka-python")  # a member joins
+        start("java2", "java")  # a member joins
         produce(200, 4)
         phases["join"] = _wait(all_delivered, "deliveries after a join", progress)
 
-        members[1].stop()  # aiokafka leaves (LeaveGroup)
+        members[2].stop()  # kafka-python leaves (LeaveGroup)
         produce(200, 4)
         phases["leave"] = _wait(all_delivered, "deliveries after a leave", progress)
 
-        members[2].kill9()  # confluent-kafka crashes; its session expires
+        # ... and crashes: aiokafka, the next member in join order, leads from then on,
+        # with a Java subscription among those it assigns.
+        java1.kill9()
         produce(200, 4)
         phases["crash"] = _wait(all_delivered, "deliveries after a crash", progress)
 
@@ -170,6 +186,12 @@ def test_mixed_client_group_exactly_once(java: Java, tidegate_groups: Tidegate, 
     assert set(got) <= produced
     for m in members:
         assert m.lines("D"), f"{m.name} ({m.client}) delivered nothing"
+
+    # The Java client led first, aiokafka after the Java leader crashed: both computed
+    # assignments from the other families' subscriptions.
+    leaders = [ln.rsplit("leader ", 1)[1] for ln in server.tail(10_000).splitlines()
+               if f"group {GROUP!r} generation" in ln]
+    assert leaders[0].startswith("consumer-mixed-group") and leaders[-1].startswith("aiokafka"), leaders
 
     # Every partition's committed offset is its end: nothing left behind.
     admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
