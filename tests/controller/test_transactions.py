@@ -38,15 +38,6 @@ async def read_all(store: InMemorySegmentStore, seg: str) -> bytes:
 
 
 @pytest.fixture
-def container_count() -> int:
-    """One container: ``StreamSegmentStore`` merges only within a container and places
-    segments by a hash of the full name, so a shadow segment and its parent (or the
-    parent's duplicate in a rolling commit) may land in different containers. With a
-    single container the merge path is exercised on the durable store all the same."""
-    return 1
-
-
-@pytest.fixture
 async def two(ctl: StreamController) -> StreamController:
     await ctl.create_stream("s", "t", StreamConfig(scaling=ScalingPolicy(min_segments=2)))
     return ctl
