@@ -6,8 +6,8 @@ where *every* partition in a segment allows:
 
 - ``truncate_to_log_starts`` (after DeleteRecords) moves the stream's truncation point
   forward as far as all log starts allow. In each segment the cut is the least of, over
-  the topic's partitions whose point lies in the segment's key range, the envelope start
-  of the partition's first retained batch there, and of the segment's indexed end
+  the topic's partitions, the envelope start of the partition's first retained batch
+  there, and of the segment's indexed end
   (``OffsetIndex.marker``: nothing unindexed, such as an append in flight, is cut). A
   sealed segment cut at its end is replaced in the cut by its successors once all their
   predecessors are as well. The cut is always an envelope start, so the index rebuild,
@@ -30,7 +30,6 @@ from core.controller.api import ConflictError, SegmentRecord
 from core.segmentstore.api import SegmentNotFoundError, SegmentProperties
 from gateway.envelope import ENVELOPE_BYTES
 from gateway.offset_index import IndexEntry
-from gateway.topics import partition_point
 
 if TYPE_CHECKING:
     from gateway.handlers import HandlerContext
@@ -94,7 +93,6 @@ async def truncate_to_log_starts(
         return None
     scope = ctx.topics.scope
     head = await ctx.controller.get_head_segments(scope, topic)
-    records: dict[int, SegmentRecord] = {s.id: s for s in await ctx.topics.all_segments(topic)}
     retained = {p: _retained_starts(ctx, topic, p, scan_entries_max) for p in range(info.partitions)}
     segments = _Segments(ctx, topic)
 
@@ -103,10 +101,9 @@ async def truncate_to_log_starts(
         props = await segments.props(seg_id)
         if props is None:
             return 0, False
-        seg = records[seg_id]
         end = min(ctx.index.marker(ctx.topics.segment_name(topic, seg_id)), props.length)
         for p in range(info.partitions):
-            if seg.key_range.contains(partition_point(p)) and seg_id in retained[p]:
+            if seg_id in retained[p]:
                 end = min(end, retained[p][seg_id])
         end = max(end, props.start_offset)
         return end, props.sealed and end == props.length

@@ -188,13 +188,13 @@ def test_delete_records_moves_log_start_durably(tidegate: Tidegate) -> None:
     assert admin.delete_records({tp0: 2})[tp0]["low_watermark"] == 6
     with pytest.raises(Exception, match="OffsetOutOfRange"):
         admin.delete_records({tp0: 11})
+    admin.close()  # no client may be left reconnecting while the server restarts
     tidegate.restart()
     consumer = KafkaConsumer(bootstrap_servers=tidegate.bootstrap, group_id=None)
     assert consumer.beginning_offsets([tp0, tp1]) == {tp0: 6, tp1: 4}
     assert consumer.end_offsets([tp0, tp1]) == {tp0: 10, tp1: 4}
     consumer.close()
     assert [o for o, _ in _consume(tidegate, "kpa-dr", 0, 4)] == [6, 7, 8, 9]
-    admin.close()
 
 
 def test_delete_topics_and_recreate_fresh(tidegate: Tidegate) -> None:
@@ -209,9 +209,9 @@ def test_delete_topics_and_recreate_fresh(tidegate: Tidegate) -> None:
     assert _topic_configs(admin, "kpa-del")["retention.ms"]["config_source"] == "DEFAULT_CONFIG"
     _produce(tidegate, "kpa-del", {0: 2})
     assert [o for o, _ in _consume(tidegate, "kpa-del", 0, 2)] == [0, 1]
+    admin.close()
     tidegate.restart()
     assert [v for _, v in _consume(tidegate, "kpa-del", 0, 2)] == [b"0-0", b"0-1"]
-    admin.close()
 
 
 def test_describe_cluster_and_sasl_handshake(
