@@ -105,6 +105,9 @@ class PartitionLog:
         self._settled = asyncio.Event()
         #: Called (synchronously) whenever the high watermark moves.
         self.on_grow: list[Callable[[], None]] = []
+        #: Set when the topic is deleted (DeleteTopics): appends still settling after the
+        #: seal write nothing more to the index, which is being dropped.
+        self.retired = False
 
     # -- produce -----------------------------------------------------------------------
 
@@ -226,6 +229,8 @@ class PartitionLog:
         backoff while the scale that sealed it completes or the controller is away."""
         error: BaseException = StorageFailure(f"segment {sealed.id if sealed else '-'} stays current")
         for attempt in range(self._logs.refresh_attempts):
+            if self.retired:
+                raise StorageFailure(f"{self.topic} was deleted")
             try:
                 seg = await self._logs.topics.current_segment(self.topic, self.partition)
                 if sealed is None or seg.id != sealed.id:
@@ -247,7 +252,8 @@ class PartitionLog:
         moved = False
         while self._pending and self._pending[0].state == _State.DONE:
             p = self._pending.popleft()
-            self._index(p)
+            if not self.retired:
+                self._index(p)
             self.high_watermark = p.end_offset
             moved = True
             if not p.durable.done():

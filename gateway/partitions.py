@@ -104,7 +104,7 @@ class PartitionLogs:
         """Forget a deleted topic's logs, index entries, markers and producer state
         (call after its stream is deleted, before a topic of the same name is created)."""
         for key in [k for k in self._logs if k[0] == topic]:
-            del self._logs[key]
+            self._logs.pop(key).retired = True
         prefix = f"{self.topics.scope}/{topic}/"
         for name in [n for n in self._markers if n.startswith(prefix)]:
             del self._markers[name]

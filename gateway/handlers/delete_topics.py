@@ -37,6 +37,8 @@ async def delete_topic(ctx: HandlerContext, info: TopicInfo) -> None:
         await ctx.controller.seal_stream(scope, info.name)
     except StreamNotFoundError:
         pass
+    # Appends in flight fail on the sealed segments; those still settling write nothing
+    # to the index once the logs are dropped (``PartitionLog.retired``).
     ctx.logs.delete_topic(info.name)
     try:
         await ctx.controller.delete_stream(scope, info.name)

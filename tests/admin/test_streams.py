@@ -8,6 +8,7 @@ and fetch through raw requests (exact offsets and errors)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -15,6 +16,8 @@ import pytest
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic, OffsetSpec
 from kafka.errors import InvalidConfigurationError
+from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
+from kafka.protocol.producer import ProduceRequest
 from kafka.structs import OffsetAndMetadata
 
 from core.controller.api import (
@@ -32,7 +35,7 @@ from gateway.topics import partition_point
 from protocol.errors import ErrorCode
 from tests.clients.requests import record_batch
 from tests.gateway.conftest import Node
-from tests.gateway.test_produce_fetch import fetch_records, produce
+from tests.gateway.test_produce_fetch import P, create, fetch_records, produce
 
 T = TypeVar("T")
 
@@ -221,3 +224,37 @@ async def test_delete_topic_drops_stream_index_and_group_offsets(node: Node) -> 
     await node.restart_gateway()
     assert ctx_of(node).topics.get("gone") is None
     assert "gone" not in await admin(node, lambda a: a.list_topics())
+
+
+async def test_delete_topic_under_produce_then_recreate_fresh(node: Node) -> None:
+    c, admin_client = await node.client(), await node.client()
+    assert await create(c, "race", 1) == 0
+    stop = asyncio.Event()
+
+    async def flood() -> None:  # acks=0: appends are in flight when the stream is sealed
+        while not stop.is_set() and not c.writer.is_closing():
+            await c.send(ProduceRequest(
+                transactional_id=None, acks=0, timeout_ms=5000,
+                topic_data=[P(name="race", partition_data=[
+                    P.PartitionProduceData(index=0, records=record_batch([b"x" * 1000]))])],
+            ), 9)
+            await asyncio.sleep(0)
+
+    task = asyncio.ensure_future(flood())
+    await asyncio.sleep(0.2)
+    answer = await admin_client.call(
+        DeleteTopicsRequest(topic_names=["race"], timeout_ms=30_000), 5, DeleteTopicsResponse)
+    stop.set()
+    with contextlib.suppress(ConnectionError):  # acks=0 errors close the connection
+        await task
+    assert answer.responses[0].error_code == 0
+    ctx = ctx_of(node)
+    assert ctx.topics.get("race") is None
+    await asyncio.sleep(0.5)  # nothing indexes itself late for the deleted topic
+    assert ctx.index.first("race", 0) is None
+    assert await create(admin_client, "race", 1) == 0
+    assert await produce(admin_client, "race", 0, record_batch([b"new"])) == (0, 0)
+    _, recs = await fetch_records(admin_client, "race", 0, 0)
+    assert recs == [(0, b"new")]
+    await c.close()
+    await admin_client.close()
