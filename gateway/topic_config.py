@@ -5,9 +5,9 @@ A topic stores only the configs set on it (``TopicInfo.configs``, strings as Kaf
 them); every other config reads as Kafka's default. Three groups:
 
 - ``retention.ms`` / ``retention.bytes`` → the stream's retention policy. A stream has one
-  retention policy: time retention when ``retention.ms`` is not -1, else size retention
-  when ``retention.bytes`` is not -1; setting both explicitly to values other than -1 is
-  INVALID_CONFIG. Kafka counts ``retention.bytes`` per partition while the controller
+  retention policy: size retention when ``retention.bytes`` is set (not -1), else time
+  retention when ``retention.ms`` (default 7 days) is not -1, else none; setting both
+  explicitly to values other than -1 is INVALID_CONFIG. Kafka counts ``retention.bytes`` per partition while the controller
   counts the whole stream, so the size policy is ``retention.bytes * partitions``.
   ``retention.ms = 0`` becomes 1 ms (the controller wants a positive value).
 - ``tidegate.scaling.type`` / ``.target.rate`` / ``.scale.factor`` / ``.min.segments`` →
@@ -232,14 +232,14 @@ def stream_config(configs: Mapping[str, str], partitions: int) -> StreamConfig:
     """The stream policies a topic's configs ask for (see the module doc)."""
     c = effective(configs)
     ms, size = int(c["retention.ms"]), int(c["retention.bytes"])
-    if ms != -1 and size != -1 and "retention.ms" in configs and "retention.bytes" in configs:
-        raise InvalidConfig("tidegate keeps one retention policy per topic: set "
-                            "retention.ms=-1 to use retention.bytes")
     retention: RetentionPolicy | None = None
-    if ms != -1:
-        retention = RetentionPolicy(RetentionType.TIME, max(ms, 1))
-    elif size != -1:
+    if size != -1:  # only ever set explicitly: its default is -1
+        if ms != -1 and "retention.ms" in configs:
+            raise InvalidConfig("tidegate keeps one retention policy per topic: set "
+                                "retention.ms=-1 (or leave it unset) to use retention.bytes")
         retention = RetentionPolicy(RetentionType.SIZE, max(size * max(partitions, 1), 1))
+    elif ms != -1:
+        retention = RetentionPolicy(RetentionType.TIME, max(ms, 1))
     scaling_type = ScalingType(c["tidegate.scaling.type"])
     rate = int(c["tidegate.scaling.target.rate"])
     factor = int(c["tidegate.scaling.scale.factor"])

@@ -1,0 +1,89 @@
+"""Topic config validation and mapping, and the segment split of CreatePartitions, as
+pure functions (properties over partition counts)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from core.controller.api import (
+    RetentionPolicy,
+    RetentionType,
+    ScalingType,
+    SegmentRecord,
+    StreamConfig,
+)
+from gateway import topic_config
+from gateway.handlers.create_partitions import split_ranges
+from gateway.topic_config import InvalidConfig
+from gateway.topics import initial_key_ranges, partition_point
+
+
+@pytest.mark.parametrize(("name", "value", "stored"), [
+    ("retention.ms", " 1000 ", "1000"),
+    ("retention.ms", "-1", "-1"),
+    ("cleanup.policy", "compact, delete", "compact,delete"),
+    ("preallocate", "TRUE", "true"),
+    ("min.cleanable.dirty.ratio", "0.25", "0.25"),
+    ("message.timestamp.type", "LogAppendTime", "LogAppendTime"),
+])
+def test_valid_values_are_stored_normalised(name: str, value: str, stored: str) -> None:
+    assert topic_config.validate({name: value}) == {name: stored}
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("retention.ms", "-2"), ("retention.ms", "1.5"), ("retention.ms", None),
+    ("segment.bytes", str(1 << 31)), ("cleanup.policy", "archive"), ("cleanup.policy", ""),
+    ("preallocate", "yes"), ("min.cleanable.dirty.ratio", "1.5"), ("min.insync.replicas", "0"),
+    ("compression.type", "brotli"), ("no.such.config", "1"), ("tidegate.scaling.type", "FAST"),
+])
+def test_invalid_values_name_the_config(name: str, value: str | None) -> None:
+    with pytest.raises(InvalidConfig, match=name.replace(".", r"\.")):
+        topic_config.validate({name: value})
+
+
+def test_stream_policies() -> None:
+    assert topic_config.stream_config({}, 4).retention == \
+        RetentionPolicy(RetentionType.TIME, 604_800_000)
+    assert topic_config.stream_config({"retention.ms": "0"}, 4).retention == \
+        RetentionPolicy(RetentionType.TIME, 1)
+    assert topic_config.stream_config(
+        {"retention.ms": "-1", "retention.bytes": "100"}, 4
+    ).retention == RetentionPolicy(RetentionType.SIZE, 400)
+    # retention.bytes set, retention.ms left at its default: size retention.
+    assert topic_config.stream_config({"retention.bytes": "100"}, 2).retention == \
+        RetentionPolicy(RetentionType.SIZE, 200)
+    assert topic_config.stream_config({"retention.ms": "-1"}, 1) == StreamConfig()
+    scaled = topic_config.stream_config({
+        "tidegate.scaling.type": "BY_RATE_IN_KBYTES_PER_SEC",
+        "tidegate.scaling.target.rate": "512", "tidegate.scaling.scale.factor": "3",
+        "tidegate.scaling.min.segments": "2",
+    }, 1).scaling
+    assert (scaled.type, scaled.target_rate, scaled.scale_factor, scaled.min_segments) == (
+        ScalingType.BY_RATE_IN_KBYTES_PER_SEC, 512, 3, 2)
+    with pytest.raises(InvalidConfig):
+        topic_config.validate({"retention.ms": "10", "retention.bytes": "10"})
+
+
+def test_every_config_has_a_valid_default() -> None:
+    for name, d in topic_config.TOPIC_CONFIGS.items():
+        assert d.validate(d.default) == d.default, name
+        assert d.doc, name
+
+
+@given(st.integers(1, 64), st.integers(1, 64))
+def test_split_gives_each_partition_its_own_segment(old: int, added: int) -> None:
+    new = old + added
+    segments = [SegmentRecord(i, 0, r.start, r.end) for i, r in enumerate(initial_key_ranges(old))]
+    sealed, ranges = split_ranges(segments, old, new)
+    kept = [s.key_range for s in segments if s.id not in sealed]
+    cover = sorted([*kept, *ranges], key=lambda r: r.start)
+    assert cover[0].start == 0.0 and cover[-1].end == 1.0
+    assert all(a.end == b.start for a, b in zip(cover, cover[1:], strict=False))
+    for r in cover:
+        assert sum(r.contains(partition_point(p)) for p in range(new)) == 1
+    # Only segments that received a new point are split.
+    for s in segments:
+        got_new = any(s.key_range.contains(partition_point(p)) for p in range(old, new))
+        assert (s.id in sealed) == got_new
