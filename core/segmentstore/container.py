@@ -21,6 +21,7 @@ from core.segmentstore.api import (
     BadAttributeUpdateError,
     BadKeyVersionError,
     BadOffsetError,
+    DataCorruptionError,
     ReadResult,
     SegmentExistsError,
     SegmentNotFoundError,
@@ -424,7 +425,16 @@ class SegmentContainer:
             if offset < meta.start_offset:
                 raise SegmentTruncatedError(name, f"offset {offset} < start {meta.start_offset}")
         end = min(meta.length, offset + max(0, max_length))
-        chunks = await self.read_index.read(idx, offset, end) if end > offset else []
+        try:
+            chunks = await self.read_index.read(idx, offset, end) if end > offset else []
+        except DataCorruptionError:
+            # Raced with a deletion or truncation (its Tier-2 part was applied while
+            # this read was under way): report that, not corruption.
+            if meta.deleted:
+                raise SegmentNotFoundError(name) from None
+            if offset < meta.start_offset:
+                raise SegmentTruncatedError(name, f"offset {offset} < start {meta.start_offset}") from None
+            raise
         return ReadResult(offset, chunks, meta.sealed and end == meta.length)
 
     def info(self, name: str) -> SegmentProperties:

@@ -5,6 +5,11 @@ Usage: ``python crash_child.py DATA_DIR SEED``. Prints (flushed line by line)::
     READY <container>:<epoch>:<seq> ...      after recovery
     ACK <segment> <offset> <length> <crc32c> <container> <committed seq>
     TACK <key> <value> <version>             an acknowledged table put
+    TRUNC <segment> <offset>                 an acknowledged truncation
+
+Now and then a writer fills a transaction segment and merges it into its segment (the
+merged bytes are acknowledged as one ACK at the offset ``merge`` returned), or truncates
+its segment at the start of its own last acknowledged record.
 
 Each append is a self-describing record: u32 magic, u32 length, u64 counter, then
 random bytes, so a reader can tell whole records from a torn one.
@@ -20,7 +25,7 @@ from pathlib import Path
 
 import crc32c
 
-from core.segmentstore.api import TableUpdate
+from core.segmentstore.api import BadOffsetError, TableUpdate
 from core.segmentstore.config import SegmentStoreConfig
 from core.segmentstore.service import StreamSegmentStore
 
@@ -62,12 +67,32 @@ async def main(data_dir: Path, seed: int) -> None:
     async def writer(w: int) -> None:
         rng = random.Random(seed * 1000 + w)
         counter = seed * 1_000_000 + w * 100_000
+        last: dict[str, int] = {}
         while True:
             counter += 1
             name = rng.choice(SEGMENTS)
-            data = record(rng, counter)
-            offset = await store.append(name, data)
             c = store.container_for(name)
+            dice = rng.random()
+            if dice < 0.03:
+                txn = f"{name}#transaction.{counter}"
+                await store.create_segment(txn)
+                parts = [record(rng, counter * 10 + k) for k in range(rng.randint(1, 3))]
+                for part in parts:
+                    await store.append(txn, part)
+                data = b"".join(parts)
+                offset = await store.merge(name, txn)
+            elif dice < 0.04 and name in last:
+                try:
+                    await store.truncate(name, last[name])
+                except BadOffsetError:
+                    continue  # another writer truncated further already
+                out.write(f"TRUNC {name} {last[name]}\n")
+                out.flush()
+                continue
+            else:
+                data = record(rng, counter)
+                offset = await store.append(name, data)
+            last[name] = offset
             out.write(f"ACK {name} {offset} {len(data)} {crc32c.crc32c(data)} {c.id} {c.committed_seq}\n")
             out.flush()
             if rng.random() < 0.2:

@@ -230,14 +230,19 @@ class ReadIndex:
                 chunks.append(memoryview(block)[:take])
                 pos += take
                 continue
-            for off, length, src in idx.merges:
-                if off <= pos < off + length:
-                    stop = min(end, nxt, off + length)
-                    chunks.extend(await self.read(src, pos - off, stop - off))
-                    pos = stop
-                    break
-            else:
+            merge = next((m for m in idx.merges if m[0] <= pos < m[0] + m[1]), None)
+            if merge is None:
                 raise DataCorruptionError(meta.name, f"no source for offset {pos}")
+            off, length, src = merge
+            stop = min(end, nxt, off + length)
+            try:
+                chunks.extend(await self.read(src, pos - off, stop - off))
+            except DataCorruptionError:
+                # The storage writer may have concatenated the source into this segment
+                # while we read (its metadata catches up a moment later): then the
+                # bytes are in this segment's Tier-2 now.
+                chunks.append(memoryview(await self._from_tier2(meta, pos, stop - pos)))
+            pos = stop
         return chunks
 
     async def _from_tier2(self, meta: SegmentMeta, offset: int, length: int) -> bytes:
