@@ -193,15 +193,22 @@ class RetentionFollower:
         self.ctx = ctx
         self.period_ms = period_ms
         self._task: asyncio.Task[None] | None = None
+        #: The stream head each topic's log starts were last brought up to.
+        self._heads: dict[str, dict[int, int]] = {}
 
     def start(self) -> None:
         if self.period_ms > 0 and self._task is None:
             self._task = asyncio.ensure_future(self._run())
 
     async def run_once(self) -> None:
+        """Follow every topic whose stream head moved since the last round."""
         for topic in self.ctx.topics.names():
             try:
+                head = await self.ctx.controller.get_head_segments(self.ctx.topics.scope, topic)
+                if self._heads.get(topic) == head:
+                    continue
                 moved = await follow_truncation(self.ctx, topic)
+                self._heads[topic] = head
             except Exception:
                 log.exception("following the truncation of %s", topic)
                 continue
