@@ -181,6 +181,19 @@ async def follow_truncation(ctx: HandlerContext, topic: str) -> dict[int, int]:
     return moved
 
 
+#: How often log starts follow the stream head when the node's configuration does not
+#: set the controller's retention period.
+FOLLOW_PERIOD_MS_DEFAULT = 10_000
+
+
+def follow_period_ms(ctx: HandlerContext) -> int:
+    """The controller's retention period (``[controller] retention_period_ms`` in the node's
+    config: the follower runs as often as the controller may truncate), else
+    ``FOLLOW_PERIOD_MS_DEFAULT``."""
+    configured = ctx.config.controller.get("retention_period_ms")
+    return int(configured) if configured else FOLLOW_PERIOD_MS_DEFAULT
+
+
 class RetentionFollower:
     """Runs ``follow_truncation`` for every topic each ``period_ms``, so a truncation by
     the controller's retention policy moves the log starts that Fetch and ListOffsets
@@ -189,9 +202,9 @@ class RetentionFollower:
 
     EXTENSION_KEY = "log_start"
 
-    def __init__(self, ctx: HandlerContext, *, period_ms: int = 10_000) -> None:
+    def __init__(self, ctx: HandlerContext, *, period_ms: int | None = None) -> None:
         self.ctx = ctx
-        self.period_ms = period_ms
+        self.period_ms = period_ms if period_ms is not None else follow_period_ms(ctx)
         self._task: asyncio.Task[None] | None = None
         #: The stream head each topic's log starts were last brought up to.
         self._heads: dict[str, dict[int, int]] = {}

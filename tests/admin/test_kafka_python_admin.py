@@ -4,6 +4,7 @@ serve`` (one server for the module; each test uses its own topics)."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -231,3 +232,35 @@ def test_describe_cluster_and_sasl_handshake(
             request_timeout_ms=3_000, bootstrap_timeout_ms=3_000,
         ).list_topics()
     assert "SaslHandshake failed: UnsupportedSaslMechanismError" in caplog.text
+
+
+def test_retention_ms_truncates_and_log_start_follows(tmp_path: Path) -> None:
+    """retention.ms on a topic: the controller's retention truncates the stream and the
+    gateway's log start follows (``[controller] retention_period_ms`` sets both paces)."""
+    config = tmp_path / "tidegate.toml"
+    config.write_text("[controller]\nretention_period_ms = 200\n")
+    server = Tidegate(tmp_path / "data", tmp_path / "tidegate.log", config=config)
+    server.start()
+    try:
+        admin = _admin(server)
+        admin.create_topics([NewTopic("kpa-ret", 2, 1, topic_configs={"retention.ms": "300"}),
+                             NewTopic("kpa-keep", 1, 1)])
+        admin.close()
+        _produce(server, "kpa-ret", {0: 5, 1: 3})
+        _produce(server, "kpa-keep", {0: 4})
+        consumer = KafkaConsumer(bootstrap_servers=server.bootstrap, group_id=None)
+        tps = [TopicPartition("kpa-ret", 0), TopicPartition("kpa-ret", 1)]
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if consumer.beginning_offsets(tps) == {tps[0]: 5, tps[1]: 3}:
+                break
+            time.sleep(0.2)
+        assert consumer.beginning_offsets(tps) == {tps[0]: 5, tps[1]: 3}, server.tail()
+        assert consumer.end_offsets(tps) == {tps[0]: 5, tps[1]: 3}
+        keep = TopicPartition("kpa-keep", 0)  # default retention.ms: 7 days
+        assert consumer.beginning_offsets([keep]) == {keep: 0}
+        consumer.close()
+        _produce(server, "kpa-ret", {0: 1})
+        assert [o for o, _ in _consume(server, "kpa-ret", 0, 1)] == [5]
+    finally:
+        server.close()
