@@ -17,7 +17,7 @@ from typing import Any
 
 from kafka.protocol.admin import DescribeConfigsResponse
 
-from core.controller.api import ConflictError
+from core.controller.api import ConflictError, StreamConfig
 from gateway import topic_config
 from gateway.handlers import HandlerContext
 from gateway.topic_config import ConfigSource, ConfigType, InvalidConfig
@@ -137,7 +137,7 @@ async def apply_topic_configs(
     await ctx.topics.update(replace(info, configs=new))
 
 
-async def update_stream_policy(ctx: HandlerContext, topic: str, policy: Any) -> None:
+async def update_stream_policy(ctx: HandlerContext, topic: str, policy: StreamConfig) -> None:
     """``controller.update_stream``, retried while another workflow holds the stream."""
     for attempt in range(UPDATE_ATTEMPTS_MAX):
         try:

@@ -45,6 +45,7 @@ async def delete_topic(ctx: HandlerContext, info: TopicInfo) -> None:
     except StreamNotFoundError:
         pass
     await ctx.topics.forget(info.name)
+    ctx.logs.delete_topic(info.name)  # again: a Produce may have opened a log meanwhile
     groups = ctx.extensions.get(GROUPS_EXTENSION_KEY)  # absent in gateways built without groups
     if groups is not None:
         await groups.remove_topic_offsets([info.name])
