@@ -77,8 +77,9 @@ class Connection:
                 prefix = await self._reader.readexactly(SIZE_PREFIX_BYTES)
                 size = frame_size(prefix)
                 if size > self._ctx.config.socket_request_max_bytes:
-                    log.warning("%s: frame of %d bytes over socket.request.max.bytes",
-                                self.peer, size)
+                    log.warning(
+                        "%s: frame of %d bytes over socket.request.max.bytes", self.peer, size
+                    )
                     return
                 frame = await self._reader.readexactly(size)
                 item = self._accept(frame, released)
@@ -111,7 +112,9 @@ class Connection:
         request = spec.decode_request(memoryview(frame)[header.body_offset :], version)
         return self._start(api.handle(self._ctx, req, request), req, spec, previous)
 
-    def _start(self, coro: Any, req: RequestContext, spec: ApiSpec, previous: asyncio.Event) -> _Item:
+    def _start(
+        self, coro: Any, req: RequestContext, spec: ApiSpec, previous: asyncio.Event
+    ) -> _Item:
         async def run() -> Any:
             await previous.wait()
             try:
@@ -134,10 +137,22 @@ class Connection:
                 self._slots.release()
             if result is None:
                 continue
-            if isinstance(result, EncodedBody):
-                body = list(result.buffers)
-            else:
-                body = [spec.encode_response(result, req.api_version)]
+            try:
+                if isinstance(result, EncodedBody):
+                    body = list(result.buffers)
+                else:
+                    body = [spec.encode_response(result, req.api_version)]
+            except Exception:
+                # A response the codec refuses is a bug of ours: close this connection
+                # only, as for a failed handler, instead of escaping the connection task.
+                log.exception(
+                    "%s: %s v%d answer not encodable; closing",
+                    self.peer,
+                    spec.name,
+                    req.api_version,
+                )
+                self._abort()
+                return
             header = encode_response_header(
                 req.correlation_id, spec.response_header_flexible(req.api_version)
             )
