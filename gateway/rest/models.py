@@ -11,7 +11,14 @@ from __future__ import annotations
 import enum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StringConstraints,
+    model_validator,
+)
 
 from core.controller.api import (
     EpochRecord,
@@ -39,8 +46,10 @@ LIST_ITEMS_MAX = 4096
 NAME_PATTERN = r"^[A-Za-z0-9._-]+$"
 Name = Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=NAME_PATTERN)]
 Tag = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f]+$")]
-SegmentId = Annotated[int, Field(ge=0, le=INT64_MAX)]
-Offset = Annotated[int, Field(ge=0, le=INT64_MAX)]
+SegmentId = Annotated[StrictInt, Field(ge=0, le=INT64_MAX)]
+#: A segment id as a JSON object key: a decimal string, so not strict.
+SegmentIdKey = Annotated[int, Field(ge=0, le=INT64_MAX)]
+Offset = Annotated[StrictInt, Field(ge=0, le=INT64_MAX)]
 Key = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 
 
@@ -74,9 +83,9 @@ class ScopesList(BaseModel):
 
 class ScalingConfig(_Body):
     type: ScalingType = ScalingType.FIXED_NUM_SEGMENTS
-    targetRate: Annotated[int, Field(ge=0, le=INT32_MAX)] = 0
-    scaleFactor: Annotated[int, Field(ge=1, le=INT32_MAX)] = 2
-    minSegments: Annotated[int, Field(ge=1, le=INT32_MAX)] = 1
+    targetRate: Annotated[StrictInt, Field(ge=0, le=INT32_MAX)] = 0
+    scaleFactor: Annotated[StrictInt, Field(ge=1, le=INT32_MAX)] = 2
+    minSegments: Annotated[StrictInt, Field(ge=1, le=INT32_MAX)] = 1
 
     def to_model(self) -> ScalingPolicy:
         return ScalingPolicy(self.type, self.targetRate, self.scaleFactor, self.minSegments)
@@ -98,7 +107,7 @@ class RetentionKind(enum.Enum):
 
 class RetentionConfig(_Body):
     type: RetentionKind
-    value: Annotated[float, Field(gt=0, allow_inf_nan=False)] | Annotated[int, Field(gt=0)]
+    value: Annotated[float, Field(gt=0, allow_inf_nan=False)] | Annotated[StrictInt, Field(gt=0)]
 
     @model_validator(mode="after")
     def _bounded(self) -> RetentionConfig:
@@ -273,4 +282,4 @@ class StreamCutBody(BaseModel):
 
 
 class TruncateRequest(_Body):
-    streamCut: Annotated[dict[SegmentId, Offset], Field(min_length=1, max_length=LIST_ITEMS_MAX)]
+    streamCut: Annotated[dict[SegmentIdKey, Offset], Field(min_length=1, max_length=LIST_ITEMS_MAX)]
