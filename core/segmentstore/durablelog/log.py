@@ -63,11 +63,10 @@ class DurableLog:
         self._inflight: deque[tuple[_Frame, asyncio.Task[LogAddress]]] = deque()
         self._session_start = True
         self._cut_scheduled = False
-        self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
         self._failed: BaseException | None = None
-        self._committer: asyncio.Task[None] | None = None
+        self._running = False
         self._loop: asyncio.AbstractEventLoop
         #: Bytes serialized since the container started (drives checkpoints).
         self.bytes_logged = 0
@@ -76,7 +75,7 @@ class DurableLog:
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._committer = self._loop.create_task(self._commit_loop())
+        self._running = True
 
     @property
     def failed(self) -> BaseException | None:
@@ -155,31 +154,32 @@ class DurableLog:
             # Tasks start in creation order and the log queues an entry before its
             # first suspension, so frames reach the log in order.
             task = asyncio.ensure_future(self._log.append(data))
-            task.add_done_callback(_consume_exception)
+            task.add_done_callback(self._on_frame_done)
             self._inflight.append((frame, task))
-        self._wakeup.set()
 
     # -- commit -------------------------------------------------------------------------
 
-    async def _commit_loop(self) -> None:
-        while True:
-            if not self._inflight:
-                if not self._ready and not self._cur.size:
-                    self._idle.set()
-                self._wakeup.clear()
-                await self._wakeup.wait()
-                continue
-            frame, task = self._inflight[0]
+    def _on_frame_done(self, task: asyncio.Task[LogAddress]) -> None:
+        """Commit the durable prefix of the frames in flight, in log order. Runs as the
+        append task's done callback (no commit task in between: one event-loop hop from
+        the log's completion to the callers' futures)."""
+        if not task.cancelled():
+            task.exception()  # retrieved here; a failure is handled below, in order
+        if not self._running or self._failed is not None:
+            return
+        inflight = self._inflight
+        while inflight and inflight[0][1].done():
+            frame, done = inflight[0]
             try:
-                addr = await asyncio.shield(task)
+                if done.cancelled():
+                    raise StoreShutdownError("durable log", "append to the log cancelled")
+                addr = done.result()
                 if self.last_address is not None and addr <= self.last_address:
                     raise RuntimeError(f"log completed out of order: {addr}")
-            except asyncio.CancelledError:
-                raise
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - every failure stops the log
                 self._fail(exc)
                 return
-            self._inflight.popleft()
+            inflight.popleft()
             self.last_address = addr
             for op in frame.starts:
                 op.address = addr
@@ -194,7 +194,9 @@ class DurableLog:
                     op.future = None
                     if not fut.done():
                         fut.set_result(op.result)
-            self._pump()
+        self._pump()
+        if not inflight and not self._ready and not self._cur.size:
+            self._idle.set()
 
     def _fail(self, exc: BaseException) -> None:
         self._failed = exc
@@ -216,15 +218,5 @@ class DurableLog:
         await self._idle.wait()
 
     async def stop(self) -> None:
-        if self._committer is not None:
-            self._committer.cancel()
-            try:
-                await self._committer
-            except asyncio.CancelledError:
-                pass
-            self._committer = None
-
-
-def _consume_exception(task: asyncio.Task[LogAddress]) -> None:
-    if not task.cancelled():
-        task.exception()
+        """Stop committing: appends still in flight in the log complete nothing."""
+        self._running = False
