@@ -25,7 +25,8 @@ class ControllerConfig:
     # -- retention ------------------------------------------------------------------------
     #: Period of the retention check (record a StreamCut, maybe truncate); 0 disables it.
     retention_period_ms: int = 60_000
-    #: Bound on the StreamCuts kept in one stream's retention set (oldest dropped first).
+    #: Bound on the StreamCuts kept in one stream's retention set (thinned evenly in time;
+    #: the oldest is kept, so long time policies still find an old enough cut).
     retention_set_max: int = 1_000
 
     # -- transactions ---------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
@@ -19,6 +20,7 @@ from core.controller.api import (
 from core.controller.config import ControllerConfig
 from core.controller.controller import StreamController
 from core.controller.keyspace import is_cover
+from core.controller.policies.retention import thin
 from core.segmentstore.api import SegmentNotFoundError, SegmentTraffic
 from core.segmentstore.inmemory import InMemorySegmentStore
 from tests.controller.conftest import Clock
@@ -184,6 +186,40 @@ async def test_time_retention(store: InMemorySegmentStore, clock: Clock) -> None
     await ctl.retention.run_once()
     assert await ctl.get_head_segments("s", "t") == {segment_id(0, 0): 200}
     await ctl.close()
+
+
+async def test_time_retention_longer_than_the_bounded_set(
+    store: InMemorySegmentStore, clock: Clock
+) -> None:
+    """A time policy spanning more rounds than ``retention_set_max`` still truncates: the
+    set is thinned evenly and keeps its oldest cut."""
+    config = dataclasses.replace(POLICY, retention_set_max=4)
+    ctl = StreamController(store, config, clock=clock)
+    await ctl.start()
+    await ctl.create_scope("s")
+    await ctl.create_stream(
+        "s", "t", StreamConfig(retention=RetentionPolicy(RetentionType.TIME, 20_000))
+    )
+    s0 = name(segment_id(0, 0))
+    for _ in range(12):  # 12 rounds 1 s apart: three times the set's bound
+        await store.append(s0, b"x" * 10)
+        await ctl.retention.run_once()
+        clock.advance(1)
+    meta = await ctl.stream_meta("s", "t")
+    assert len(await ctl.retention.retention_set(meta)) <= 4
+    assert await ctl.get_head_segments("s", "t") == {segment_id(0, 0): 0}
+    clock.advance(10)  # the oldest kept cut (10 bytes, t=0) is now 22 s old
+    await ctl.retention.run_once()
+    assert (await ctl.get_head_segments("s", "t"))[segment_id(0, 0)] >= 10
+    await ctl.close()
+
+
+def test_thin_keeps_the_oldest_and_spreads_the_rest() -> None:
+    cuts = [(f"k{t:02d}", t) for t in range(10)]
+    dropped = thin(cuts, 4)
+    kept = [k for k, _ in cuts if k not in dropped]
+    assert len(kept) == 4 and kept[0] == "k00" and kept[-1] == "k09"
+    assert thin(cuts, 20) == []
 
 
 async def test_size_retention_across_scale(store: InMemorySegmentStore, clock: Clock) -> None:

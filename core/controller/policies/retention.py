@@ -11,7 +11,8 @@ very beginning to the cut), then
 is the truncation point, if it lies after the current one. When reader groups have
 subscribed to the stream (consumption-based retention), the point is further held back
 to the newest recorded cut that no subscriber has yet to read past. Cuts at or before
-the truncation point leave the set; the set keeps at most ``retention_set_max`` cuts.
+the truncation point leave the set; the set keeps at most ``retention_set_max`` cuts, thinned evenly over time (the oldest
+stays).
 """
 
 from __future__ import annotations
@@ -87,6 +88,22 @@ class RetentionManager:
                 await self.ctl.truncate(scope, stream, target.cut)
                 head = dict(target.cut)
         stale = [k for k, c in cuts if h.cut_ge(head, c.cut)]
-        keep = [k for k, _ in cuts if k not in set(stale)]
-        stale += keep[: max(0, len(keep) - self.ctl.config.retention_set_max)]
+        gone = set(stale)
+        keep = [(k, c.time_ms) for k, c in cuts if k not in gone]
+        stale += thin(keep, self.ctl.config.retention_set_max)
         await self.ctl.md.remove(meta.table, stale)
+
+
+def thin(cuts: list[tuple[str, int]], count_max: int) -> list[str]:
+    """Keys to drop so that at most ``count_max`` of ``cuts`` (key, time, oldest first)
+    remain: always interior ones, each time the one whose neighbours are closest in time.
+    The oldest cut stays, so a bounded set still spans the whole history and a time
+    policy longer than ``count_max`` periods still finds a cut old enough."""
+    keys = [k for k, _ in cuts]
+    times = [t for _, t in cuts]
+    dropped: list[str] = []
+    while len(keys) > max(count_max, 2):
+        i = min(range(1, len(keys) - 1), key=lambda j: times[j + 1] - times[j - 1])
+        dropped.append(keys.pop(i))
+        times.pop(i)
+    return dropped
