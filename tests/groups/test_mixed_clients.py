@@ -187,11 +187,13 @@ def test_mixed_client_group_exactly_once(java: Java, tidegate_groups: Tidegate, 
     for m in members:
         assert m.lines("D"), f"{m.name} ({m.client}) delivered nothing"
 
-    # The Java client led first, aiokafka after the Java leader crashed: both computed
-    # assignments from the other families' subscriptions.
+    # The Java client led first, aiokafka (next in join order) once the Java leader
+    # crashed: both computed assignments from the other families' subscriptions. Who
+    # leads after the server restart depends on which member rejoins first.
     leaders = [ln.rsplit("leader ", 1)[1] for ln in server.tail(10_000).splitlines()
                if f"group {GROUP!r} generation" in ln]
-    assert leaders[0].startswith("consumer-mixed-group") and leaders[-1].startswith("aiokafka"), leaders
+    assert leaders[0].startswith("consumer-mixed-group"), leaders
+    assert any(ld.startswith("aiokafka") for ld in leaders[1:]), leaders
 
     # Every partition's committed offset is its end: nothing left behind.
     admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
