@@ -13,8 +13,9 @@ them); every other config reads as Kafka's default. Three groups:
 - ``tidegate.scaling.type`` / ``.target.rate`` / ``.scale.factor`` / ``.min.segments`` →
   the stream's scaling policy (``FIXED_NUM_SEGMENTS`` by default, so a topic keeps one
   segment per partition unless asked otherwise).
-- everything else (``cleanup.policy``, ``segment.bytes``, ``max.message.bytes``, ...) is
-  validated, stored and returned, and has no effect on storage.
+- ``max.message.bytes`` is enforced by Produce (``gateway/handlers/produce.py``);
+- everything else (``cleanup.policy``, ``segment.bytes``, ...) is validated, stored and
+  returned, and has no effect on storage.
 """
 
 from __future__ import annotations
