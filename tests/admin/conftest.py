@@ -6,14 +6,13 @@ they run in a worker thread so the event loop keeps serving."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 
 import protocol  # noqa: F401  (loads kafka-python's schema modules with its warning silenced)
 from tests.clients.server import Tidegate
-from tests.gateway.conftest import Node
+from tests.gateway.conftest import node  # noqa: F401  (the in-process gateway fixture)
 
 
 @pytest.fixture(scope="module")
@@ -25,13 +24,3 @@ def tidegate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tidegate]:
         yield server
     finally:
         server.close()
-
-
-@pytest.fixture
-async def node(tmp_path: Path) -> AsyncIterator[Node]:
-    n = Node(tmp_path / "data")
-    await n.start()
-    try:
-        yield n
-    finally:
-        await n.close()
