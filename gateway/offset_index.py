@@ -26,7 +26,8 @@ from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
-_ENTRY = struct.Struct(">qqqiqq")
+# Positions are byte offsets in a segment, which outgrows 32 bits past 2 GiB.
+_ENTRY = struct.Struct(">qqqqqq")
 _TS_BIAS = 1 << 63
 
 
@@ -70,7 +71,28 @@ class OffsetIndex:
         return IndexWrite(self)
 
     def set_log_start(self, topic: str, partition: int, offset: int) -> None:
+        """Record the log start durably, then drop the entries wholly below it: the one
+        holding ``offset`` stays (it is where reads and truncation start)."""
         self._db.put(_tp(b"s", topic, partition), _U64.pack(offset), self._sync)
+        holder = self.floor(topic, partition, offset)
+        if holder is None:
+            return
+        prefix = _tp(b"o", topic, partition)
+        self._db.delete_range(prefix, prefix + _U64.pack(holder.base_offset))
+        # Time entries are recorded only for a new maximum timestamp, so their base
+        # offsets rise with their keys: the ones below the holder form a prefix.
+        times = _tp(b"t", topic, partition)
+        it = self._db.iter()
+        it.seek(times)
+        end: bytes | None = None
+        while it.valid():
+            key = bytes(it.key())
+            if not key.startswith(times) or int(_U64.unpack(it.value())[0]) >= holder.base_offset:
+                break
+            end = key
+            it.next()
+        if end is not None:
+            self._db.delete_range(times, end + b"\x00")
 
     def delete_topic(self, topic: str, segment_prefix: str) -> None:
         """Drop every key of ``topic`` and the markers of segments named
