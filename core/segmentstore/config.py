@@ -49,6 +49,12 @@ class SegmentStoreConfig:
     tier2_read_attempts: int = 4
     #: Delay before the storage writer retries a failed Tier-2 call (doubles up to 32x).
     writer_retry_delay_ms: int = 50
+    #: A container whose Tier-1 log failed or whose storage writer stopped is restarted
+    #: (recovered from Tier-1, reconciled with Tier-2) after this delay; the delay
+    #: doubles after each failed start, up to ``container_restart_delay_max_ms``.
+    #: 0 turns restarts off (the container stays failed until the process restarts).
+    container_restart_delay_ms: int = 1000
+    container_restart_delay_max_ms: int = 30_000
     #: A metadata checkpoint is written after this many logged bytes or operations.
     checkpoint_interval_bytes: int = 64 * MiB
     checkpoint_interval_ops: int = 100_000

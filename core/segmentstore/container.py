@@ -90,6 +90,9 @@ class SegmentContainer:
         #: Sequence number of the last durable operation.
         self.committed_seq = 0
         self.failure: BaseException | None = None
+        #: Set when the container cannot go on as it is (its Tier-1 log failed or its
+        #: storage writer stopped): the store restarts it (``StreamSegmentStore``).
+        self.needs_restart = asyncio.Event()
         self.md = ContainerMetadata()
         self.tables: dict[int, TableIndex] = {}
         self.read_index = ReadIndex(
@@ -160,6 +163,16 @@ class SegmentContainer:
         self.state = FAILED
         for idx in self.read_index.segments.values():
             idx.notify()
+        self.needs_restart.set()
+
+    def on_writer_stopped(self, exc: BaseException) -> None:
+        """The storage writer met an error it cannot retry (Tier-2 contradicts the log,
+        a Tier-1 read-back failed): nothing more would reach Tier-2 and Tier-1 would
+        grow. The container keeps serving until the store restarts it; the restart
+        drains what is queued, then recovers and reconciles every segment with Tier-2."""
+        if self.failure is None:
+            self.failure = exc
+        self.needs_restart.set()
 
     def _check(self, name: str) -> None:
         if self.state != RUNNING:

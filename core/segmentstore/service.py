@@ -12,6 +12,7 @@ a call rejected at validation (typed error) affects nothing queued before or aft
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -38,6 +39,8 @@ from core.segmentstore.traffic import Traffic
 from tier2.api import Storage
 
 Tier1Factory = Callable[[int], DurableDataLog]
+
+log = logging.getLogger(__name__)
 
 
 def container_of(name: str, container_count: int) -> int:
@@ -84,6 +87,8 @@ class StreamSegmentStore:
         owned = config.owned_containers
         self.owned = frozenset(range(config.container_count) if owned is None else owned)
         self.containers: dict[int, SegmentContainer] = {}
+        self._watchers: dict[int, asyncio.Task[None]] = {}
+        self.restarts = 0  # containers restarted after a failure, for tests and metrics
         self._closed = False
         self._cids: dict[str, int] = {}  # memo of container_of
 
@@ -116,7 +121,45 @@ class StreamSegmentStore:
             await self.start_container(cid)
 
     async def start_container(self, cid: int) -> None:
-        """Start (recover) one container; a stopped or failed one is replaced."""
+        """Start (recover) one container; a stopped or failed one is replaced. Once
+        started, a failure of the container restarts it (``container_restart_delay_ms``)."""
+        await self._restart(cid)
+        if self.config.container_restart_delay_ms > 0:
+            watcher = self._watchers.get(cid)
+            if watcher is None or watcher.done():
+                self._watchers[cid] = asyncio.get_running_loop().create_task(self._watch(cid))
+
+    async def _watch(self, cid: int) -> None:
+        """Restart container ``cid`` whenever it fails, as the seed's container manager
+        does: recovery rebuilds it from Tier-1 and reconciles it with Tier-2. Failed
+        starts are retried with a doubling delay; calls meanwhile get
+        ``StoreShutdownError``."""
+        first = self.config.container_restart_delay_ms / 1000
+        most = max(first, self.config.container_restart_delay_max_ms / 1000)
+        while not self._closed:
+            c = self.containers.get(cid)
+            if c is None:
+                return
+            await c.needs_restart.wait()
+            delay = first
+            while not self._closed:
+                log.warning(
+                    "container %d failed (%r); restarting in %d ms", cid, c.failure, delay * 1000
+                )
+                await asyncio.sleep(delay)
+                if self._closed:
+                    return
+                try:
+                    await self._restart(cid)
+                    self.restarts += 1
+                    log.info("container %d restarted", cid)
+                    break
+                except Exception as exc:  # noqa: BLE001 - logged, retried with backoff
+                    c = self.containers.get(cid, c)
+                    c.failure = exc
+                    delay = min(delay * 2, most)
+
+    async def _restart(self, cid: int) -> None:
         old = self.containers.get(cid)
         if old is not None:
             await old.stop()
@@ -124,12 +167,18 @@ class StreamSegmentStore:
         await c.start()
 
     async def stop_container(self, cid: int) -> None:
+        watcher = self._watchers.pop(cid, None)
+        if watcher is not None:
+            watcher.cancel()
         c = self.containers.get(cid)
         if c is not None:
             await c.stop()
 
     async def close(self) -> None:
         self._closed = True
+        for watcher in self._watchers.values():
+            watcher.cancel()
+        self._watchers.clear()
         await asyncio.gather(*(c.stop() for c in self.containers.values()))
 
     async def flush_to_storage(self) -> None:

@@ -171,3 +171,84 @@ async def test_concurrent_failure_fails_every_later_call(tmp_path: Path) -> None
     # Acknowledged ones form a prefix of the call order.
     assert res[: len(ok)] == ok
     await s.close()
+
+
+async def test_writer_failure_restarts_container_and_heals_tier2_from_tier1(tmp_path: Path) -> None:
+    # Tier-2 loses a segment behind the store's back (an operator deleted it). The
+    # writer finds Tier-2 shorter than what it had flushed: it cannot go on, the
+    # container restarts, and recovery re-flushes the segment from Tier-1, which still
+    # holds every operation since the last checkpoint.
+    inner = InMemoryStorage()
+    cfg = SegmentStoreConfig(
+        container_count=1,
+        flush_interval_ms=20,
+        container_restart_delay_ms=20,
+        checkpoint_interval_bytes=1 << 40,
+        checkpoint_interval_ops=1 << 40,
+    )
+    s = StreamSegmentStore(tmp_path, cfg, tier2=inner)
+    await s.start()
+    await s.create_segment("s")
+    await s.create_segment("other")
+    await s.append("s", b"A" * 10_000)
+    await s.append("other", b"O" * 100)
+    for _ in range(500):  # the writer flushes on its own (no checkpoint: Tier-1 keeps all)
+        if inner.exists("s") and inner.get_info("s").length == 10_000:
+            break
+        await asyncio.sleep(0.01)
+    assert inner.get_info("s").length == 10_000
+    inner.delete("s")
+
+    await s.append("s", b"B" * 5_000)
+    for _ in range(500):
+        if s.restarts:
+            break
+        await asyncio.sleep(0.01)
+    assert s.restarts == 1
+    for _ in range(500):
+        try:
+            if inner.get_info("s").length == 15_000:
+                break
+        except Exception:  # noqa: BLE001 - not recreated yet
+            pass
+        await asyncio.sleep(0.01)
+    assert inner.read("s", 0, 15_000) == b"A" * 10_000 + b"B" * 5_000
+    assert await read_all(s, "s") == b"A" * 10_000 + b"B" * 5_000
+    assert await read_all(s, "other") == b"O" * 100
+    assert await s.append("s", b"C") == 15_000
+    await s.close()
+
+
+async def test_failed_tier1_log_is_restarted_with_backoff(tmp_path: Path) -> None:
+    backing = InMemoryLogBacking()
+    logs: list[FaultyDurableDataLog] = []
+
+    def factory(cid: int) -> DurableDataLog:
+        # The first log fails after a few appends; the next one fails at once (its
+        # start-up checkpoint), so the container fails again right after its first
+        # restart; the third log works.
+        limit = {0: 4, 1: 0}.get(len(logs))
+        log = FaultyDurableDataLog(InMemoryDurableDataLog(backing), fail_after_appends=limit)
+        logs.append(log)
+        return log
+
+    cfg = SegmentStoreConfig(container_count=1, container_restart_delay_ms=10)
+    s = StreamSegmentStore(tmp_path, cfg, tier1_factory=factory, tier2=InMemoryStorage())
+    await s.start()
+    await s.create_segment("s")
+    acked = []
+    for i in range(6):
+        try:
+            acked.append(await s.append("s", bytes([i]) * 10))
+        except StoreShutdownError:
+            pass
+    assert acked and len(acked) < 6
+    for _ in range(500):
+        if s.restarts == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert s.restarts == 2 and len(logs) == 3
+    data = await read_all(s, "s")
+    assert data == b"".join(bytes([i]) * 10 for i in range(len(acked)))
+    assert await s.append("s", b"more") == len(data)
+    await s.close()

@@ -182,7 +182,9 @@ class StorageWriter:
         except BaseException as exc:
             self.error = exc
             self._idle.set()
+            self._lag_ok.set()
             log.exception("storage writer of container %d stopped", self.c.id)
+            self.c.on_writer_stopped(exc)
 
     async def flush_all(self) -> None:
         """Process every committed operation, flush every aggregator, truncate Tier-1
