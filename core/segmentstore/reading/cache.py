@@ -26,6 +26,23 @@ if TYPE_CHECKING:
 ENTRY_OVERHEAD_BYTES = 200
 
 
+#: A slice of a larger buffer is copied when the buffer exceeds the slice by more than
+#: this factor (plus ``SLICE_SLACK_BYTES``): kept as a slice, the whole buffer would stay
+#: alive while the cache charged only the slice.
+SLICE_PIN_FACTOR = 2
+SLICE_SLACK_BYTES = 4096
+
+
+def _owned(data: bytes | memoryview) -> bytes | memoryview:
+    """``data`` itself, or a copy if it is a small view pinning a much larger buffer, so
+    what an entry is charged is what it holds."""
+    if isinstance(data, memoryview):
+        with memoryview(data.obj) as base:
+            if base.nbytes > SLICE_PIN_FACTOR * data.nbytes + SLICE_SLACK_BYTES:
+                return bytes(data)
+    return data
+
+
 class CacheEntry:
     __slots__ = (
         "index", "start", "end", "data", "address", "frame_pos", "seq", "last_seq", "flushed", "removed",
@@ -45,7 +62,7 @@ class CacheEntry:
         self.index = index
         self.start = start
         self.end = start + len(data)
-        self.data: bytes | memoryview | None = data
+        self.data: bytes | memoryview | None = _owned(data)
         #: Where in Tier-1 the operation that wrote these bytes lies (None: from Tier-2).
         self.address = address
         self.frame_pos = frame_pos

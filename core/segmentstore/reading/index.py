@@ -217,7 +217,10 @@ class ReadIndex:
                 continue
             nxt = idx.next_start(pos)
             if pos < meta.storage_length and not meta.tier2_stale:
-                stop = min(meta.storage_length, nxt, max(end, pos + self._read_block_bytes))
+                # One Tier-2 read, and so one cache entry, is at most a block: a large
+                # fetch becomes several entries, each evictable on its own, instead of
+                # one entry the size of the fetch that alone can exceed the bound.
+                stop = min(meta.storage_length, nxt, pos + self._read_block_bytes)
                 try:
                     block = await self._from_tier2(meta, pos, stop - pos)
                 except DataCorruptionError:

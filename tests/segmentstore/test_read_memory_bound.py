@@ -1,0 +1,106 @@
+"""Reading a segment several times larger than the cache from Tier-2: the cache's
+accounting matches what its entries really hold, stays under ``cache_bytes_max``, no
+entry exceeds ``tier2_read_block_bytes``, and traced memory stays under the bound plus
+a fixed overhead (DESIGN invariant 6)."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+from pathlib import Path
+
+from core.segmentstore.config import SegmentStoreConfig
+from core.segmentstore.reading.cache import ENTRY_OVERHEAD_BYTES, Cache, CacheEntry
+from core.segmentstore.service import StreamSegmentStore
+
+KiB = 1024
+MiB = 1024 * KiB
+
+
+def held(s: StreamSegmentStore) -> tuple[int, int, int]:
+    """(bytes charged for entries holding data, payload bytes really referenced,
+    largest entry) over every segment index of every container."""
+    charged = payload = largest = 0
+    seen: set[int] = set()
+    for obj in gc.get_objects():
+        if isinstance(obj, CacheEntry) and obj.data is not None and not obj.removed:
+            charged += obj.end - obj.start + ENTRY_OVERHEAD_BYTES
+            data = obj.data
+            base = data.obj if isinstance(data, memoryview) else data
+            if id(base) not in seen:
+                seen.add(id(base))
+                payload += memoryview(base).nbytes
+            largest = max(largest, obj.end - obj.start)
+    return charged, payload, largest
+
+
+async def test_reading_far_more_than_the_cache_from_tier2(tmp_path: Path) -> None:
+    cache_max = 1 * MiB
+    block = 64 * KiB
+    cfg = SegmentStoreConfig(
+        container_count=1,
+        cache_bytes_max=cache_max,
+        tier2_read_block_bytes=block,
+        flush_bytes=256 * KiB,
+        flush_interval_ms=10,
+    )
+    seg_bytes = 8 * MiB
+    s = StreamSegmentStore(tmp_path, cfg)
+    await s.start()
+    await s.create_segment("s")
+    piece = bytes(range(256)) * 128  # 32 KiB
+    for _ in range(seg_bytes // len(piece)):
+        await s.append("s", piece)
+    await s.flush_to_storage()
+    await s.close()
+
+    s = StreamSegmentStore(tmp_path, cfg)  # empty cache: every byte comes from Tier-2
+    await s.start()
+    info = await s.get_info("s")
+    assert info.length == seg_bytes
+    read_bytes = 2 * MiB  # one read larger than the whole cache
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        peak_used = peak_charged = peak_payload = largest = 0
+        for _ in range(3):
+            for pos in range(0, seg_bytes, read_bytes):
+                r = await s.read("s", pos, read_bytes)
+                got = sum(len(c) for c in r.chunks)
+                assert got == read_bytes
+                assert bytes(r.chunks[0][:4]) == piece[:4]
+                del r
+                charged, payload, big = held(s)
+                peak_used = max(peak_used, s.cache.used_bytes)
+                peak_charged = max(peak_charged, charged)
+                peak_payload = max(peak_payload, payload)
+                largest = max(largest, big)
+        _, traced_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert isinstance(s.cache, Cache)
+    assert peak_used <= cache_max
+    assert peak_charged <= cache_max
+    # What entries reference is what they are charged (no slice pins a larger buffer).
+    assert peak_payload <= cache_max
+    assert largest <= block
+    # Bound + one read's bytes in flight + fixed overhead (objects, index, frames).
+    assert traced_peak - base < cache_max + read_bytes + 2 * MiB, traced_peak - base
+    await s.close()
+
+
+def test_a_small_slice_of_a_large_buffer_is_copied() -> None:
+    big = bytes(1 * MiB)
+    cache = Cache(4 * MiB)
+    from core.segmentstore.reading.index import SegmentReadIndex
+
+    class _Meta:
+        id = 1
+
+    idx = SegmentReadIndex(_Meta(), cache)  # type: ignore[arg-type]
+    small = CacheEntry(idx, 0, memoryview(big)[:1000])
+    assert isinstance(small.data, bytes) and len(small.data) == 1000
+    most = memoryview(big)[: 900 * KiB]
+    kept = CacheEntry(idx, 0, most)
+    assert kept.data is most  # mostly the whole buffer: not worth a copy
