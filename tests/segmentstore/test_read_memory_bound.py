@@ -9,6 +9,8 @@ import gc
 import tracemalloc
 from pathlib import Path
 
+import pytest
+
 from core.segmentstore.config import SegmentStoreConfig
 from core.segmentstore.reading.cache import ENTRY_OVERHEAD_BYTES, Cache, CacheEntry
 from core.segmentstore.service import StreamSegmentStore
@@ -34,7 +36,9 @@ def held(s: StreamSegmentStore) -> tuple[int, int, int]:
     return charged, payload, largest
 
 
-async def test_reading_far_more_than_the_cache_from_tier2(tmp_path: Path) -> None:
+# Reads smaller and larger than the whole cache, both larger than a block.
+@pytest.mark.parametrize("read_bytes", [512 * KiB, 2 * MiB])
+async def test_reading_far_more_than_the_cache_from_tier2(tmp_path: Path, read_bytes: int) -> None:
     cache_max = 1 * MiB
     block = 64 * KiB
     cfg = SegmentStoreConfig(
@@ -58,7 +62,6 @@ async def test_reading_far_more_than_the_cache_from_tier2(tmp_path: Path) -> Non
     await s.start()
     info = await s.get_info("s")
     assert info.length == seg_bytes
-    read_bytes = 2 * MiB  # one read larger than the whole cache
     gc.collect()
     tracemalloc.start()
     try:
