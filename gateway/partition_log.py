@@ -64,6 +64,7 @@ class _State(enum.Enum):
 
 _RESEND = (_State.WAITING, _State.SEALED, _State.RETRY)
 #: Store errors that a retry cannot cure.
+_NO_ENVELOPE = bytes(ENVELOPE_BYTES)  # overwritten by encode_envelope_into
 _PERMANENT = (TooLargeError, BadOffsetError, BadAttributeUpdateError)
 
 
@@ -120,8 +121,8 @@ class PartitionLog:
         """Assign offsets to ``batches`` (headers of ``payload``, positions relative to
         it), rewrite their base offsets and submit. Never awaits."""
         base = self.next_offset
-        data = bytearray(ENVELOPE_BYTES + len(payload))
-        data[ENVELOPE_BYTES:] = payload
+        # One allocation and one copy (``bytearray(n)`` would zero-fill it first).
+        data = bytearray().join((_NO_ENVELOPE, payload))
         offset = base
         assigned: list[BatchHeader] = []
         for b in batches:

@@ -1,8 +1,8 @@
 """The Kafka listener: asyncio connections, framing, dispatch, ordered answers.
 
 Per connection:
-- frames are read with ``readexactly``; a size over ``socket.request.max.bytes`` closes
-  the connection before the body is read;
+- frames are received by ``gateway.wire.KafkaWire`` (straight into their buffers); a size
+  over ``socket.request.max.bytes`` closes the connection before the body is read;
 - an unparseable header, an unknown API key, an undecodable body, or an unsupported
   version (except ApiVersions, answered in v0 with UNSUPPORTED_VERSION) stops reading:
   requests already accepted are answered, then the connection closes;
@@ -22,12 +22,11 @@ from typing import Any
 
 from gateway.handlers import EncodedBody, HandlerContext, RequestContext
 from gateway.handlers import api_versions as api_versions_handler
+from gateway.wire import FrameTooLargeError, KafkaWire
 from protocol.apis import API_VERSIONS_KEY, ApiSpec
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.framing import (
-    SIZE_PREFIX_BYTES,
     encode_response_header,
-    frame_size,
     parse_request_header,
     peek_request_header,
     size_prefix,
@@ -39,14 +38,11 @@ _Item = tuple["asyncio.Future[Any]", RequestContext, ApiSpec]
 
 
 class Connection:
-    def __init__(
-        self, server: KafkaServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    def __init__(self, server: KafkaServer, wire: KafkaWire) -> None:
         self._server = server
         self._ctx = server.ctx
-        self._reader = reader
-        self._writer = writer
-        peer = writer.get_extra_info("peername")
+        self._wire = wire
+        peer = wire.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self._queue: asyncio.Queue[_Item | None] = asyncio.Queue()
         self._slots = asyncio.Semaphore(self._ctx.config.max_in_flight_requests_per_connection)
@@ -60,9 +56,9 @@ class Connection:
             self._read_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._read_task
-            self._writer.close()
+            self._wire.close()
             with contextlib.suppress(Exception):
-                await self._writer.wait_closed()
+                await self._wire.wait_closed()
 
     def stop_reading(self) -> None:
         if self._read_task is not None:
@@ -74,14 +70,13 @@ class Connection:
         try:
             while True:
                 await self._slots.acquire()
-                prefix = await self._reader.readexactly(SIZE_PREFIX_BYTES)
-                size = frame_size(prefix)
-                if size > self._ctx.config.socket_request_max_bytes:
+                try:
+                    frame = await self._wire.read_frame()
+                except FrameTooLargeError as exc:
                     log.warning(
-                        "%s: frame of %d bytes over socket.request.max.bytes", self.peer, size
+                        "%s: frame of %d bytes over socket.request.max.bytes", self.peer, exc.size
                     )
                     return
-                frame = await self._reader.readexactly(size)
                 item = self._accept(frame, released)
                 released = item[1].released
                 self._queue.put_nowait(item)
@@ -94,7 +89,7 @@ class Connection:
         finally:
             self._queue.put_nowait(None)
 
-    def _accept(self, frame: bytes, previous: asyncio.Event) -> _Item:
+    def _accept(self, frame: bytes | bytearray, previous: asyncio.Event) -> _Item:
         key, version, correlation_id = peek_request_header(frame)
         api = self._ctx.registry.get(key)
         if api is None:
@@ -157,9 +152,9 @@ class Connection:
                 req.correlation_id, spec.response_header_flexible(req.api_version)
             )
             size = len(header) + sum(len(b) for b in body)
-            _write_buffers(self._writer, [size_prefix(size), header, *body])
+            _write_buffers(self._wire, [size_prefix(size), header, *body])
             try:
-                await self._writer.drain()
+                await self._wire.drain()
             except ConnectionError:
                 self._abort()
                 return
@@ -177,7 +172,7 @@ class Connection:
 _LARGE_BUFFER_BYTES = 64 * 1024
 
 
-def _write_buffers(writer: asyncio.StreamWriter, buffers: list[bytes | memoryview]) -> None:
+def _write_buffers(writer: KafkaWire, buffers: list[bytes | memoryview]) -> None:
     """Write in order without joining everything first: Python 3.11's ``writelines``
     joins all buffers into one (a copy of every fetched batch)."""
     small = bytearray()
@@ -205,20 +200,24 @@ class KafkaServer:
 
     async def start(self) -> tuple[str, int]:
         host, port = self.ctx.config.listen_address
-        self._server = await asyncio.start_server(self._on_connection, host, port)
+        loop = asyncio.get_running_loop()
+        config = self.ctx.config
+        self._server = await loop.create_server(
+            lambda: KafkaWire(lambda: config.socket_request_max_bytes, self._on_connection),
+            host,
+            port,
+        )
         sock = self._server.sockets[0].getsockname()
         return str(sock[0]), int(sock[1])
 
-    async def _on_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    def _on_connection(self, wire: KafkaWire) -> None:
         if len(self._connections) >= self.ctx.config.max_connections:
-            writer.close()
+            wire.close()
             return
-        conn = Connection(self, reader, writer)
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections[conn] = task
+        conn = Connection(self, wire)
+        self._connections[conn] = asyncio.get_running_loop().create_task(self._serve(conn))
+
+    async def _serve(self, conn: Connection) -> None:
         try:
             await conn.run()
         finally:

@@ -1,0 +1,86 @@
+"""``gateway.wire.KafkaWire`` over a real loopback socket: frames cut anywhere by the
+network come out whole and in order, large ones included; an oversized prefix stops
+reading after the frames before it; back-pressure pauses and resumes reading."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import struct
+
+import pytest
+
+from gateway.wire import FrameTooLargeError, KafkaWire
+
+
+async def _pair(
+    frame_bytes_max: int = 1 << 24, **kw: int
+) -> tuple[asyncio.Future[KafkaWire], asyncio.StreamWriter, asyncio.AbstractServer]:
+    loop = asyncio.get_running_loop()
+    got: asyncio.Future[KafkaWire] = loop.create_future()
+    server = await loop.create_server(
+        lambda: KafkaWire(lambda: frame_bytes_max, got.set_result, **kw), "127.0.0.1", 0
+    )
+    port = server.sockets[0].getsockname()[1]
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    return got, writer, server
+
+
+def _frame(body: bytes) -> bytes:
+    return struct.pack(">i", len(body)) + body
+
+
+async def test_frames_cut_anywhere_come_out_whole() -> None:
+    rng = random.Random(7)
+    bodies = [rng.randbytes(rng.choice([0, 1, 5, 300, 70_000, 300_000, 2_000_000])) for _ in range(60)]
+    stream = b"".join(_frame(b) for b in bodies)
+    got, writer, server = await _pair(staging_bytes=64 * 1024)
+    wire = await got
+
+    async def send() -> None:
+        pos = 0
+        while pos < len(stream):
+            n = rng.choice([1, 3, 4, 7, 1000, 65_536, 500_000])
+            writer.write(stream[pos : pos + n])
+            pos += n
+            if rng.random() < 0.3:
+                await writer.drain()  # the reader below keeps the server reading
+        await writer.drain()
+
+    sender = asyncio.ensure_future(send())
+    for body in bodies:
+        assert bytes(await asyncio.wait_for(wire.read_frame(), 10)) == body
+    await sender
+    writer.close()
+    with pytest.raises(asyncio.IncompleteReadError):
+        await asyncio.wait_for(wire.read_frame(), 10)
+    wire.close()
+    server.close()
+
+
+async def test_oversized_prefix_stops_after_earlier_frames() -> None:
+    got, writer, server = await _pair(frame_bytes_max=100)
+    wire = await got
+    writer.write(_frame(b"a" * 100) + struct.pack(">i", 101) + b"x" * 101 + _frame(b"late"))
+    await writer.drain()
+    assert await asyncio.wait_for(wire.read_frame(), 10) == b"a" * 100
+    with pytest.raises(FrameTooLargeError):
+        await asyncio.wait_for(wire.read_frame(), 10)
+    writer.close()
+    wire.close()
+    server.close()
+
+
+async def test_reading_pauses_while_frames_wait_and_resumes() -> None:
+    got, writer, server = await _pair(buffered_bytes_max=10_000)
+    wire = await got
+    bodies = [bytes([i]) * 4000 for i in range(50)]
+    writer.write(b"".join(_frame(b) for b in bodies))
+    await asyncio.sleep(0.2)
+    assert wire._reading_paused  # 3 frames (12,000 bytes) were enough to pause
+    for body in bodies:
+        assert await asyncio.wait_for(wire.read_frame(), 10) == body
+    assert not wire._reading_paused
+    writer.close()
+    wire.close()
+    server.close()
