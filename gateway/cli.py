@@ -105,6 +105,21 @@ async def serve(config: GatewayConfig) -> None:
         log.info("tidegate stopped")
 
 
+def _set_malloc_mmap_threshold(threshold_bytes: int) -> None:
+    """Fix glibc's mmap threshold (see ``GatewayConfig.malloc_mmap_threshold_bytes``);
+    a libc without ``mallopt`` is left alone."""
+    if threshold_bytes <= 0:
+        return
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    mallopt = getattr(ctypes.CDLL(name), "mallopt", None) if name else None
+    m_mmap_threshold = -3  # glibc <malloc.h>
+    if mallopt is None or mallopt(m_mmap_threshold, threshold_bytes) != 1:
+        log.warning("malloc mmap threshold not set (no glibc mallopt)")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
@@ -124,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as exc:
         print(f"tidegate: {exc}", file=sys.stderr)
         return 2
+    _set_malloc_mmap_threshold(config.malloc_mmap_threshold_bytes)
     try:
         asyncio.run(serve(config))
     except OSError as exc:
