@@ -46,7 +46,7 @@ class ParsedRequestHeader:
     body_offset: int
 
 
-def peek_request_header(frame: bytes) -> tuple[int, int, int]:
+def peek_request_header(frame: bytes | bytearray) -> tuple[int, int, int]:
     """``(api_key, api_version, correlation_id)``: the fixed part of every header version."""
     if len(frame) < _FIXED_HEADER.size:
         raise KafkaProtocolError(f"frame of {len(frame)} bytes is shorter than a header")
@@ -54,7 +54,7 @@ def peek_request_header(frame: bytes) -> tuple[int, int, int]:
     return int(key), int(version), int(correlation_id)
 
 
-def parse_request_header(frame: bytes, flexible: bool) -> ParsedRequestHeader:
+def parse_request_header(frame: bytes | bytearray, flexible: bool) -> ParsedRequestHeader:
     """Parse the request header (v2 if ``flexible`` else v1) at the start of ``frame``."""
     stream = io.BytesIO(frame)
     try:
