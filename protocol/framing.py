@@ -55,8 +55,28 @@ def peek_request_header(frame: bytes | bytearray) -> tuple[int, int, int]:
 
 
 def parse_request_header(frame: bytes | bytearray, flexible: bool) -> ParsedRequestHeader:
-    """Parse the request header (v2 if ``flexible`` else v1) at the start of ``frame``."""
-    stream = io.BytesIO(frame)
+    """Parse the request header (v2 if ``flexible`` else v1) at the start of ``frame``.
+
+    The header is parsed from a copy of the frame's first ``_HEADER_PROBE_BYTES`` (a
+    ``BytesIO`` over a whole ``bytearray`` frame would copy all of it, e.g. a 1 MB
+    Produce); a header longer than that (a huge client id or tagged fields) is parsed
+    from the whole frame."""
+    if len(frame) > _HEADER_PROBE_BYTES:
+        try:
+            probed = _parse_request_header(bytes(memoryview(frame)[:_HEADER_PROBE_BYTES]), flexible)
+            if probed.body_offset < _HEADER_PROBE_BYTES:  # ended inside the probe: whole
+                return probed
+        except KafkaProtocolError:
+            pass
+    return _parse_request_header(bytes(frame), flexible)
+
+
+#: Request headers are parsed from this many leading bytes first.
+_HEADER_PROBE_BYTES = 4096
+
+
+def _parse_request_header(frame: bytes, flexible: bool) -> ParsedRequestHeader:
+    stream = io.BytesIO(frame)  # shares an immutable ``bytes`` without a copy
     try:
         header = RequestHeader.decode(stream, flexible=flexible)
     except Exception as exc:  # the codec raises struct.error, ValueError, UnicodeError...

@@ -84,3 +84,19 @@ async def test_reading_pauses_while_frames_wait_and_resumes() -> None:
     writer.close()
     wire.close()
     server.close()
+
+
+def test_request_header_parsed_from_a_prefix_or_the_whole_frame() -> None:
+    from protocol.framing import parse_request_header
+
+    def header(client_id: bytes) -> bytes:
+        # v1 header: api key 0 (Produce), version 9, correlation id 42, client id.
+        return struct.pack(">hhih", 0, 9, 42, len(client_id)) + client_id
+
+    body = b"\x01" * 100_000
+    for client_id in (b"c", b"x" * 5000, b"y" * 32_000):
+        frame = bytearray(header(client_id) + body)
+        parsed = parse_request_header(frame, flexible=False)
+        assert (parsed.api_key, parsed.api_version, parsed.correlation_id) == (0, 9, 42)
+        assert parsed.client_id == client_id.decode()
+        assert parsed.body_offset == 10 + len(client_id)
