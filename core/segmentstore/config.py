@@ -47,8 +47,10 @@ class SegmentStoreConfig:
     #: Attempts of a Tier-2 read that fails with a transient error, before the read
     #: fails with ``DataCorruptionError``.
     tier2_read_attempts: int = 4
-    #: Delay before the storage writer retries a failed Tier-2 call (doubles up to 32x).
+    #: Delay before the storage writer retries a failed Tier-2 call; it doubles after
+    #: each failure up to ``writer_retry_delay_max_ms``.
     writer_retry_delay_ms: int = 50
+    writer_retry_delay_max_ms: int = 5000
     #: A container whose Tier-1 log failed or whose storage writer stopped is restarted
     #: (recovered from Tier-1, reconciled with Tier-2) after this delay; the delay
     #: doubles after each failed start, up to ``container_restart_delay_max_ms``.

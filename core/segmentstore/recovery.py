@@ -89,7 +89,7 @@ async def _get_info(c: SegmentContainer, name: str) -> SegmentInfo:
         except (StorageError, OSError):
             if attempt == 49:
                 raise
-            await asyncio.sleep(min(delay * 2 ** min(attempt, 5), 2.0))
+            await asyncio.sleep(min(delay * 2 ** min(attempt, 5), c.config.writer_retry_delay_max_ms / 1000))
     raise AssertionError("unreachable")
 
 
