@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from core.segmentstore.api import (
@@ -75,6 +76,7 @@ class SegmentContainer:
         cache: Cache,
         traffic: Traffic,
         *,
+        index_dir: Path,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -83,6 +85,8 @@ class SegmentContainer:
         self.log = log
         self.storage = storage
         self.traffic = traffic
+        #: Where the ``Tier1Index`` (RocksDB) of each epoch lives.
+        self.index_dir = index_dir
         self.clock = clock
         self.wall_clock = wall_clock
         self.state = STOPPED
@@ -153,7 +157,10 @@ class SegmentContainer:
         for idx in self.read_index.segments.values():
             idx.notify()
         self.read_index.clear_all()
+        tier1, self.read_index.tier1 = self.read_index.tier1, None
         try:
+            if tier1 is not None:
+                tier1.close()
             await self.log.close()
         finally:
             self.state = STOPPED

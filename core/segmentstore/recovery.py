@@ -1,7 +1,7 @@
 """Container recovery, as the seed's "Container Startup" describes it.
 
 1. Open the Tier-1 log (it fences earlier owners and bumps the epoch; a torn last entry
-   is cut there).
+   is cut there), and a fresh ``Tier1Index`` for this epoch.
 2. Read every data frame from the first kept one; decode the operations. If the first
    is a metadata checkpoint (Tier-1 was truncated right before it), it restores the
    metadata; every later operation is applied as at commit: metadata, read index
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from core.segmentstore.durablelog.frames import read_operation_batches
 from core.segmentstore.operations import CheckpointOp, Operation, OpKind
+from core.segmentstore.reading.tier1index import Tier1Index
 from core.segmentstore.tables import TableIndex
 from tier2.api import SegmentInfo, StorageError
 from tier2.api import SegmentNotFoundError as Tier2NotFound
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 async def recover(c: SegmentContainer) -> None:
     await c.log.open()
+    c.read_index.tier1 = Tier1Index(c.index_dir, c.log.epoch)
     first = True
     applier = c.applier
     applier.replay_deleted.clear()

@@ -1,7 +1,8 @@
 """``StreamSegmentStore``: every container of one node behind the ``SegmentStore`` API.
 
 Layout under ``data_dir``: ``tier1/container-N/`` (each container's Tier-1 log),
-``tier2/`` (Tier-2 segment files, shared by all containers).
+``tier1-index/container-N/<epoch>/`` (its ``Tier1Index``, RocksDB, rebuilt at every
+start), ``tier2/`` (Tier-2 segment files, shared by all containers).
 
 A segment belongs to container ``crc32c(primary name) % container_count`` (stable
 across processes and nodes; see ``container_of``). Every mutating call queues its operation into its container's
@@ -109,6 +110,7 @@ class StreamSegmentStore:
             self.storage,
             self.cache,
             self.traffic_meters,
+            index_dir=self.data_dir / "tier1-index" / f"container-{cid}",
             clock=self._clock,
             wall_clock=self._wall_clock,
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from pathlib import Path
 
 import pytest
 
@@ -179,13 +180,15 @@ def test_table_index_versions_and_compaction_data() -> None:
     assert t.entries[b"b"][1] == 5000 and t.entries[b"b"][0].version == 20
 
 
-def test_cache_evicts_flushed_first_then_unflushed_keeps_address() -> None:
+def test_cache_evicts_flushed_first_then_unflushed_to_the_tier1_index(tmp_path: Path) -> None:
     from core.segmentstore.logs.api import LogAddress
     from core.segmentstore.metadata import SegmentMeta
+    from core.segmentstore.reading.tier1index import Tier1Index
 
     cache = Cache(3 * (100 + ENTRY_OVERHEAD_BYTES))
     meta = SegmentMeta(1, "s", False, {})
-    idx = SegmentReadIndex(meta, cache)
+    tier1 = Tier1Index(tmp_path / "t1", epoch=1)
+    idx = SegmentReadIndex(meta, cache, tier1)
     ops = []
     for i in range(3):
         op = AppendOp(1, "s", i * 100, b"x" * 100)
@@ -201,10 +204,17 @@ def test_cache_evicts_flushed_first_then_unflushed_keeps_address() -> None:
     assert cache.used_bytes <= cache.bytes_max
     op = AppendOp(1, "s", 400, b"z" * 100)
     op.seq, op.address = 5, LogAddress(1, 4)
-    idx.add_append(400, b"z" * 100, op)  # now an unflushed one must go: data dropped, kept indexed
-    e = idx.find(100)
-    assert e is not None and e.data is None and e.address == LogAddress(1, 1)
+    idx.add_append(400, b"z" * 100, op)  # now an unflushed one must go, to the Tier-1 index
+    assert idx.find(100) is None and idx.spilled == 1 and tier1.count == 1
+    r = tier1.find(1, 150)
+    assert r is not None and (r.start, r.end, r.seq, r.address) == (100, 200, 2, LogAddress(1, 1))
+    assert tier1.find(1, 200) is None and tier1.find(2, 150) is None
     assert cache.used_bytes <= cache.bytes_max
+    meta.storage_length = 200
+    idx.flushed_to(200)  # in Tier-2 now: the range is forgotten
+    assert idx.spilled == 0 and tier1.count == 0 and tier1.find(1, 150) is None
+    tier1.close()
+    assert not (tmp_path / "t1" / "1").exists()
 
 
 def test_traffic_converges_to_rate() -> None:

@@ -101,7 +101,7 @@ def test_a_small_slice_of_a_large_buffer_is_copied() -> None:
     class _Meta:
         id = 1
 
-    idx = SegmentReadIndex(_Meta(), cache)  # type: ignore[arg-type]
+    idx = SegmentReadIndex(_Meta(), cache, None)  # type: ignore[arg-type]
     small = CacheEntry(idx, 0, memoryview(big)[:1000])
     assert isinstance(small.data, bytes) and len(small.data) == 1000
     most = memoryview(big)[: 900 * KiB]

@@ -120,3 +120,58 @@ async def test_evicted_unflushed_data_read_back_from_tier1(tmp_path: Path) -> No
     assert (await s.get_info("s")).storage_length == len(expect)
     assert await read_all(s, "s") == expect
     await s.close()
+
+
+async def test_evicted_ranges_leave_memory_for_the_rocksdb_tier1_index(tmp_path: Path) -> None:
+    """While Tier-2 is down, evicted data not yet in Tier-2 is only recorded (segment
+    range -> Tier-1 location) in the container's RocksDB ``Tier1Index``: the in-memory
+    read index stays at the cache bound. Reads and the writer seek back into Tier-1 for
+    it, across a restart too (recovery rebuilds the index of its own epoch)."""
+    tier2 = FaultyStorage(InMemoryStorage(), seed=2, error_rate=1.0)
+    cfg = SegmentStoreConfig(
+        container_count=1, cache_bytes_max=64 * 1024, writer_retry_delay_ms=1, frame_bytes_max=8192
+    )
+    names = [f"seg-{k}" for k in range(5)]
+    expect = {n: bytearray() for n in names}
+
+    async def fill(s: StreamSegmentStore, rounds: int, tag: int) -> None:
+        for i in range(rounds):
+            await asyncio.gather(*(s.append(n, bytes([tag + i % 50, k]) * 512) for k, n in enumerate(names)))
+            for k, n in enumerate(names):
+                expect[n] += bytes([tag + i % 50, k]) * 512
+
+    s = StreamSegmentStore(tmp_path, cfg, tier2=tier2)
+    await s.start()
+    for n in names:
+        await s.create_segment(n)
+    await fill(s, 300, 0)  # 1.5 MB, 24x the cache
+    c = s.containers[0]
+    tier1 = c.read_index.tier1
+    assert tier1 is not None and tier1.count > 100
+    in_memory = sum(len(idx.entries) + len(idx.unflushed) for idx in c.read_index.segments.values())
+    assert in_memory < 2 * 64 * 1024 // 1024, in_memory  # bounded by the cache, not the lag
+    epoch_dir = tier1.path
+    for n in names:
+        assert await read_all(s, n) == expect[n]
+        r = await s.read(n, 5 * 1024 + 3, 10_000)  # mid-range, across several ranges
+        assert b"".join(bytes(x) for x in r.chunks) == expect[n][5 * 1024 + 3 : 5 * 1024 + 3 + 10_000]
+    await s.close()
+    assert not epoch_dir.exists()  # the index is rebuilt by the next owner, not kept
+
+    tier2.exempt.add("get_info")  # recovery reconciles lengths; writes still fail
+    s = StreamSegmentStore(tmp_path, cfg, tier2=tier2)
+    await s.start()  # replay evicts into a fresh index
+    c = s.containers[0]
+    assert c.read_index.tier1 is not None and c.read_index.tier1.count > 0  # replay coalesces runs
+    assert c.read_index.tier1.path != epoch_dir
+    await fill(s, 20, 100)
+    for n in names:
+        assert await read_all(s, n) == expect[n]
+    tier2._error_rate = 0.0
+    await s.flush_to_storage()  # the writer reads the evicted ranges back from Tier-1
+    for n in names:
+        assert (await s.get_info(n)).storage_length == len(expect[n])
+        assert await read_all(s, n) == expect[n]
+    assert c.read_index.tier1.count == 0  # all in Tier-2 now: every range forgotten
+    await s.delete_segment(names[0])
+    await s.close()

@@ -8,8 +8,8 @@ Each entry is charged its length plus ``ENTRY_OVERHEAD_BYTES``.
 
 Eviction, when over the bound: least recently used entries already in Tier-2 first
 (they are dropped; Tier-2 serves them again), then the oldest entries not yet in Tier-2
-(their data is dropped but their Tier-1 address kept, so reads and the storage writer
-fetch them back from Tier-1).
+(dropped too, their Tier-1 location recorded in the container's ``Tier1Index``, so reads
+and the storage writer fetch them back from Tier-1).
 """
 
 from __future__ import annotations
@@ -139,6 +139,7 @@ class Cache:
                 n = entry.end - entry.start + ENTRY_OVERHEAD_BYTES
                 self.used_bytes -= n
                 self.unflushed_bytes -= n
-                entry.data = None  # stays indexed, to be read back from Tier-1
+                entry.data = None
+                entry.index.spill(entry)  # to be read back from Tier-1
             else:
                 return

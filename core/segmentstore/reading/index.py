@@ -1,9 +1,11 @@
 """The read index: where each byte of a segment can be read from.
 
 Per segment, a sorted list of cache entries (``starts`` + ``entries``); bytes not in it
-come from Tier-2 (below the segment's storage length), from a merged source segment's
-index (a merge not yet concatenated in Tier-2), or from Tier-1 (an entry whose data was
-evicted before it reached Tier-2 keeps its Tier-1 address). Entries never overlap.
+come from Tier-2 (below the segment's storage length), from Tier-1 (a range whose data
+the cache evicted before it reached Tier-2: the container's ``Tier1Index`` in RocksDB
+records where its operations lie, and the entry leaves memory), or from a merged source
+segment's index (a merge not yet concatenated in Tier-2). Entries never overlap, nor do
+they overlap the segment's ranges in the ``Tier1Index``.
 
 Tail reads wait on ``waiters``: futures completed whenever the segment grows or is
 sealed.
@@ -22,17 +24,21 @@ from core.segmentstore.logs.api import LogAddress
 from core.segmentstore.metadata import SegmentMeta
 from core.segmentstore.operations import Operation, OpKind
 from core.segmentstore.reading.cache import Cache, CacheEntry
+from core.segmentstore.reading.tier1index import Tier1Index, Tier1Range
 from tier2.api import BadOffsetError as Tier2BadOffset
 from tier2.api import DataMissingError, Storage, StorageError
 from tier2.api import SegmentNotFoundError as Tier2NotFound
 
 
 class SegmentReadIndex:
-    __slots__ = ("meta", "starts", "entries", "unflushed", "merges", "waiters", "cache")
+    __slots__ = ("meta", "starts", "entries", "unflushed", "merges", "waiters", "cache", "tier1", "spilled")
 
-    def __init__(self, meta: SegmentMeta, cache: Cache) -> None:
+    def __init__(self, meta: SegmentMeta, cache: Cache, tier1: Tier1Index) -> None:
         self.meta = meta
         self.cache = cache
+        self.tier1 = tier1
+        #: Ranges of this segment recorded in ``tier1`` (evicted, not yet in Tier-2).
+        self.spilled = 0
         self.starts: list[int] = []
         self.entries: dict[int, CacheEntry] = {}
         #: Entries not yet in Tier-2, in offset order.
@@ -91,6 +97,22 @@ class SegmentReadIndex:
             i = bisect.bisect_left(self.starts, entry.start)
             del self.starts[i]
 
+    def spill(self, entry: CacheEntry) -> None:
+        """The cache evicted the data of ``entry``, not yet in Tier-2: record where
+        Tier-1 holds it and forget the entry."""
+        if entry.removed:
+            return
+        assert entry.address is not None, "an entry not in Tier-2 comes from Tier-1"
+        self.tier1.put(
+            self.meta.id,
+            Tier1Range(entry.start, entry.end, entry.seq, entry.last_seq, entry.address, entry.frame_pos),
+        )
+        self.spilled += 1
+        self.drop(entry)
+        q = self.unflushed
+        while q and q[0].removed:
+            q.popleft()
+
     def flushed_to(self, storage_length: int) -> None:
         """Entries below ``storage_length`` are in Tier-2 now."""
         q = self.unflushed
@@ -102,6 +124,8 @@ class SegmentReadIndex:
                 self.drop(entry)
             else:
                 self.cache.mark_flushed(entry)
+        if self.spilled:
+            self.spilled -= self.tier1.drop_flushed(self.meta.id, storage_length)
         self.merges = [m for m in self.merges if m[0] + m[1] > storage_length]
         if self.starts and self.entries[self.starts[0]].end <= self.meta.start_offset:
             self.truncate(self.meta.start_offset)
@@ -129,6 +153,9 @@ class SegmentReadIndex:
         self.starts.clear()
         self.unflushed.clear()
         self.merges.clear()
+        if self.spilled:
+            self.tier1.drop_segment(self.meta.id)
+            self.spilled = 0
         self.notify()
 
     def notify(self) -> None:
@@ -143,8 +170,14 @@ Tier1Reader = Callable[[LogAddress, int], AsyncGenerator[Operation, None]]
 
 _DATA_KINDS = (OpKind.APPEND, OpKind.TABLE_WRITE, OpKind.TABLE_COMPACT)
 
-#: Most bytes one Tier-1 read-back brings into the cache.
+#: Most bytes of segment data one Tier-1 read-back returns.
 TIER1_READBACK_BYTES_MAX = 8 * 1024 * 1024
+
+
+def _near(a: LogAddress, b: LogAddress) -> bool:
+    """``b`` is close enough after ``a`` in Tier-1 that one pass reads both (the pass
+    decodes every frame in between)."""
+    return a.file_id == b.file_id and 0 <= b.position - a.position <= 2 * TIER1_READBACK_BYTES_MAX
 
 
 class ReadIndex:
@@ -166,11 +199,14 @@ class ReadIndex:
         self._tier1_read = tier1_read
         self._read_block_bytes = read_block_bytes
         self.segments: dict[int, SegmentReadIndex] = {}
+        #: Set by the container once its Tier-1 log is open (one per epoch).
+        self.tier1: Tier1Index | None = None
 
     def get(self, meta: SegmentMeta) -> SegmentReadIndex:
         idx = self.segments.get(meta.id)
         if idx is None:
-            idx = self.segments[meta.id] = SegmentReadIndex(meta, self.cache)
+            assert self.tier1 is not None, "the container opens its Tier1Index first"
+            idx = self.segments[meta.id] = SegmentReadIndex(meta, self.cache, self.tier1)
         return idx
 
     def remove(self, meta: SegmentMeta) -> None:
@@ -205,14 +241,10 @@ class ReadIndex:
         chunks: list[memoryview] = []
         while pos < end:
             entry = idx.find(pos)
-            if entry is not None:
-                data = entry.data
-                if data is None:
-                    data = await self._from_tier1(idx, entry, end)
-                else:
-                    self.cache.touch(entry)
+            if entry is not None and entry.data is not None:
+                self.cache.touch(entry)
                 stop = min(end, entry.end)
-                chunks.append(memoryview(data)[pos - entry.start : stop - entry.start])
+                chunks.append(memoryview(entry.data)[pos - entry.start : stop - entry.start])
                 pos = stop
                 continue
             nxt = idx.next_start(pos)
@@ -232,6 +264,13 @@ class ReadIndex:
                 take = min(end, stop) - pos
                 chunks.append(memoryview(block)[:take])
                 pos += take
+                continue
+            spilled = idx.tier1.find(meta.id, pos) if idx.spilled else None
+            if spilled is not None:
+                for r, data in await self._from_tier1(idx, spilled, min(end, nxt)):
+                    stop = min(end, r.end)
+                    chunks.append(memoryview(data)[pos - r.start : stop - r.start])
+                    pos = stop
                 continue
             merge = next((m for m in idx.merges if m[0] <= pos < m[0] + m[1]), None)
             if merge is None:
@@ -263,51 +302,42 @@ class ReadIndex:
         raise AssertionError("unreachable")
 
     async def _from_tier1(
-        self, idx: SegmentReadIndex, first: CacheEntry, end: int
-    ) -> bytes | memoryview:
-        """Read back ``first`` and the evicted entries after it (up to ``end``) in one
-        pass over Tier-1. Payloads are copied out of the frames so a cached entry never
-        pins a whole frame."""
+        self, idx: SegmentReadIndex, first: Tier1Range, end: int
+    ) -> list[tuple[Tier1Range, bytes]]:
+        """Read back ``first`` and the evicted ranges right after it (below ``end``, at
+        most ``TIER1_READBACK_BYTES_MAX`` in all) in one pass over Tier-1, starting at
+        the frame that holds the first operation. Not cached again: the memory bound
+        holds however much Tier-1 data is read; the storage writer reads each range
+        once, and the OS page cache serves repeated reads."""
         wanted = [first]
         budget = TIER1_READBACK_BYTES_MAX - (first.end - first.start)
-        pos = first.end
-        while pos < end and budget > 0:
-            entry = idx.find(pos)
-            if entry is None or entry.data is not None or entry.address is None:
+        for r in idx.tier1.ranges(idx.meta.id, first.end, end):
+            if r.start != wanted[-1].end or budget <= 0 or not _near(first.address, r.address):
                 break
-            wanted.append(entry)
-            budget -= entry.end - entry.start
-            pos = entry.end
+            wanted.append(r)
+            budget -= r.end - r.start
         seg_id = idx.meta.id
-        assert first.address is not None
-        found: bytes | None = None
-        i = 0
+        out: list[tuple[Tier1Range, bytes]] = []
         pieces: list[bytes | memoryview] = []
         async with aclosing(self._tier1_read(first.address, first.frame_pos)) as ops:
             async for op in ops:
-                e = wanted[i]
-                if op.seq < e.seq or op.segment_id != seg_id or op.kind not in _DATA_KINDS:
-                    if op.seq > e.last_seq:
+                r = wanted[len(out)]
+                if op.seq < r.seq or op.segment_id != seg_id or op.kind not in _DATA_KINDS:
+                    if op.seq > r.last_seq:
                         break
                     continue
                 raw: bytes | memoryview | None = getattr(op, "data", None)
                 if raw:
                     pieces.append(raw)
-                if op.seq < e.last_seq:
+                if op.seq < r.last_seq:
                     continue
                 data = b"".join(pieces)
                 pieces = []
-                if len(data) != e.end - e.start:
-                    raise DataCorruptionError(idx.meta.name, f"Tier-1 entry for seq {e.seq} mismatch")
-                if e is first:
-                    found = data
-                if e.data is None and not e.removed:
-                    e.data = data
-                    if not e.flushed:
-                        idx.cache.add(e)
-                i += 1
-                if i == len(wanted):
+                if len(data) != r.end - r.start:
+                    raise DataCorruptionError(idx.meta.name, f"Tier-1 operations {r.seq}..{r.last_seq} hold {len(data)} bytes, not {r.end - r.start}")
+                out.append((r, data))
+                if len(out) == len(wanted):
                     break
-        if found is None:
-            raise DataCorruptionError(idx.meta.name, f"Tier-1 has no entry for seq {first.seq}")
-        return found
+        if not out:
+            raise DataCorruptionError(idx.meta.name, f"Tier-1 has no operation {first.seq}")
+        return out
