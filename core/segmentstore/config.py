@@ -65,3 +65,9 @@ class SegmentStoreConfig:
     table_compact_bytes_min: int = 4 * MiB
     #: Traffic figures are exponentially smoothed over this window.
     traffic_window_ms: int = 10_000
+
+    def retry_delay_s(self, attempt: int) -> float:
+        """Seconds to wait before retrying a failed Tier-2 call after ``attempt`` (from 0)
+        failures: ``writer_retry_delay_ms`` doubling, capped at ``writer_retry_delay_max_ms``."""
+        ms: int = min(self.writer_retry_delay_ms << min(attempt, 16), self.writer_retry_delay_max_ms)
+        return ms / 1000

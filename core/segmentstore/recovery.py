@@ -82,7 +82,6 @@ async def recover(c: SegmentContainer) -> None:
 
 async def _get_info(c: SegmentContainer, name: str) -> SegmentInfo:
     """Tier-2 ``get_info``, transient failures retried (a bounded number of times)."""
-    delay = c.config.writer_retry_delay_ms / 1000
     for attempt in range(50):
         try:
             return await asyncio.to_thread(c.storage.get_info, name)
@@ -91,7 +90,7 @@ async def _get_info(c: SegmentContainer, name: str) -> SegmentInfo:
         except (StorageError, OSError):
             if attempt == 49:
                 raise
-            await asyncio.sleep(min(delay * 2 ** min(attempt, 5), c.config.writer_retry_delay_max_ms / 1000))
+            await asyncio.sleep(c.config.retry_delay_s(attempt))
     raise AssertionError("unreachable")
 
 

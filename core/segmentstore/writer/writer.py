@@ -280,8 +280,6 @@ class StorageWriter:
     # -- Tier-2 calls -------------------------------------------------------------------
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        delay = self.config.writer_retry_delay_ms / 1000
-        delay_max = self.config.writer_retry_delay_max_ms / 1000
         for attempt in range(1 << 30):
             try:
                 return await asyncio.to_thread(fn, *args)
@@ -291,7 +289,7 @@ class StorageWriter:
                 self.retries += 1
                 if attempt % 20 == 19:
                     log.warning("Tier-2 %s%r failing: %s", getattr(fn, "__name__", fn), args[:1], exc)
-                await asyncio.sleep(min(delay * (2 ** min(attempt, 5)), delay_max))
+                await asyncio.sleep(self.config.retry_delay_s(attempt))
         raise AssertionError("unreachable")
 
     async def _state(self, name: str) -> SegmentInfo | None:
