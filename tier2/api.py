@@ -9,7 +9,8 @@ Contract, for every implementation:
   raises the start offset (data below it may be physically deleted, whole chunks at a
   time) but never renumbers what remains.
 - ``write`` only appends: the offset given must equal the current length, otherwise
-  ``BadOffsetError`` and nothing is written. A write either lands whole and durably
+  ``BadOffsetError`` and nothing is written. Its data is one buffer or a sequence of
+  buffers written back to back (so callers need not join them first). A write either lands whole and durably
   (data and metadata synced before it returns) or raises and leaves the segment as it was
   before the call, as far as any later ``get_info``/``read`` can see. After a crash (as
   opposed to a raise) a write that had not returned may be present in part: a prefix of
@@ -38,9 +39,41 @@ Contract, for every implementation:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+#: What ``write`` takes: one buffer, or several to be written back to back.
+WriteData = bytes | bytearray | memoryview | Sequence[bytes | bytearray | memoryview]
+
+
+def as_views(data: WriteData) -> list[memoryview]:
+    """``data`` as a list of non-empty byte views (no copy)."""
+    if isinstance(data, bytes | bytearray | memoryview):
+        data = (data,)
+    views = []
+    for buf in data:
+        v = memoryview(buf)
+        if v.format != "B" or v.ndim != 1:
+            v = v.cast("B")
+        if v.nbytes:
+            views.append(v)
+    return views
+
+
+def split_views(views: list[memoryview], n: int) -> tuple[list[memoryview], list[memoryview]]:
+    """The first ``n`` bytes of ``views`` and the rest, as views (no copy)."""
+    head: list[memoryview] = []
+    for i, v in enumerate(views):
+        if n <= 0:
+            return head, views[i:]
+        if v.nbytes <= n:
+            head.append(v)
+            n -= v.nbytes
+        else:
+            head.append(v[:n])
+            return head, [v[n:], *views[i + 1 :]]
+    return head, []
 
 
 class StorageError(Exception):
@@ -102,7 +135,7 @@ class Storage(Protocol):
 
     def get_info(self, name: str) -> SegmentInfo: ...
 
-    def write(self, name: str, offset: int, data: bytes | memoryview) -> None: ...
+    def write(self, name: str, offset: int, data: WriteData) -> None: ...
 
     def read(self, name: str, offset: int, length: int) -> bytes: ...
 

@@ -15,7 +15,7 @@ import random
 import threading
 from collections.abc import Iterator
 
-from tier2.api import SegmentInfo, Storage, StorageError
+from tier2.api import SegmentInfo, Storage, StorageError, WriteData
 
 
 class InjectedStorageError(StorageError):
@@ -65,7 +65,7 @@ class FaultyStorage:
         self._before("get_info", name)
         return self.inner.get_info(name)
 
-    def write(self, name: str, offset: int, data: bytes | memoryview) -> None:
+    def write(self, name: str, offset: int, data: WriteData) -> None:
         self._before("write", name)
         self.inner.write(name, offset, data)
         self._after("write", name)

@@ -63,7 +63,10 @@ from tier2.api import (
     SegmentNotSealedError,
     SegmentSealedError,
     StorageError,
+    WriteData,
+    as_views,
     check_read_range,
+    split_views,
 )
 from tier2.fschunks import (
     append_to_chunk,
@@ -305,22 +308,21 @@ class FileSystemStorage:
 
     # -------------------------------------------------------------------- data
 
-    def write(self, name: str, offset: int, data: bytes | memoryview) -> None:
+    def write(self, name: str, offset: int, data: WriteData) -> None:
         with self._lock(name):
             seg = self._load(name)
             if seg.meta.sealed:
                 raise SegmentSealedError(name)
             if offset != seg.length:
                 raise BadOffsetError(name, f"write at {offset}, length is {seg.length}")
-            view = memoryview(data).cast("B")
+            views = as_views(data)
             chunks_before, last_size_before = len(seg.meta.chunks), seg.last_size
             try:
-                while view:
+                while views:
                     if not seg.meta.chunks or seg.last_size >= self._chunk_bytes_max:
                         self._new_chunk(name, seg)
-                    room = self._chunk_bytes_max - seg.last_size
-                    self._append_to_last(name, seg, view[:room])
-                    view = view[room:]
+                    piece, views = split_views(views, self._chunk_bytes_max - seg.last_size)
+                    self._append_to_last(name, seg, piece)
             except BaseException:
                 self._roll_back_write(name, seg, chunks_before, last_size_before)
                 raise
@@ -337,7 +339,7 @@ class FileSystemStorage:
         seg.meta = meta
         seg.last_size = 0
 
-    def _append_to_last(self, name: str, seg: _Seg, piece: memoryview) -> None:
+    def _append_to_last(self, name: str, seg: _Seg, piece: list[memoryview]) -> None:
         start = seg.meta.chunks[-1]
         seg.last_size = append_to_chunk(name, self._dir(name), start, seg.last_size, piece)
 

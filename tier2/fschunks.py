@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tier2.api import DataMissingError, StorageError
+from tier2.api import DataMissingError, StorageError, split_views
 from tier2.fsmeta import chunk_file_name, fsync_dir, parse_chunk_file_name
 
 
@@ -27,9 +27,29 @@ def create_empty_chunk(d: Path, start: int) -> None:
     fsync_dir(d)
 
 
-def append_to_chunk(name: str, d: Path, start: int, size: int, piece: memoryview) -> int:
-    """Append ``piece`` to the chunk, which must hold ``size`` bytes, and ``fdatasync``;
-    the chunk's new size."""
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+
+
+def pwritev_all(fd: int, views: list[memoryview], offset: int) -> int:
+    """Write all of ``views`` back to back at ``offset`` with ``pwritev`` (``IOV_MAX``
+    buffers at a time, short writes continued); the bytes written."""
+    total = 0
+    while views:
+        group, views = views[:_IOV_MAX], views[_IOV_MAX:]
+        want = sum(v.nbytes for v in group)
+        while want:
+            n = os.pwritev(fd, group, offset)
+            offset += n
+            total += n
+            want -= n
+            if want:
+                _, group = split_views(group, n)
+    return total
+
+
+def append_to_chunk(name: str, d: Path, start: int, size: int, piece: list[memoryview]) -> int:
+    """Append the buffers of ``piece`` (back to back) to the chunk, which must hold
+    ``size`` bytes, and ``fdatasync``; the chunk's new size."""
     path = d / chunk_file_name(start)
     try:
         fd = os.open(path, os.O_WRONLY)
@@ -41,12 +61,7 @@ def append_to_chunk(name: str, d: Path, start: int, size: int, piece: memoryview
         actual = os.fstat(fd).st_size
         if actual != size:
             raise DataMissingError(name, f"chunk {start} has {actual} bytes, expected {size}")
-        pos = size
-        rest = piece
-        while rest:
-            n = os.pwrite(fd, rest, pos)
-            pos += n
-            rest = rest[n:]
+        pos = size + pwritev_all(fd, piece, size)
         os.fdatasync(fd)
     except OSError as e:
         raise StorageError(name, f"write to chunk {start} failed: {e}") from e

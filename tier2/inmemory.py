@@ -19,6 +19,8 @@ from tier2.api import (
     SegmentNotFoundError,
     SegmentNotSealedError,
     SegmentSealedError,
+    WriteData,
+    as_views,
     check_read_range,
 )
 
@@ -65,14 +67,15 @@ class InMemoryStorage:
         with self._lock:
             return self._info(name, self._get(name))
 
-    def write(self, name: str, offset: int, data: bytes | memoryview) -> None:
+    def write(self, name: str, offset: int, data: WriteData) -> None:
         with self._lock:
             seg = self._get(name)
             if seg.sealed:
                 raise SegmentSealedError(name)
             if offset != seg.length:
                 raise BadOffsetError(name, f"write at {offset}, length is {seg.length}")
-            seg.data += data
+            for view in as_views(data):
+                seg.data += view
 
     def read(self, name: str, offset: int, length: int) -> bytes:
         with self._lock:

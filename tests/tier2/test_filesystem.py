@@ -278,3 +278,21 @@ def test_kill_9_mid_write_leaves_a_prefix(tmp_path: Path) -> None:
         info = st.get_info(NAME)
         assert info.length >= acked  # everything acknowledged is there
         assert st.read(NAME, 0, info.length) == stream_bytes(info.length)  # and no garbage
+
+
+def test_write_of_many_buffers_across_chunks_and_iov_max(tmp_path: Path) -> None:
+    """A write given as a list of buffers lands back to back, split across chunk files
+    wherever the chunk size falls, with more buffers than one ``pwritev`` takes."""
+    from tier2.filesystem import FileSystemStorage
+
+    s = FileSystemStorage(tmp_path, chunk_bytes_max=10_000)
+    s.create("seg")
+    parts = [bytes([i % 251]) * (1 + i % 7) for i in range(3000)]  # ~12 KB in 3000 pieces
+    expect = b"".join(parts)
+    s.write("seg", 0, [memoryview(p) for p in parts[:1500]])
+    s.write("seg", len(b"".join(parts[:1500])), parts[1500:])
+    assert s.get_info("seg").length == len(expect)
+    assert s.read("seg", 0, len(expect)) == expect
+    assert len(list(tmp_path.rglob("*.chunk"))) == 2
+    s.write("seg", len(expect), [b"", bytearray(b"xy"), memoryview(b"z")])
+    assert s.read("seg", len(expect), 3) == b"xyz"

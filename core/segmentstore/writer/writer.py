@@ -343,10 +343,11 @@ class StorageWriter:
             if pos >= agg.end:
                 break
             end = min(agg.end, pos + self.config.tier2_write_bytes_max)
+            # The cached slices as they are: Tier-2 writes them back to back (pwritev),
+            # no join (a copy of every flushed byte on the event loop).
             chunks = await self.c.read_index.read(idx, pos, end)
-            data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             try:
-                await self._call(self.storage.write, name, pos, data)
+                await self._call(self.storage.write, name, pos, chunks)
                 self.tier2_writes += 1
                 self._t2[name] = SegmentInfo(name, end, info.start_offset, info.sealed)
             except _STATE_ERRORS:
