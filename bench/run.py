@@ -81,7 +81,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="consumers' fetch.wait.max.ms (librdkafka's default)",
     )
     p.add_argument("--latency-mbps", type=float, default=5.0, help="offered MB/s (1e6 B/s)")
-    p.add_argument("--latency-seconds", type=float, default=10.0)
+    p.add_argument("--latency-seconds", type=float, default=10.0, help="0 skips the latency phase")
     p.add_argument("--latency-warmup-seconds", type=float, default=2.0)
     p.add_argument(
         "--disk-mb", type=float, default=256.0, help="MiB written for the fdatasync baseline"
@@ -288,12 +288,13 @@ class Bench:
                     produced_bytes += records * size
                     self.phase(run, server, f"consume-{size}B-p{parts}", consume)
                 step(f"consume {size}B p{parts}")
-            self.latency(run, server)
-            produced_bytes += int(
-                self.args.latency_mbps
-                * 1e6
-                * (self.args.latency_seconds + self.args.latency_warmup_seconds)
-            )
+            if self.args.latency_seconds > 0:  # 0: the latency phase is not run
+                self.latency(run, server)
+                produced_bytes += int(
+                    self.args.latency_mbps
+                    * 1e6
+                    * (self.args.latency_seconds + self.args.latency_warmup_seconds)
+                )
             step("latency")
             self.record(
                 run,
