@@ -6,6 +6,8 @@ Directory::
     <dir>/meta.json       {"epoch": E, "start": [file_id, position] | null,
                            "ends": {"<file_id>": end_position, ...}}
     <dir>/lock            ``flock``ed around every read-modify-write of meta.json
+    <dir>/epoch           the current owner's epoch, u64 big-endian, rewritten in place
+                          (never replaced) by ``open`` right after meta.json, fsynced
 
 A log file starts with a 16-byte header: ``b"TGDL"``, u32 format version (1), u64 epoch
 of the owner that created it; then entries, each::
@@ -50,6 +52,8 @@ _LENGTH = struct.Struct(">I")
 LOG_SUFFIX = ".log"
 META_FILE = "meta.json"
 LOCK_FILE = "lock"
+EPOCH_FILE = "epoch"
+_EPOCH = struct.Struct(">Q")
 
 
 def entry_crc(length_field: bytes | memoryview, payload: bytes | memoryview) -> int:
@@ -137,6 +141,35 @@ def write_meta(directory: Path, meta: LogMeta) -> int:
     os.replace(tmp, path)
     fsync_dir(directory)
     return ino
+
+
+def write_epoch(directory: Path, epoch: int) -> None:
+    """Record ``epoch`` in the epoch file, in place and durably (under the meta lock).
+    Eight bytes at offset 0 lie in one sector and one page: readers see the old or the
+    new value, never a mix, before and after a crash."""
+    path = directory / EPOCH_FILE
+    created = not path.exists()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, _EPOCH.pack(epoch), 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if created:
+        fsync_dir(directory)
+
+
+def open_epoch(directory: Path) -> int:
+    """A read-only descriptor of the epoch file, for ``read_epoch``."""
+    return os.open(directory / EPOCH_FILE, os.O_RDONLY)
+
+
+def read_epoch(fd: int) -> int:
+    """The epoch recorded in the file open at ``fd``: one ``pread``, nothing parsed."""
+    raw = os.pread(fd, _EPOCH.size, 0)
+    if len(raw) != _EPOCH.size:
+        raise DataLogCorruptError(f"epoch file holds {len(raw)} bytes")
+    return int(_EPOCH.unpack(raw)[0])
 
 
 @contextmanager
