@@ -6,9 +6,17 @@ import struct
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.topics import initial_key_ranges, partition_point, topic_name_error
-from protocol.framing import frame_size, parse_request_header, peek_request_header
+from protocol.errors import KafkaProtocolError
+from protocol.framing import (
+    encode_response_header,
+    frame_size,
+    parse_request_header,
+    peek_request_header,
+)
 from protocol.record_batch import InvalidBatchError, iter_batches, set_base_offset
 from tests.clients.requests import frame, record_batch
 
@@ -102,3 +110,60 @@ def test_segment_marker_covers_only_a_gap_free_prefix(tmp_path: Path) -> None:
     assert logs.mark_indexed("s", 30, 35) is None
     assert logs.mark_indexed("s", 10, 20) == 35
     index.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    key=st.integers(0, 80),
+    version=st.integers(0, 20),
+    correlation_id=st.integers(-(2**31), 2**31 - 1),
+    client_id=st.none() | st.text(max_size=300),
+    flexible=st.booleans(),
+    tags=st.lists(st.tuples(st.integers(0, 2**20), st.binary(max_size=200)), max_size=3),
+    body=st.binary(max_size=50),
+)
+def test_headers_match_kafka_python(
+    key: int, version: int, correlation_id: int, client_id: str | None, flexible: bool,
+    tags: list[tuple[int, bytes]], body: bytes,
+) -> None:
+    """Our request-header parser and response-header encoder against kafka-python's
+    ``RequestHeader``/``ResponseHeader`` (header v1 and v2, with unknown tagged fields)."""
+    from kafka.protocol.api_header import RequestHeader, ResponseHeader
+
+    raw = bytes(
+        RequestHeader(
+            request_api_key=key, request_api_version=version, correlation_id=correlation_id,
+            client_id=client_id,
+        ).encode(flexible=False)
+    )
+    if flexible:  # tagged fields: count, then (tag, size, bytes) in ascending tag order
+        uniq = sorted(dict(tags).items())
+        raw += _uvarint(len(uniq)) + b"".join(_uvarint(t) + _uvarint(len(v)) + v for t, v in uniq)
+    parsed = parse_request_header(bytearray(raw + body), flexible=flexible)
+    assert (parsed.api_key, parsed.api_version, parsed.correlation_id, parsed.client_id) == (
+        key, version, correlation_id, client_id,
+    )
+    assert parsed.body_offset == len(raw)
+    expect = bytes(ResponseHeader(correlation_id=correlation_id).encode(flexible=flexible))
+    assert encode_response_header(correlation_id, flexible) == expect
+
+
+def _uvarint(v: int) -> bytes:
+    out = bytearray()
+    while v >= 0x80:
+        out.append(v & 0x7F | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"\x00\x03\x00\x0c\x00\x00", b"\x00\x03\x00\x0c\x00\x00\x00\x07\x00\x09abc",
+     b"\x00\x03\x00\x0c\x00\x00\x00\x07\xff\xfe", b"\x00\x03\x00\x0c\x00\x00\x00\x07\x00\x02\xff\xff"],
+)
+def test_bad_request_headers_are_protocol_errors(raw: bytes) -> None:
+    with pytest.raises(KafkaProtocolError):
+        parse_request_header(raw, flexible=False)
+    with pytest.raises(KafkaProtocolError):  # and a flexible header cut in its tags
+        parse_request_header(b"\x00\x03\x00\x0c\x00\x00\x00\x07\x00\x00\x02\x05", flexible=True)
