@@ -80,6 +80,20 @@ class PendingAppend:
     position: int = -1
     attempts: int = 0
     producer_ids: set[int] = field(default_factory=set)
+    #: Called synchronously, once, right after ``durable`` is resolved: a waiting
+    #: handler resumes one event-loop hop later (a done callback takes two).
+    on_settled: list[Callable[[], None]] | None = None
+
+    def settle(self, exc: BaseException | None = None) -> None:
+        if self.durable.done():
+            return
+        if exc is None:
+            self.durable.set_result(None)
+        else:
+            self.durable.set_exception(exc)
+        callbacks, self.on_settled = self.on_settled, None
+        for callback in callbacks or ():
+            callback()
 
 
 class PartitionLog:
@@ -150,17 +164,14 @@ class PartitionLog:
         p.segment = self.segment
         name = self._logs.topics.segment_name(self.topic, self.segment.id)
         records = sum(b.record_count for b in p.batches)
-        # Tasks start in creation order and the store enqueues before its first await,
-        # so appends reach the segment in submission (offset) order. The view is
-        # read-only: the bytes never change after submission, so the store keeps them
-        # without a copy.
+        # The store queues the append before ``append_future`` returns, so appends
+        # reach the segment in submission (offset) order. The view is read-only: the
+        # bytes never change after submission, so the store keeps them without a copy.
         view = memoryview(p.data).toreadonly()
-        task = asyncio.ensure_future(
-            self._logs.store.append(name, view, event_count=max(records, 1))
-        )
+        fut = self._logs.store.append_future(name, view, event_count=max(records, 1))
         self._inflight += 1
         self._settled.clear()
-        task.add_done_callback(functools.partial(self._on_done, p))
+        fut.add_done_callback(functools.partial(self._on_done, p))
 
     def _on_done(self, p: PendingAppend, task: asyncio.Future[int]) -> None:
         self._inflight -= 1
@@ -189,8 +200,7 @@ class PartitionLog:
     @staticmethod
     def _fail(p: PendingAppend, exc: BaseException) -> None:
         p.state = _State.FAILED
-        if not p.durable.done():
-            p.durable.set_exception(StorageFailure(repr(exc)))
+        p.settle(StorageFailure(repr(exc)))
 
     def _start_recovery(self) -> None:
         if not self._recovering and not self._logs.closed:
@@ -257,8 +267,7 @@ class PartitionLog:
                 self._index(p)
             self.high_watermark = p.end_offset
             moved = True
-            if not p.durable.done():
-                p.durable.set_result(None)
+            p.settle()
         if moved:
             for callback in self.on_grow:
                 callback()

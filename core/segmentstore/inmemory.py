@@ -102,6 +102,25 @@ class InMemorySegmentStore:
         seg.grown = asyncio.Event()
         return offset
 
+    def append_future(
+        self,
+        name: str,
+        data: bytes | memoryview,
+        *,
+        expected_offset: int | None = None,
+        attribute_updates: Sequence[AttributeUpdate] = (),
+        event_count: int = 1,
+    ) -> asyncio.Future[int]:
+        # ``append`` changes the segment before its first suspension and tasks start in
+        # creation order, so appends land in call order (subclasses overriding
+        # ``append`` are honoured).
+        return asyncio.ensure_future(
+            self.append(
+                name, data, expected_offset=expected_offset,
+                attribute_updates=attribute_updates, event_count=event_count,
+            )
+        )
+
     async def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> None:
         seg = self._get(name)
         if seg.sealed:

@@ -26,6 +26,7 @@ from core.segmentstore.api import (
     ReadResult,
     SegmentProperties,
     SegmentStore,
+    SegmentStoreError,
     SegmentTraffic,
     StoreShutdownError,
     TableEntry,
@@ -37,6 +38,7 @@ from core.segmentstore.container import RUNNING, SegmentContainer
 from core.segmentstore.logs.api import DurableDataLog
 from core.segmentstore.reading.cache import Cache
 from core.segmentstore.traffic import Traffic
+from core.segmentstore.writer.writer import StorageWriter
 from tier2.api import Storage
 
 Tier1Factory = Callable[[int], DurableDataLog]
@@ -250,6 +252,32 @@ class StreamSegmentStore:
             await writer.wait_lag()
         return offset
 
+    def append_future(
+        self,
+        name: str,
+        data: bytes | memoryview,
+        *,
+        expected_offset: int | None = None,
+        attribute_updates: Sequence[AttributeUpdate] = (),
+        event_count: int = 1,
+    ) -> asyncio.Future[int]:
+        """The container's own future when the storage writer is within its lag bound
+        (checked now, not at completion as ``append`` does: the bound is approximate
+        either way); otherwise a task that also waits for the writer to catch up."""
+        try:
+            c = self._c(name)
+            fut: asyncio.Future[int] = c.queue_append(
+                name, data, expected_offset, attribute_updates, event_count
+            )
+        except SegmentStoreError as exc:
+            failed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            failed.set_exception(exc)
+            return failed
+        writer = c.writer
+        if writer.lag_bytes > writer.lag_bytes_max:
+            return asyncio.ensure_future(_after_lag(fut, writer))
+        return fut
+
     async def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> None:
         await self._c(name).queue_update_attributes(name, updates)
 
@@ -317,3 +345,10 @@ class StreamSegmentStore:
 def _conforms(store: StreamSegmentStore) -> SegmentStore:
     """Never called: makes mypy check that the class implements the protocol."""
     return store
+
+
+async def _after_lag(fut: asyncio.Future[int], writer: StorageWriter) -> int:
+    offset = await fut
+    if writer.lag_bytes > writer.lag_bytes_max:
+        await writer.wait_lag()
+    return offset

@@ -110,6 +110,48 @@ def _waiting(work: _Work) -> asyncio.Future[None] | None:
     return work.pending.durable if work.pending is not None else None
 
 
+async def _settled(works: list[_Work], timeout_s: float) -> None:
+    """Wait until every partition's append is durable or failed, or ``timeout_s``.
+
+    A pending append calls back synchronously when it settles, so the handler resumes
+    one event-loop hop after durability (``asyncio.wait`` takes two, and under load each
+    hop waits for the rest of a busy loop iteration)."""
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+    remaining = 0
+
+    def one_settled(_: object = None) -> None:
+        nonlocal remaining
+        remaining -= 1
+        if remaining == 0 and not waiter.done():
+            waiter.set_result(None)
+
+    for work in works:
+        if work.duplicate is not None:
+            fut = work.duplicate.durable
+            if fut is not None and not fut.done():
+                remaining += 1
+                fut.add_done_callback(one_settled)
+        elif work.pending is not None and not work.pending.durable.done():
+            remaining += 1
+            if work.pending.on_settled is None:
+                work.pending.on_settled = []
+            work.pending.on_settled.append(one_settled)
+    if remaining == 0:
+        return
+    timer = loop.call_later(timeout_s, lambda: waiter.done() or waiter.set_result(None))
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        for work in works:
+            if work.duplicate is not None and work.duplicate.durable is not None:
+                work.duplicate.durable.remove_done_callback(one_settled)
+            elif work.pending is not None and work.pending.on_settled:
+                if one_settled in work.pending.on_settled:
+                    work.pending.on_settled.remove(one_settled)
+
+
 def _outcome(work: _Work) -> tuple[ErrorCode, int]:
     """The answer for a partition once its wait is over (done or timed out)."""
     if work.error != ErrorCode.NONE:
@@ -151,9 +193,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     if request.acks == 0:
         return None
     timeout_s = min(max(request.timeout_ms, 0), ctx.config.fetch_max_wait_ms_max) / 1000
-    waits = {f for w in works if (f := _waiting(w)) is not None and not f.done()}
-    if waits:
-        await asyncio.wait(waits, timeout=max(timeout_s, 0.001))
+    await _settled(works, max(timeout_s, 0.001))
     outcomes = [_outcome(w) for w in works]
     by_topic: dict[str, list[Any]] = {}
     for work, (error, base) in zip(works, outcomes, strict=True):

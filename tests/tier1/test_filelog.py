@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from core.segmentstore.logs.api import DataLogCorruptError, DataLogError, DataLogFencedError, LogAddress
+from core.segmentstore.logs.api import (
+    DataLogCorruptError,
+    DataLogError,
+    DataLogFencedError,
+    LogAddress,
+)
 from core.segmentstore.logs.fileformat import FILE_HEADER_BYTES, list_log_files, log_file_name
 from core.segmentstore.logs.filelog import FileDurableDataLog
 from tests.tier1.appender_child import payload
@@ -207,40 +212,44 @@ async def test_owner_fenced_while_appending_loses_nothing_it_acknowledged(tmp_pa
     """A second owner opens while the first is appending as fast as it can: the first
     fails with ``DataLogFencedError`` (on the epoch file it rereads after every sync),
     and every entry it acknowledged before that is in the second owner's log."""
-    import asyncio
-
     d = tmp_path / "log"
     for attempt in range(5):
-        old = FileDurableDataLog(d, file_bytes_max=64 * 1024)
-        await old.open()
-        acked: list[bytes] = []
-        fenced: list[Exception] = []
-        stop = asyncio.Event()
-
-        async def appender(w: int, log: FileDurableDataLog = old, done: asyncio.Event = stop) -> None:
-            i = 0
-            while not done.is_set():
-                entry = b"%d-%d-%d:" % (attempt, w, i) + bytes(100 + i % 900)
-                try:
-                    await log.append(entry)
-                except DataLogError as exc:  # fenced, or closed by the fencing failure
-                    fenced.append(exc)
-                    return
-                acked.append(entry)
-                i += 1
-
-        tasks = [asyncio.ensure_future(appender(w)) for w in range(8)]
-        await asyncio.sleep(0.05)
-        new = FileDurableDataLog(d, file_bytes_max=64 * 1024)
-        await new.open()
-        await asyncio.sleep(0.05)
-        with pytest.raises(DataLogError):
-            await old.append(b"late")
-        stop.set()
-        await asyncio.gather(*tasks)
-        assert any(isinstance(e, DataLogFencedError) for e in fenced), fenced
-        await old.close()
-        kept = {data async for _, data in new.read()}
-        await new.close()
-        assert acked and not [e for e in acked if e not in kept]
+        await _fence_while_appending(d, attempt)
     assert (d / "epoch").stat().st_size == 8
+
+
+async def _fence_while_appending(d: Path, attempt: int) -> None:
+    import asyncio
+
+    old = FileDurableDataLog(d, file_bytes_max=64 * 1024)
+    await old.open()
+    acked: list[bytes] = []
+    fenced: list[Exception] = []
+    stop = asyncio.Event()
+
+    async def appender(w: int) -> None:
+        i = 0
+        while not stop.is_set():
+            entry = b"%d-%d-%d:" % (attempt, w, i) + bytes(100 + i % 900)
+            try:
+                await old.append(entry)
+            except DataLogError as exc:  # fenced, or closed by the fencing failure
+                fenced.append(exc)
+                return
+            acked.append(entry)
+            i += 1
+
+    tasks = [asyncio.ensure_future(appender(w)) for w in range(8)]
+    await asyncio.sleep(0.05)
+    new = FileDurableDataLog(d, file_bytes_max=64 * 1024)
+    await new.open()
+    await asyncio.sleep(0.05)
+    with pytest.raises(DataLogError):
+        await old.append(b"late")
+    stop.set()
+    await asyncio.gather(*tasks)
+    assert any(isinstance(e, DataLogFencedError) for e in fenced), fenced
+    await old.close()
+    kept = {data async for _, data in new.read()}
+    await new.close()
+    assert acked and not [e for e in acked if e not in kept]

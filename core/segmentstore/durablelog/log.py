@@ -60,7 +60,7 @@ class DurableLog:
         self._on_failure = on_failure
         self._cur = _Frame()
         self._ready: deque[tuple[_Frame, bytes]] = deque()
-        self._inflight: deque[tuple[_Frame, asyncio.Task[LogAddress]]] = deque()
+        self._inflight: deque[tuple[_Frame, asyncio.Future[LogAddress]]] = deque()
         self._session_start = True
         self._cut_scheduled = False
         self._idle = asyncio.Event()
@@ -151,18 +151,17 @@ class DurableLog:
     def _pump(self) -> None:
         while self._ready and len(self._inflight) < self._frames_in_flight_max:
             frame, data = self._ready.popleft()
-            # Tasks start in creation order and the log queues an entry before its
-            # first suspension, so frames reach the log in order.
-            task = asyncio.ensure_future(self._log.append(data))
-            task.add_done_callback(self._on_frame_done)
-            self._inflight.append((frame, task))
+            # The log queues each entry in call order; its future's callback commits.
+            fut = self._log.append_future(data)
+            fut.add_done_callback(self._on_frame_done)
+            self._inflight.append((frame, fut))
 
     # -- commit -------------------------------------------------------------------------
 
-    def _on_frame_done(self, task: asyncio.Task[LogAddress]) -> None:
+    def _on_frame_done(self, task: asyncio.Future[LogAddress]) -> None:
         """Commit the durable prefix of the frames in flight, in log order. Runs as the
-        append task's done callback (no commit task in between: one event-loop hop from
-        the log's completion to the callers' futures)."""
+        append future's done callback (no task in between: one event-loop hop from the
+        log's completion to the callers' futures)."""
         if not task.cancelled():
             task.exception()  # retrieved here; a failure is handled below, in order
         if not self._running or self._failed is not None:

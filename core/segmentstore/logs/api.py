@@ -7,7 +7,9 @@ container's durable log) and read only during recovery.
 Contract, for every implementation:
 
 - ``append`` returns an awaitable that completes with the entry's address once the entry
-  is durable (on local disk: written and ``fdatasync``ed). Completions happen in append
+  is durable; ``append_future`` is the same append returning its future at once (every
+  error, even a refusal, arrives through the future), for callers that chain a callback
+  instead of awaiting (one event-loop hop and one task fewer per entry) (on local disk: written and ``fdatasync``ed). Completions happen in append
   order. If an append is completed, all appends prior to it have also completed. If an
   append fails, all subsequent appends fail and the log closes (``DataLogClosedError``).
 - Append order is the order of the ``append`` calls themselves: an entry takes its place
@@ -40,6 +42,7 @@ Contract, for every implementation:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -76,6 +79,8 @@ class DurableDataLog(Protocol):
     async def open(self) -> None: ...
 
     async def append(self, entry: bytes | memoryview) -> LogAddress: ...
+
+    def append_future(self, entry: bytes | memoryview) -> asyncio.Future[LogAddress]: ...
 
     def read(self, start: LogAddress | None = None) -> AsyncIterator[tuple[LogAddress, bytes]]:
         """Entries from ``start`` (or the first kept entry) to the end, in order."""

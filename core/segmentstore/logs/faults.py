@@ -50,6 +50,9 @@ class FaultyDurableDataLog:
             raise InjectedAppendError(f"injected failure of append #{self.appends}")
         return await self.inner.append(entry)
 
+    def append_future(self, entry: bytes | memoryview) -> asyncio.Future[LogAddress]:
+        return asyncio.ensure_future(self.append(entry))
+
     def read(self, start: LogAddress | None = None) -> AsyncIterator[tuple[LogAddress, bytes]]:
         return self.inner.read(start)
 

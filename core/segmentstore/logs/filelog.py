@@ -164,17 +164,23 @@ class FileDurableDataLog:
             raise DataLogClosedError(f"log is {self._state}")
 
     async def append(self, entry: bytes | memoryview) -> LogAddress:
-        self._check_usable()
-        view = memoryview(entry)
-        if view.format != "B" or view.ndim != 1:
-            view = view.cast("B")
-        if view.nbytes > ENTRY_BYTES_MAX:
-            raise DataLogError(f"entry of {view.nbytes} bytes exceeds {ENTRY_BYTES_MAX}")
-        assert self._loop is not None
-        fut: asyncio.Future[LogAddress] = self._loop.create_future()
+        return await self.append_future(entry)
+
+    def append_future(self, entry: bytes | memoryview) -> asyncio.Future[LogAddress]:
+        fut: asyncio.Future[LogAddress] = (self._loop or asyncio.get_running_loop()).create_future()
+        try:
+            self._check_usable()
+            view = memoryview(entry)
+            if view.format != "B" or view.ndim != 1:
+                view = view.cast("B")
+            if view.nbytes > ENTRY_BYTES_MAX:
+                raise DataLogError(f"entry of {view.nbytes} bytes exceeds {ENTRY_BYTES_MAX}")
+        except DataLogError as exc:
+            fut.set_exception(exc)
+            return fut
         self._pending.append((view, fut))
         self._admit()
-        return await fut
+        return fut
 
     def _admit(self) -> None:
         admitted: list[_Item] = []

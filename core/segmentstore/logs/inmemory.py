@@ -82,13 +82,20 @@ class InMemoryDurableDataLog:
             raise DataLogClosedError("log not open")
 
     async def append(self, entry: bytes | memoryview) -> LogAddress:
+        return await self.append_future(entry)
+
+    def append_future(self, entry: bytes | memoryview) -> asyncio.Future[LogAddress]:
         # The order of appends is the order of these calls: the entry joins ``_pending``
-        # before the first suspension point and is admitted strictly from its head.
-        self._check_usable()
+        # at once and is admitted strictly from its head.
         fut: asyncio.Future[LogAddress] = asyncio.get_running_loop().create_future()
+        try:
+            self._check_usable()
+        except DataLogError as exc:
+            fut.set_exception(exc)
+            return fut
         self._pending.append((entry, fut))
         self._admit()
-        return await fut
+        return fut
 
     def _admit(self) -> None:
         while self._pending:
