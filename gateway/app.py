@@ -89,7 +89,7 @@ class Gateway:
         """Answer what is in flight, wait for appends, close the index."""
         if self.ctx is None:
             return
-        self.ctx.stopping.set()
+        self.ctx.stop()
         follower = self.ctx.extensions.pop("log_start", None)  # gateway/log_start.py
         if follower is not None:
             await follower.close()

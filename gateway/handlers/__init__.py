@@ -173,5 +173,13 @@ class HandlerContext:
     clock_ms: Callable[[], int]
     #: Set when the gateway shuts down: long polls end early.
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Called (synchronously) once ``stopping`` is set: long polls waiting by callback.
+    on_stop: list[Callable[[], None]] = field(default_factory=list)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        callbacks, self.on_stop = self.on_stop, []
+        for callback in callbacks:
+            callback()
     #: Subsystems added by later work (group coordinator, transactions, ...).
     extensions: dict[str, Any] = field(default_factory=dict)

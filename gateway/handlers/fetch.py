@@ -101,20 +101,30 @@ async def _read(ctx: HandlerContext, parts: list[_Part], response_max_bytes: int
 
 
 async def _wait_for_growth(ctx: HandlerContext, parts: list[_Part], timeout_s: float) -> None:
-    woken = asyncio.Event()
+    """Until a partition of the fetch grows, the gateway stops, or ``timeout_s``: one
+    future woken by callbacks (no task, one event-loop hop after the append)."""
     if ctx.stopping.is_set():
         return
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
     logs = {id(p.plog): p.plog for p in parts if p.plog is not None}
     for plog in logs.values():
-        plog.on_grow.append(woken.set)
-    waits = [asyncio.ensure_future(woken.wait()), asyncio.ensure_future(ctx.stopping.wait())]
+        plog.on_grow.append(wake)
+    ctx.on_stop.append(wake)
+    timer = loop.call_later(timeout_s, wake)
     try:
-        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        await waiter
     finally:
-        for w in waits:
-            w.cancel()
+        timer.cancel()
         for plog in logs.values():
-            plog.on_grow.remove(woken.set)
+            plog.on_grow.remove(wake)
+        if wake in ctx.on_stop:
+            ctx.on_stop.remove(wake)
 
 
 def _splice(response: Any, version: int, parts: list[_Part], tokens: list[bytes]) -> EncodedBody:
