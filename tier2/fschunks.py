@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tier2.api import DataMissingError, StorageError, split_views
+from tier2.api import DataMissingError, StorageError
+from tier2.fileio import pwritev_all
 from tier2.fsmeta import chunk_file_name, fsync_dir, parse_chunk_file_name
 
 
@@ -25,26 +26,6 @@ def create_empty_chunk(d: Path, start: int) -> None:
     finally:
         os.close(fd)
     fsync_dir(d)
-
-
-_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
-
-
-def pwritev_all(fd: int, views: list[memoryview], offset: int) -> int:
-    """Write all of ``views`` back to back at ``offset`` with ``pwritev`` (``IOV_MAX``
-    buffers at a time, short writes continued); the bytes written."""
-    total = 0
-    while views:
-        group, views = views[:_IOV_MAX], views[_IOV_MAX:]
-        want = sum(v.nbytes for v in group)
-        while want:
-            n = os.pwritev(fd, group, offset)
-            offset += n
-            total += n
-            want -= n
-            if want:
-                _, group = split_views(group, n)
-    return total
 
 
 def append_to_chunk(name: str, d: Path, start: int, size: int, piece: list[memoryview]) -> int:

@@ -43,7 +43,7 @@ Contract, for every implementation:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -72,15 +72,19 @@ class LogAddress:
     position: int
 
 
+#: An entry: one buffer, or parts written back to back as one entry (no join needed).
+Entry = bytes | memoryview | Sequence[bytes | memoryview]
+
+
 class DurableDataLog(Protocol):
     @property
     def epoch(self) -> int: ...
 
     async def open(self) -> None: ...
 
-    async def append(self, entry: bytes | memoryview) -> LogAddress: ...
+    async def append(self, entry: Entry) -> LogAddress: ...
 
-    def append_future(self, entry: bytes | memoryview) -> asyncio.Future[LogAddress]: ...
+    def append_future(self, entry: Entry) -> asyncio.Future[LogAddress]: ...
 
     def read(self, start: LogAddress | None = None) -> AsyncIterator[tuple[LogAddress, bytes]]:
         """Entries from ``start`` (or the first kept entry) to the end, in order."""

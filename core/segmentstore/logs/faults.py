@@ -16,6 +16,7 @@ from core.segmentstore.logs.api import (
     DataLogClosedError,
     DataLogError,
     DurableDataLog,
+    Entry,
     LogAddress,
 )
 
@@ -38,7 +39,7 @@ class FaultyDurableDataLog:
     async def open(self) -> None:
         await self.inner.open()
 
-    async def append(self, entry: bytes | memoryview) -> LogAddress:
+    async def append(self, entry: Entry) -> LogAddress:
         if self._closing is not None:
             await asyncio.shield(self._closing)
             raise DataLogClosedError("log closed after an injected append failure")
@@ -50,7 +51,7 @@ class FaultyDurableDataLog:
             raise InjectedAppendError(f"injected failure of append #{self.appends}")
         return await self.inner.append(entry)
 
-    def append_future(self, entry: bytes | memoryview) -> asyncio.Future[LogAddress]:
+    def append_future(self, entry: Entry) -> asyncio.Future[LogAddress]:
         return asyncio.ensure_future(self.append(entry))
 
     def read(self, start: LogAddress | None = None) -> AsyncIterator[tuple[LogAddress, bytes]]:

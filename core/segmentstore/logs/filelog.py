@@ -37,6 +37,7 @@ from core.segmentstore.logs.api import (
     DataLogCorruptError,
     DataLogError,
     DataLogFencedError,
+    Entry,
     LogAddress,
 )
 from core.segmentstore.logs.fileformat import (
@@ -44,6 +45,7 @@ from core.segmentstore.logs.fileformat import (
     FILE_HEADER_BYTES,
     create_log_file,
     entry_header,
+    entry_views,
     fsync_dir,
     list_log_files,
     log_file_name,
@@ -56,12 +58,13 @@ from core.segmentstore.logs.fileformat import (
     write_epoch,
     write_meta,
 )
+from tier2.fileio import pwritev_all
 
-_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 _READ_BATCH_BYTES = 4 * 1024 * 1024
 ENTRY_BYTES_MAX = 0xFFFFFFFF  # the u32 length field; refused without closing the log
 
-_Item = tuple[memoryview, "asyncio.Future[LogAddress]"]
+#: An entry (its parts, written back to back), its size, its future.
+_Item = tuple[list[memoryview], int, "asyncio.Future[LogAddress]"]
 
 
 class FileDurableDataLog:
@@ -163,29 +166,28 @@ class FileDurableDataLog:
         if self._state != "open" or self._stopping:
             raise DataLogClosedError(f"log is {self._state}")
 
-    async def append(self, entry: bytes | memoryview) -> LogAddress:
+    async def append(self, entry: Entry) -> LogAddress:
         return await self.append_future(entry)
 
-    def append_future(self, entry: bytes | memoryview) -> asyncio.Future[LogAddress]:
+    def append_future(self, entry: Entry) -> asyncio.Future[LogAddress]:
         fut: asyncio.Future[LogAddress] = (self._loop or asyncio.get_running_loop()).create_future()
         try:
             self._check_usable()
-            view = memoryview(entry)
-            if view.format != "B" or view.ndim != 1:
-                view = view.cast("B")
-            if view.nbytes > ENTRY_BYTES_MAX:
-                raise DataLogError(f"entry of {view.nbytes} bytes exceeds {ENTRY_BYTES_MAX}")
+            views = entry_views(entry)
+            size = sum(v.nbytes for v in views)
+            if size > ENTRY_BYTES_MAX:
+                raise DataLogError(f"entry of {size} bytes exceeds {ENTRY_BYTES_MAX}")
         except DataLogError as exc:
             fut.set_exception(exc)
             return fut
-        self._pending.append((view, fut))
+        self._pending.append((views, size, fut))
         self._admit()
         return fut
 
     def _admit(self) -> None:
         admitted: list[_Item] = []
         while self._pending:
-            size = self._pending[0][0].nbytes + ENTRY_HEADER_BYTES
+            size = self._pending[0][1] + ENTRY_HEADER_BYTES
             if self._in_flight_bytes and self._in_flight_bytes + size > self._in_flight_bytes_max:
                 break
             self._in_flight_bytes += size
@@ -196,8 +198,8 @@ class FileDurableDataLog:
                 self._cv.notify()
 
     def _on_written(self, batch: list[_Item], addrs: list[LogAddress]) -> None:
-        self._in_flight_bytes -= sum(v.nbytes + ENTRY_HEADER_BYTES for v, _ in batch)
-        for (_, fut), addr in zip(batch, addrs, strict=True):
+        self._in_flight_bytes -= sum(size + ENTRY_HEADER_BYTES for _, size, _ in batch)
+        for (_, _, fut), addr in zip(batch, addrs, strict=True):
             if not fut.done():
                 fut.set_result(addr)
         if self._failed is None:
@@ -206,7 +208,7 @@ class FileDurableDataLog:
     def _on_failed(self, exc: BaseException, batch: list[_Item]) -> None:
         self._failed = exc
         self._in_flight_bytes = 0
-        for _, fut in batch:
+        for _, _, fut in batch:
             if not fut.done():
                 fut.set_exception(exc)
         closed = DataLogClosedError("log closed after a failed append")
@@ -215,7 +217,7 @@ class FileDurableDataLog:
             rest, self._queue = self._queue, []
         rest.extend(self._pending)
         self._pending.clear()
-        for _, fut in rest:
+        for _, _, fut in rest:
             if not fut.done():
                 fut.set_exception(closed)
 
@@ -246,22 +248,23 @@ class FileDurableDataLog:
         addrs: list[LogAddress] = []
         i = 0
         while i < len(batch):
-            first = batch[i][0].nbytes + ENTRY_HEADER_BYTES
+            first = batch[i][1] + ENTRY_HEADER_BYTES
             if self._pos > FILE_HEADER_BYTES and self._pos + first > self._file_bytes_max:
                 self._roll()
-            bufs: list[bytes | memoryview] = []
+            bufs: list[memoryview] = []
             start = pos = self._pos
             while i < len(batch):
-                view = batch[i][0]
-                size = view.nbytes + ENTRY_HEADER_BYTES
+                views, size, _ = batch[i]
+                size += ENTRY_HEADER_BYTES
                 if pos > start and pos + size > self._file_bytes_max:
                     break
-                bufs.append(entry_header(view))
-                bufs.append(view)
+                # The CRC runs here, off the event loop (crc32c releases the GIL).
+                bufs.append(memoryview(entry_header(views)))
+                bufs += views
                 addrs.append(LogAddress(self._file_id, pos))
                 pos += size
                 i += 1
-            _pwritev_all(self._fd, bufs, start)
+            pwritev_all(self._fd, bufs, start)
             os.fdatasync(self._fd)
             self.syncs += 1
             self._pos = pos
@@ -374,28 +377,3 @@ class FileDurableDataLog:
             self._epoch_fd = -1
         self._state = "closed"
 
-
-def _pwritev_all(fd: int, bufs: list[bytes | memoryview], offset: int) -> None:
-    """``pwritev`` all of ``bufs`` at ``offset``, in ``IOV_MAX`` groups, across short writes."""
-    i = 0
-    while i < len(bufs):
-        group = bufs[i : i + _IOV_MAX]
-        want = sum(len(b) if isinstance(b, bytes) else b.nbytes for b in group)
-        n = os.pwritev(fd, group, offset)
-        offset += n
-        if n == want:
-            i += len(group)
-            continue
-        # Short write: drop what was written and retry the rest.
-        rest: list[bytes | memoryview] = []
-        for b in group:
-            size = len(b) if isinstance(b, bytes) else b.nbytes
-            if n >= size:
-                n -= size
-            elif n > 0:
-                rest.append(memoryview(b)[n:])
-                n = 0
-            else:
-                rest.append(b)
-        bufs = rest + bufs[i + len(group) :]
-        i = 0

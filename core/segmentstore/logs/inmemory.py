@@ -22,6 +22,7 @@ from core.segmentstore.logs.api import (
     DataLogClosedError,
     DataLogError,
     DataLogFencedError,
+    Entry,
     LogAddress,
 )
 
@@ -81,10 +82,10 @@ class InMemoryDurableDataLog:
         if not self._open:
             raise DataLogClosedError("log not open")
 
-    async def append(self, entry: bytes | memoryview) -> LogAddress:
+    async def append(self, entry: Entry) -> LogAddress:
         return await self.append_future(entry)
 
-    def append_future(self, entry: bytes | memoryview) -> asyncio.Future[LogAddress]:
+    def append_future(self, entry: Entry) -> asyncio.Future[LogAddress]:
         # The order of appends is the order of these calls: the entry joins ``_pending``
         # at once and is admitted strictly from its head.
         fut: asyncio.Future[LogAddress] = asyncio.get_running_loop().create_future()
@@ -93,6 +94,8 @@ class InMemoryDurableDataLog:
         except DataLogError as exc:
             fut.set_exception(exc)
             return fut
+        if not isinstance(entry, bytes | bytearray | memoryview):
+            entry = b"".join(entry)
         self._pending.append((entry, fut))
         self._admit()
         return fut
