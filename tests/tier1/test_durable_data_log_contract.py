@@ -195,3 +195,19 @@ async def test_failed_append_closes_log(make_log: LogMaker) -> None:
     await check.open()
     assert [d for _, d in await _read_all(check)] == [b"f%d" % i for i in range(5)]
     await check.close()
+
+
+async def test_entry_given_as_parts_is_one_entry(make_log: LogMaker) -> None:
+    """An entry may be handed over as a list of buffers: it is stored (and CRC-checked)
+    as their concatenation, one entry with one address."""
+    log = make_log()
+    await log.open()
+    parts = [b"head", memoryview(b"-middle-"), bytearray(b"tail"), b""]
+    a = await log.append(parts)
+    b = await log.append_future([b"second"])
+    c = await log.append(b"plain")
+    await log.close()
+    check = make_log()
+    await check.open()
+    assert await _read_all(check) == [(a, b"head-middle-tail"), (b, b"second"), (c, b"plain")]
+    await check.close()
