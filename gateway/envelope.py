@@ -42,7 +42,7 @@ class Envelope:
         return ENVELOPE_BYTES + self.payload_length
 
 
-def encode_envelope_into(buf: bytearray, env: Envelope) -> None:
+def encode_envelope_into(buf: bytearray | memoryview, env: Envelope) -> None:
     """Write the envelope into the first ``ENVELOPE_BYTES`` of ``buf``."""
     _HEAD.pack_into(
         buf, 0, ENVELOPE_VERSION, env.partition, env.base_offset, env.offset_count,

@@ -72,7 +72,7 @@ _PERMANENT = (TooLargeError, BadOffsetError, BadAttributeUpdateError)
 class PendingAppend:
     base_offset: int
     end_offset: int
-    data: bytearray
+    data: memoryview
     batches: list[BatchHeader]
     durable: asyncio.Future[None]
     state: _State = _State.WAITING
@@ -131,12 +131,23 @@ class PartitionLog:
         if self.segment is None:
             self.segment = await self._logs.topics.current_segment(self.topic, self.partition)
 
-    def append(self, payload: bytes | memoryview, batches: list[BatchHeader]) -> PendingAppend:
+    def append(
+        self, payload: bytes | memoryview, batches: list[BatchHeader], head: memoryview | None = None
+    ) -> PendingAppend:
         """Assign offsets to ``batches`` (headers of ``payload``, positions relative to
-        it), rewrite their base offsets and submit. Never awaits."""
+        it), rewrite their base offsets and submit. Never awaits.
+
+        ``head``, if given, is a writable buffer ending with ``payload`` whose bytes
+        before it may be overwritten: the envelope goes there and the batches are
+        rewritten where they are, no copy. Otherwise envelope and payload are copied
+        into a new buffer."""
         base = self.next_offset
-        # One allocation and one copy (``bytearray(n)`` would zero-fill it first).
-        data = bytearray().join((_NO_ENVELOPE, payload))
+        n = len(payload)
+        if head is not None and not head.readonly and len(head) >= n + ENVELOPE_BYTES:
+            data = head[len(head) - n - ENVELOPE_BYTES :]
+        else:
+            # One allocation and one copy (``bytearray(n)`` would zero-fill it first).
+            data = memoryview(bytearray().join((_NO_ENVELOPE, payload)))
         offset = base
         assigned: list[BatchHeader] = []
         for b in batches:
@@ -167,7 +178,7 @@ class PartitionLog:
         # The store queues the append before ``append_future`` returns, so appends
         # reach the segment in submission (offset) order. The view is read-only: the
         # bytes never change after submission, so the store keeps them without a copy.
-        view = memoryview(p.data).toreadonly()
+        view = p.data.toreadonly()
         fut = self._logs.store.append_future(name, view, event_count=max(records, 1))
         self._inflight += 1
         self._settled.clear()

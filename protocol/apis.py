@@ -1,6 +1,7 @@
 """The types of the API registry: which Kafka APIs exist, in which versions, and how
-their bodies are decoded and encoded (always by kafka-python's ``kafka.protocol``
-classes, never by hand).
+their bodies are decoded and encoded (by kafka-python's ``kafka.protocol`` classes,
+except where an ``ApiSpec`` names a decoder of ours: Produce, whose records must not be
+copied).
 
 The gateway's handler registry holds one ``ApiSpec`` per implemented API; the
 ApiVersions answer is built from those specs, so nothing is advertised that has no
@@ -9,6 +10,7 @@ handler.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,9 @@ class ApiSpec:
     response_class: Any
     min_version: int
     max_version: int
+    #: ``decoder(body, version)`` used instead of the class's decoder (it must raise
+    #: ``KafkaProtocolError`` on a bad body).
+    decoder: Callable[[memoryview, int], Any] | None = None
 
     def __post_init__(self) -> None:
         known = int(self.request_class.max_version)
@@ -62,6 +67,8 @@ class ApiSpec:
 
     def decode_request(self, body: bytes | memoryview, version: int) -> Any:
         """Decode a request body; any codec failure is a ``KafkaProtocolError``."""
+        if self.decoder is not None:
+            return self.decoder(memoryview(body), version)
         try:
             return self.request_class.decode(body, version=version)
         except Exception as exc:  # the generated codecs raise many kinds of errors

@@ -22,9 +22,10 @@ from gateway.producer_state import BatchRecord, Duplicate
 from gateway.topics import topic_name_error
 from protocol.apis import ApiSpec
 from protocol.errors import ErrorCode
+from protocol.produce import decode_produce_request
 from protocol.record_batch import BatchHeader, InvalidBatchError, iter_batches
 
-SPEC = ApiSpec(ProduceRequest, ProduceResponse, 3, 12)
+SPEC = ApiSpec(ProduceRequest, ProduceResponse, 3, 12, decoder=decode_produce_request)
 
 _Topic = ProduceResponse.TopicProduceResponse
 _Partition = _Topic.PartitionProduceResponse
@@ -33,13 +34,18 @@ _Partition = _Topic.PartitionProduceResponse
 class _Work:
     """One partition of the request on its way through the handler."""
 
-    __slots__ = ("topic", "partition", "records", "plog", "batch", "error", "message",
+    __slots__ = ("topic", "partition", "records", "head", "plog", "batch", "error", "message",
                  "pending", "duplicate")
 
-    def __init__(self, topic: str, partition: int, records: bytes | None) -> None:
+    def __init__(
+        self, topic: str, partition: int, records: memoryview | None, head: memoryview | None
+    ) -> None:
         self.topic = topic
         self.partition = partition
         self.records = records
+        #: The request body up to the end of ``records``, when the bytes before them may
+        #: be overwritten (``PartitionLog.append`` puts its envelope there).
+        self.head = head
         self.plog: PartitionLog | None = None
         self.batch: BatchHeader | None = None
         self.error = ErrorCode.NONE
@@ -96,7 +102,7 @@ def _assign(ctx: HandlerContext, work: _Work) -> None:
         if verdict is not None:
             work.error = verdict
             return
-    work.pending = plog.append(work.records, [batch])
+    work.pending = plog.append(work.records, [batch], work.head)
     if batch.is_idempotent:
         ctx.producers.record(
             work.topic, work.partition, work.pending.batches[0], work.pending.base_offset,
@@ -172,7 +178,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     works: list[_Work] = []
     for topic in request.topic_data:
         for part in topic.partition_data:
-            works.append(_Work(topic.name, part.index, part.records))
+            works.append(_Work(topic.name, part.index, part.records, part.head))
     if request.acks not in (0, 1, -1):
         for work in works:
             work.error = ErrorCode.INVALID_REQUIRED_ACKS

@@ -81,7 +81,12 @@ async def _run(steps: list[tuple[str, int, int]], failures: set[int], tmp: Path)
             values = [b"%d-%d" % (n, i) for i in range(count)]
             n += 1
             raw = record_batch(values)
-            pending = plog.append(raw, list(iter_batches(raw)))
+            if n % 2:  # as from a writable request frame: room for the envelope, or not
+                head = memoryview(bytearray(b"\xee" * (20 + n % 10)) + raw)
+                payload = head[len(head) - len(raw) :]
+                pending = plog.append(payload, list(iter_batches(payload)), head)
+            else:
+                pending = plog.append(raw, list(iter_batches(raw)))
             sent[p].append(raw)
             pendings.append((p, pending.base_offset, pending.durable))
         elif kind == "scale":

@@ -1,0 +1,154 @@
+"""Produce request bodies (v3-v12) decoded without copying their records.
+
+kafka-python's generated decoder copies every partition's records into a new ``bytes``
+(a copy of all produced data on the event loop). This decoder walks the same layout and
+hands each partition's records out as a ``memoryview`` slice of the request frame: when
+the frame is writable (the wire gives each large frame its own ``bytearray``) the
+gateway rewrites base offsets in place and stores the slice as it is.
+
+Layout (Kafka's ``ProduceRequest.json``): ``transactional_id`` nullable string, ``acks``
+int16, ``timeout_ms`` int32, then topics, each a name and partitions, each an int32
+index and nullable records. Versions 9+ are flexible: compact strings, arrays and bytes
+(unsigned varint length + 1, 0 for null) and a tagged-field section after each struct
+and after the body. Versions 13+ (topic ids) are not decoded here.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from protocol.errors import KafkaProtocolError
+
+MAX_VERSION = 12
+FIRST_FLEXIBLE = 9
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_ACKS_TIMEOUT = struct.Struct(">hi")
+
+
+@dataclass(slots=True)
+class PartitionProduceData:
+    index: int
+    records: memoryview | None
+    #: For the first partition of the request: the body up to the end of its records.
+    #: Every byte before the records is parsed already, so the gateway may overwrite
+    #: the ones right before them (with its envelope) instead of copying the records.
+    head: memoryview | None = None
+
+
+@dataclass(slots=True)
+class TopicProduceData:
+    name: str
+    partition_data: list[PartitionProduceData]
+
+
+@dataclass(slots=True)
+class ProduceRequestBody:
+    """The fields the gateway reads, named as kafka-python names them."""
+
+    transactional_id: str | None
+    acks: int
+    timeout_ms: int
+    topic_data: list[TopicProduceData]
+
+
+class _Reader:
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: memoryview) -> None:
+        self.buf = buf
+        self.pos = 0
+
+    def take(self, n: int) -> memoryview:
+        end = self.pos + n
+        if n < 0 or end > len(self.buf):
+            raise KafkaProtocolError(f"produce request: {n} bytes wanted at {self.pos}, body ends at {len(self.buf)}")
+        view = self.buf[self.pos : end]
+        self.pos = end
+        return view
+
+    def unpack(self, s: struct.Struct) -> tuple[int, ...]:
+        if self.pos + s.size > len(self.buf):
+            raise KafkaProtocolError(f"produce request: truncated at {self.pos}")
+        values = s.unpack_from(self.buf, self.pos)
+        self.pos += s.size
+        return values
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        buf, n = self.buf, len(self.buf)
+        while True:
+            if self.pos >= n:
+                raise KafkaProtocolError("produce request: truncated varint")
+            b = buf[self.pos]
+            self.pos += 1
+            value |= (b & 0x7F) << shift
+            if b < 0x80:
+                return value
+            shift += 7
+            if shift > 28:
+                raise KafkaProtocolError("produce request: varint too long")
+
+    def length(self, flexible: bool, wide: bool = False) -> int:
+        """A length prefix: -1 for null."""
+        if flexible:
+            return self.uvarint() - 1
+        return self.unpack(_I32 if wide else _I16)[0]
+
+    def string(self, flexible: bool) -> str | None:
+        n = self.length(flexible)
+        if n < 0:
+            if n != -1:
+                raise KafkaProtocolError(f"produce request: string length {n}")
+            return None
+        try:
+            return bytes(self.take(n)).decode()
+        except UnicodeDecodeError as exc:
+            raise KafkaProtocolError(f"produce request: {exc}") from None
+
+    def count(self, flexible: bool) -> int:
+        n = self.length(flexible, wide=True)
+        if n < 0:
+            raise KafkaProtocolError(f"produce request: array length {n}")
+        return n
+
+    def skip_tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()  # tag
+            self.take(self.uvarint())
+
+
+def decode_produce_request(body: memoryview, version: int) -> ProduceRequestBody:
+    """Decode a Produce request body of ``version`` (3-12); records are slices of
+    ``body``. Raises ``KafkaProtocolError`` if it does not parse (bytes after it are
+    ignored, as kafka-python's decoder ignores them)."""
+    if not 3 <= version <= MAX_VERSION:
+        raise KafkaProtocolError(f"produce request v{version} not decoded here")
+    flexible = version >= FIRST_FLEXIBLE
+    r = _Reader(body)
+    transactional_id = r.string(flexible)
+    acks, timeout_ms = r.unpack(_ACKS_TIMEOUT)
+    topics: list[TopicProduceData] = []
+    for _ in range(r.count(flexible)):
+        name = r.string(flexible)
+        if name is None:
+            raise KafkaProtocolError("produce request: null topic name")
+        partitions: list[PartitionProduceData] = []
+        for _ in range(r.count(flexible)):
+            (index,) = r.unpack(_I32)
+            n = r.length(flexible, wide=True)
+            if n < -1:
+                raise KafkaProtocolError(f"produce request: records length {n}")
+            records = r.take(n) if n >= 0 else None
+            head = body[: r.pos] if records is not None and not topics and not partitions else None
+            if flexible:
+                r.skip_tags()
+            partitions.append(PartitionProduceData(index, records, head))
+        if flexible:
+            r.skip_tags()
+        topics.append(TopicProduceData(name, partitions))
+    if flexible:
+        r.skip_tags()
+    return ProduceRequestBody(transactional_id, acks, timeout_ms, topics)

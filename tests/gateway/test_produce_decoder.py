@@ -1,0 +1,67 @@
+"""``protocol.produce``: our Produce request decoder against kafka-python's encoder."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kafka.protocol.producer import ProduceRequest
+
+from protocol.errors import KafkaProtocolError
+from protocol.produce import decode_produce_request
+
+_T = ProduceRequest.TopicProduceData
+_P = _T.PartitionProduceData
+
+partitions = st.lists(
+    st.tuples(st.integers(-(2**31), 2**31 - 1), st.none() | st.binary(max_size=300)), max_size=4
+)
+topics = st.lists(st.tuples(st.text(min_size=1, max_size=40), partitions), max_size=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    version=st.integers(3, 12),
+    transactional_id=st.none() | st.text(max_size=50),
+    acks=st.sampled_from([-1, 0, 1, 2]),
+    timeout_ms=st.integers(-(2**31), 2**31 - 1),
+    data=topics,
+)
+def test_decodes_what_kafka_python_encodes(
+    version: int, transactional_id: str | None, acks: int, timeout_ms: int,
+    data: list[tuple[str, list[tuple[int, bytes | None]]]],
+) -> None:
+    request = ProduceRequest(
+        transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms,
+        topic_data=[_T(name=n, partition_data=[_P(index=i, records=r) for i, r in ps]) for n, ps in data],
+    )
+    raw = bytearray(request.encode(version=version))
+    got = decode_produce_request(memoryview(raw), version)
+    assert (got.transactional_id, got.acks, got.timeout_ms) == (transactional_id, acks, timeout_ms)
+    assert [
+        (t.name, [(p.index, None if p.records is None else bytes(p.records)) for p in t.partition_data])
+        for t in got.topic_data
+    ] == data
+    for t in got.topic_data:  # records are slices of the frame, not copies
+        for p in t.partition_data:
+            if p.records is not None and len(p.records):
+                assert p.records.obj is raw
+    first = got.topic_data[0].partition_data[0] if got.topic_data and got.topic_data[0].partition_data else None
+    heads = [p.head for t in got.topic_data for p in t.partition_data if p.head is not None]
+    if first is not None and first.records is not None:
+        assert len(heads) == 1 and heads[0] is first.head  # only the first partition's
+        assert bytes(first.head[len(first.head) - len(first.records) :]) == bytes(first.records)
+    else:
+        assert not heads
+
+
+@pytest.mark.parametrize("version", [3, 8, 9, 12])
+def test_truncated_bodies_are_protocol_errors(version: int) -> None:
+    request = ProduceRequest(
+        transactional_id="tx", acks=-1, timeout_ms=1000,
+        topic_data=[_T(name="topic", partition_data=[_P(index=0, records=b"x" * 50)])],
+    )
+    raw = bytes(request.encode(version=version))
+    for cut in range(len(raw)):
+        with pytest.raises(KafkaProtocolError):
+            decode_produce_request(memoryview(raw[:cut]), version)
