@@ -104,7 +104,7 @@ class Connection:
             req.api_version = 0
             answer = api_versions_handler.response(self._ctx, ErrorCode.UNSUPPORTED_VERSION)
             return self._start(_answer(answer), req, spec, previous)
-        request = spec.decode_request(memoryview(frame)[header.body_offset :], version)
+        request = spec.decode_request(memoryview(frame), header.body_offset, version)
         return self._start(api.handle(self._ctx, req, request), req, spec, previous)
 
     def _start(

@@ -30,9 +30,9 @@ class ApiSpec:
     response_class: Any
     min_version: int
     max_version: int
-    #: ``decoder(body, version)`` used instead of the class's decoder (it must raise
-    #: ``KafkaProtocolError`` on a bad body).
-    decoder: Callable[[memoryview, int], Any] | None = None
+    #: ``decoder(frame, body_offset, version)`` used instead of the class's decoder (it
+    #: must raise ``KafkaProtocolError`` on a bad body).
+    decoder: Callable[[memoryview, int, int], Any] | None = None
 
     def __post_init__(self) -> None:
         known = int(self.request_class.max_version)
@@ -65,10 +65,12 @@ class ApiSpec:
             return False
         return bool(self.response_class.flexible_version_q(version))
 
-    def decode_request(self, body: bytes | memoryview, version: int) -> Any:
-        """Decode a request body; any codec failure is a ``KafkaProtocolError``."""
+    def decode_request(self, frame: memoryview, body_offset: int, version: int) -> Any:
+        """Decode the body of a request frame (it starts at ``body_offset``, after the
+        header); any codec failure is a ``KafkaProtocolError``."""
         if self.decoder is not None:
-            return self.decoder(memoryview(body), version)
+            return self.decoder(frame, body_offset, version)
+        body = frame[body_offset:]
         try:
             return self.request_class.decode(body, version=version)
         except Exception as exc:  # the generated codecs raise many kinds of errors

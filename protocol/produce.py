@@ -32,9 +32,10 @@ _ACKS_TIMEOUT = struct.Struct(">hi")
 class PartitionProduceData:
     index: int
     records: memoryview | None
-    #: For the first partition of the request: the body up to the end of its records.
-    #: Every byte before the records is parsed already, so the gateway may overwrite
-    #: the ones right before them (with its envelope) instead of copying the records.
+    #: For the first partition of the request: the frame up to the end of its records.
+    #: Every byte before the records (header included) is parsed already, so the
+    #: gateway may overwrite the ones right before them (with its envelope) instead of
+    #: copying the records.
     head: memoryview | None = None
 
 
@@ -120,14 +121,16 @@ class _Reader:
             self.take(self.uvarint())
 
 
-def decode_produce_request(body: memoryview, version: int) -> ProduceRequestBody:
-    """Decode a Produce request body of ``version`` (3-12); records are slices of
-    ``body``. Raises ``KafkaProtocolError`` if it does not parse (bytes after it are
-    ignored, as kafka-python's decoder ignores them)."""
+def decode_produce_request(frame: memoryview, body_offset: int, version: int) -> ProduceRequestBody:
+    """Decode the Produce request body of ``version`` (3-12) that starts at
+    ``body_offset`` in ``frame``; records are slices of ``frame``. Raises
+    ``KafkaProtocolError`` if it does not parse (bytes after it are ignored, as
+    kafka-python's decoder ignores them)."""
     if not 3 <= version <= MAX_VERSION:
         raise KafkaProtocolError(f"produce request v{version} not decoded here")
     flexible = version >= FIRST_FLEXIBLE
-    r = _Reader(body)
+    r = _Reader(frame)
+    r.pos = body_offset
     transactional_id = r.string(flexible)
     acks, timeout_ms = r.unpack(_ACKS_TIMEOUT)
     topics: list[TopicProduceData] = []
@@ -142,7 +145,7 @@ def decode_produce_request(body: memoryview, version: int) -> ProduceRequestBody
             if n < -1:
                 raise KafkaProtocolError(f"produce request: records length {n}")
             records = r.take(n) if n >= 0 else None
-            head = body[: r.pos] if records is not None and not topics and not partitions else None
+            head = frame[: r.pos] if records is not None and not topics and not partitions else None
             if flexible:
                 r.skip_tags()
             partitions.append(PartitionProduceData(index, records, head))

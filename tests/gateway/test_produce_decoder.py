@@ -35,8 +35,8 @@ def test_decodes_what_kafka_python_encodes(
         transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms,
         topic_data=[_T(name=n, partition_data=[_P(index=i, records=r) for i, r in ps]) for n, ps in data],
     )
-    raw = bytearray(request.encode(version=version))
-    got = decode_produce_request(memoryview(raw), version)
+    raw = bytearray(b"header" + request.encode(version=version))
+    got = decode_produce_request(memoryview(raw), 6, version)
     assert (got.transactional_id, got.acks, got.timeout_ms) == (transactional_id, acks, timeout_ms)
     assert [
         (t.name, [(p.index, None if p.records is None else bytes(p.records)) for p in t.partition_data])
@@ -64,4 +64,4 @@ def test_truncated_bodies_are_protocol_errors(version: int) -> None:
     raw = bytes(request.encode(version=version))
     for cut in range(len(raw)):
         with pytest.raises(KafkaProtocolError):
-            decode_produce_request(memoryview(raw[:cut]), version)
+            decode_produce_request(memoryview(raw[:cut]), 0, version)
