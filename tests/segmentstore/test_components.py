@@ -250,3 +250,21 @@ async def test_store_traffic(tmp_path: object) -> None:
     assert math.isclose(tr.bytes_per_second / tr.events_per_second, 50, rel_tol=0.01)
     assert s.traffic("nope").bytes_per_second == 0
     await s.close()
+
+
+def test_tier1_index_after_close(tmp_path: Path) -> None:
+    """A read that outlives its container's stop gets a typed error; writes are dropped."""
+    from core.segmentstore.logs.api import LogAddress
+    from core.segmentstore.reading.tier1index import Tier1Index, Tier1Range
+
+    idx = Tier1Index(tmp_path / "t1", epoch=3)
+    idx.put(7, Tier1Range(0, 10, 1, 1, LogAddress(1, 16), 0))
+    assert idx.find(7, 5) is not None and [r.start for r in idx.ranges(7, 0, 100)] == [0]
+    idx.close()
+    with pytest.raises(StoreShutdownError):
+        idx.find(7, 5)
+    idx.put(7, Tier1Range(10, 20, 2, 2, LogAddress(1, 40), 0))
+    assert idx.drop_flushed(7, 100) == 0
+    again = Tier1Index(tmp_path / "t1", epoch=4)  # a later owner: earlier epochs are gone
+    assert again.find(7, 5) is None and [p.name for p in (tmp_path / "t1").iterdir()] == ["4"]
+    again.close()

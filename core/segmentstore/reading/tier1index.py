@@ -29,6 +29,7 @@ from pathlib import Path
 
 from rocksdict import Options, Rdict, WriteOptions
 
+from core.segmentstore.api import StoreShutdownError
 from core.segmentstore.logs.api import LogAddress
 
 _KEY = struct.Struct(">QQ")
@@ -70,13 +71,21 @@ class Tier1Index:
         self._db.set_write_options(wo)
         #: Ranges recorded and not yet dropped (tests and metrics).
         self.count = 0
+        self._closed = False
 
     def close(self) -> None:
         """Close and delete the database (the next owner starts its own)."""
+        self._closed = True
         self._db.close()
         _destroy(self.path)
 
+    def _check(self) -> None:
+        if self._closed:  # a read that outlived its container's stop
+            raise StoreShutdownError(str(self.directory), "container stopped")
+
     def put(self, seg_id: int, r: Tier1Range) -> None:
+        if self._closed:  # the container stopped: recovery rebuilds what it needs
+            return
         self._db.put(
             _KEY.pack(seg_id, r.start),
             _VALUE.pack(r.end, r.seq, r.last_seq, r.address.file_id, r.address.position, r.frame_pos),
@@ -85,6 +94,7 @@ class Tier1Index:
 
     def find(self, seg_id: int, pos: int) -> Tier1Range | None:
         """The range holding offset ``pos``, if one is recorded."""
+        self._check()
         it = self._db.iter()
         try:
             it.seek_for_prev(_KEY.pack(seg_id, pos))
@@ -97,6 +107,7 @@ class Tier1Index:
 
     def ranges(self, seg_id: int, start: int, end: int) -> Iterator[Tier1Range]:
         """Recorded ranges of the segment that begin in ``[start, end)``, in order."""
+        self._check()
         it = self._db.iter()
         try:
             it.seek(_KEY.pack(seg_id, start))
@@ -112,6 +123,8 @@ class Tier1Index:
     def drop_flushed(self, seg_id: int, storage_length: int) -> int:
         """Forget the segment's ranges wholly below ``storage_length`` (now in Tier-2);
         how many."""
+        if self._closed:
+            return 0
         dead = [_KEY.pack(seg_id, r.start) for r in self.ranges(seg_id, 0, storage_length) if r.end <= storage_length]
         for key in dead:
             self._db.delete(key)
@@ -119,6 +132,8 @@ class Tier1Index:
         return len(dead)
 
     def drop_segment(self, seg_id: int) -> None:
+        if self._closed:
+            return
         n = sum(1 for _ in self.ranges(seg_id, 0, 1 << 63))
         if n:
             self._db.delete_range(_KEY.pack(seg_id, 0), _KEY.pack(seg_id + 1, 0))
