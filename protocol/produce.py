@@ -155,3 +155,72 @@ def decode_produce_request(frame: memoryview, body_offset: int, version: int) ->
     if flexible:
         r.skip_tags()
     return ProduceRequestBody(transactional_id, acks, timeout_ms, topics)
+
+
+_PARTITION_V3 = struct.Struct(">ihqq")  # index, error code, base offset, log append time
+_I64 = struct.Struct(">q")
+
+
+@dataclass(slots=True)
+class PartitionProduceResult:
+    index: int
+    error_code: int
+    base_offset: int
+    log_start_offset: int
+    error_message: str | None = None
+    log_append_time_ms: int = -1
+
+
+def encode_produce_response(
+    version: int, topics: list[tuple[str, list[PartitionProduceResult]]], throttle_time_ms: int = 0
+) -> bytes:
+    """A Produce response body of ``version`` (3-12), as kafka-python encodes it: no
+    record errors, and the tagged fields (current leader, node endpoints) left out as
+    their defaults are."""
+    if not 3 <= version <= MAX_VERSION:
+        raise ValueError(f"produce response v{version} not encoded here")
+    flexible = version >= FIRST_FLEXIBLE
+    out = bytearray()
+    _count(out, len(topics), flexible)
+    for name, partitions in topics:
+        _string(out, name, flexible)
+        _count(out, len(partitions), flexible)
+        for p in partitions:
+            out += _PARTITION_V3.pack(p.index, p.error_code, p.base_offset, p.log_append_time_ms)
+            if version >= 5:
+                out += _I64.pack(p.log_start_offset)
+            if version >= 8:
+                _count(out, 0, flexible)  # record errors
+                _string(out, p.error_message, flexible)
+            if flexible:
+                out.append(0)
+        if flexible:
+            out.append(0)
+    out += _I32.pack(throttle_time_ms)
+    if flexible:
+        out.append(0)
+    return bytes(out)
+
+
+def _uvarint_into(out: bytearray, value: int) -> None:
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def _count(out: bytearray, n: int, flexible: bool) -> None:
+    if flexible:
+        _uvarint_into(out, n + 1)
+    else:
+        out += _I32.pack(n)
+
+
+def _string(out: bytearray, s: str | None, flexible: bool) -> None:
+    raw = None if s is None else s.encode()
+    if flexible:
+        _uvarint_into(out, 0 if raw is None else len(raw) + 1)
+    else:
+        out += _I16.pack(-1 if raw is None else len(raw))
+    if raw is not None:
+        out += raw

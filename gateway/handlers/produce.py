@@ -16,19 +16,17 @@ from typing import Any
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from gateway.handlers import HandlerContext, RequestContext
+from gateway.handlers import EncodedBody, HandlerContext, RequestContext
 from gateway.partition_log import PartitionLog, PendingAppend
 from gateway.producer_state import BatchRecord, Duplicate
 from gateway.topics import topic_name_error
 from protocol.apis import ApiSpec
 from protocol.errors import ErrorCode
-from protocol.produce import decode_produce_request
+from protocol.produce import PartitionProduceResult, decode_produce_request, encode_produce_response
 from protocol.record_batch import BatchHeader, InvalidBatchError, iter_batches
 
 SPEC = ApiSpec(ProduceRequest, ProduceResponse, 3, 12, decoder=decode_produce_request)
 
-_Topic = ProduceResponse.TopicProduceResponse
-_Partition = _Topic.PartitionProduceResponse
 
 
 class _Work:
@@ -201,17 +199,13 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     timeout_s = min(max(request.timeout_ms, 0), ctx.config.fetch_max_wait_ms_max) / 1000
     await _settled(works, max(timeout_s, 0.001))
     outcomes = [_outcome(w) for w in works]
-    by_topic: dict[str, list[Any]] = {}
+    by_topic: dict[str, list[PartitionProduceResult]] = {}
     for work, (error, base) in zip(works, outcomes, strict=True):
         start = work.plog.log_start_offset if work.plog is not None else -1
         by_topic.setdefault(work.topic, []).append(
-            _Partition(
-                index=work.partition, error_code=error, base_offset=base,
-                log_append_time_ms=-1, log_start_offset=start,
-                error_message=work.message if error != ErrorCode.NONE else None,
+            PartitionProduceResult(
+                work.partition, error, base, start,
+                work.message if error != ErrorCode.NONE else None,
             )
         )
-    return ProduceResponse(
-        responses=[_Topic(name=n, partition_responses=p) for n, p in by_topic.items()],
-        throttle_time_ms=0,
-    )
+    return EncodedBody([encode_produce_response(req.api_version, list(by_topic.items()))])

@@ -65,3 +65,49 @@ def test_truncated_bodies_are_protocol_errors(version: int) -> None:
     for cut in range(len(raw)):
         with pytest.raises(KafkaProtocolError):
             decode_produce_request(memoryview(raw[:cut]), 0, version)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    version=st.integers(3, 12),
+    throttle=st.integers(0, 2**31 - 1),
+    data=st.lists(
+        st.tuples(
+            st.text(max_size=30),
+            st.lists(
+                st.tuples(
+                    st.integers(-(2**31), 2**31 - 1), st.integers(-(2**15), 2**15 - 1),
+                    st.integers(-(2**63), 2**63 - 1), st.integers(-(2**63), 2**63 - 1),
+                    st.none() | st.text(max_size=40),
+                ),
+                max_size=4,
+            ),
+        ),
+        max_size=4,
+    ),
+)
+def test_response_encodes_as_kafka_python_does(
+    version: int, throttle: int, data: list[tuple[str, list[tuple[int, int, int, int, str | None]]]]
+) -> None:
+    from kafka.protocol.producer import ProduceResponse
+
+    from protocol.produce import PartitionProduceResult, encode_produce_response
+
+    t, p = ProduceResponse.TopicProduceResponse, ProduceResponse.TopicProduceResponse.PartitionProduceResponse
+    theirs = ProduceResponse(
+        responses=[
+            t(name=n, partition_responses=[
+                p(index=i, error_code=e, base_offset=b, log_append_time_ms=-1, log_start_offset=s,
+                  error_message=m)
+                for i, e, b, s, m in ps
+            ])
+            for n, ps in data
+        ],
+        throttle_time_ms=throttle,
+    )
+    ours = encode_produce_response(
+        version,
+        [(n, [PartitionProduceResult(i, e, b, s, m) for i, e, b, s, m in ps]) for n, ps in data],
+        throttle,
+    )
+    assert ours == bytes(theirs.encode(version=version))
