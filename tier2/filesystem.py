@@ -64,10 +64,9 @@ from tier2.api import (
     SegmentSealedError,
     StorageError,
     WriteData,
-    as_views,
     check_read_range,
-    split_views,
 )
+from tier2.fileio import as_views, split_views
 from tier2.fschunks import (
     append_to_chunk,
     create_empty_chunk,

@@ -20,9 +20,9 @@ from tier2.api import (
     SegmentNotSealedError,
     SegmentSealedError,
     WriteData,
-    as_views,
     check_read_range,
 )
+from tier2.fileio import as_views
 
 
 @dataclass

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import crc32c
 
-from core.segmentstore.logs.api import DataLogCorruptError, Entry, LogAddress
+from core.segmentstore.logs.api import DataLogCorruptError, LogAddress
 
 FILE_MAGIC = b"TGDL"
 FILE_VERSION = 1
@@ -67,19 +67,6 @@ def entry_header(parts: list[memoryview]) -> bytes:
     for v in parts:
         crc = crc32c.crc32c(v, crc)
     return length_field + _LENGTH.pack(crc)
-
-
-def entry_views(entry: Entry) -> list[memoryview]:
-    """An entry's parts as flat byte views (no copy)."""
-    if isinstance(entry, bytes | bytearray | memoryview):
-        entry = (entry,)
-    views = []
-    for part in entry:
-        v = memoryview(part)
-        if v.format != "B" or v.ndim != 1:
-            v = v.cast("B")
-        views.append(v)
-    return views
 
 
 def log_file_name(file_id: int) -> str:

@@ -45,7 +45,6 @@ from core.segmentstore.logs.fileformat import (
     FILE_HEADER_BYTES,
     create_log_file,
     entry_header,
-    entry_views,
     fsync_dir,
     list_log_files,
     log_file_name,
@@ -58,7 +57,7 @@ from core.segmentstore.logs.fileformat import (
     write_epoch,
     write_meta,
 )
-from tier2.fileio import pwritev_all
+from tier2.fileio import as_views, pwritev_all
 
 _READ_BATCH_BYTES = 4 * 1024 * 1024
 ENTRY_BYTES_MAX = 0xFFFFFFFF  # the u32 length field; refused without closing the log
@@ -173,7 +172,7 @@ class FileDurableDataLog:
         fut: asyncio.Future[LogAddress] = (self._loop or asyncio.get_running_loop()).create_future()
         try:
             self._check_usable()
-            views = entry_views(entry)
+            views = as_views(entry)
             size = sum(v.nbytes for v in views)
             if size > ENTRY_BYTES_MAX:
                 raise DataLogError(f"entry of {size} bytes exceeds {ENTRY_BYTES_MAX}")
