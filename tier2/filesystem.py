@@ -367,7 +367,10 @@ class FileSystemStorage:
             check_read_range(name, offset, length, seg.meta.start_offset, seg.length)
             if length == 0:
                 return b""
-            d = self._dir(name)
+            # A plain string path: pathlib interns every part it parses, and interned
+            # strings die with their last Path, so each read would insert into (and
+            # now and then regrow) the interpreter's interned-string table.
+            d = os.path.join(self.root, encode_name(name))
             chunks = seg.meta.chunks
             i = bisect.bisect_right(chunks, offset) - 1
             parts: list[bytes] = []

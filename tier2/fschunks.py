@@ -72,10 +72,10 @@ def remove_unlisted_chunks(d: Path, listed: list[int], below: int | None) -> Non
         os.unlink(d / entry)
 
 
-def read_chunk(name: str, d: Path, start: int, pos: int, n: int) -> bytes:
+def read_chunk(name: str, d: str | Path, start: int, pos: int, n: int) -> bytes:
     """Exactly ``n`` bytes from position ``pos`` of the chunk, or ``DataMissingError``."""
     try:
-        fd = os.open(d / chunk_file_name(start), os.O_RDONLY)
+        fd = os.open(os.path.join(d, chunk_file_name(start)), os.O_RDONLY)
     except FileNotFoundError:
         raise DataMissingError(name, f"chunk {start} is missing") from None
     except OSError as e:

@@ -289,6 +289,19 @@ def record_length(buf: memoryview | bytes | bytearray, pos: int) -> int:
     return int(_U32.unpack_from(buf, pos)[0]) + 4
 
 
+def parse_at(buf: memoryview, pos: int, size: int) -> Operation:
+    """``parse(buf[pos : pos + size])``, with plain appends (the bulk of a replay)
+    decoded in one unpack and without slicing the record first."""
+    if size >= _APPEND_PLAIN.size and buf[pos + 4] == 2:
+        _, _, seq, sid, offset, nattrs, n = _APPEND_PLAIN.unpack_from(buf, pos)
+        if nattrs == 0:
+            start = pos + _APPEND_PLAIN.size
+            op = AppendOp(sid, "", offset, buf[start : start + n])
+            op.seq = seq
+            return op
+    return parse(buf[pos : pos + size])
+
+
 def parse(rec: memoryview) -> Operation:
     """Decode one whole record (as ``serialize`` made it). Payloads stay slices of
     ``rec``."""

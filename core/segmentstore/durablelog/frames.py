@@ -22,8 +22,9 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 
 from core.segmentstore.logs.api import DurableDataLog, LogAddress
-from core.segmentstore.operations import Operation, parse, record_length
+from core.segmentstore.operations import Operation, parse, parse_at, record_length
 
+_U32 = struct.Struct("<I")  # a record's length prefix (operations.py)
 FRAME_HEAD = struct.Struct("<BBI")
 FRAME_VERSION = 1
 SESSION_START = 1
@@ -160,9 +161,9 @@ async def _decode(
                 carry = bytearray(payload[pos:])
                 carry_at = (addr, pos)
                 break
-            size = record_length(payload, pos)
+            size = _U32.unpack_from(payload, pos)[0] + 4
             if pos + size <= n:
-                op = parse(payload[pos : pos + size])
+                op = parse_at(payload, pos, size)
                 op.address = addr
                 op.frame_pos = pos
                 pos += size
