@@ -66,6 +66,8 @@ _RESEND = (_State.WAITING, _State.SEALED, _State.RETRY)
 #: Store errors that a retry cannot cure.
 _NO_ENVELOPE = bytes(ENVELOPE_BYTES)  # overwritten by encode_envelope_into
 _PERMANENT = (TooLargeError, BadOffsetError, BadAttributeUpdateError)
+#: Index entries each partition keeps in memory for tail fetches.
+RECENT_ENTRIES_MAX = 64
 
 
 @dataclass(eq=False)
@@ -123,6 +125,9 @@ class PartitionLog:
         #: Set when the topic is deleted (DeleteTopics): appends still settling after the
         #: seal write nothing more to the index, which is being dropped.
         self.retired = False
+        #: The newest index entries, consecutive, oldest first: fetches at the tail find
+        #: their batches here instead of iterating RocksDB.
+        self.recent: deque[IndexEntry] = deque(maxlen=RECENT_ENTRIES_MAX)
 
     # -- produce -----------------------------------------------------------------------
 
@@ -292,6 +297,7 @@ class PartitionLog:
                 p.position + ENVELOPE_BYTES + b.position, b.size, b.max_timestamp,
             )
             write.entry(self.topic, self.partition, entry)
+            self.recent.append(entry)
             if b.max_timestamp > self._max_timestamp:
                 self._max_timestamp = b.max_timestamp
                 write.time_entry(self.topic, self.partition, b.max_timestamp, b.base_offset)
@@ -310,6 +316,9 @@ class PartitionLog:
         if offset > self.log_start_offset:
             self._logs.index.set_log_start(self.topic, self.partition, offset)
             self.log_start_offset = offset
+            recent = self.recent
+            while recent and recent[0].last_offset < offset:  # deleted from the index too
+                recent.popleft()
 
     @property
     def idle(self) -> bool:

@@ -9,8 +9,10 @@ themselves). Partition logs are opened lazily from the index afterwards.
 from __future__ import annotations
 
 import asyncio
+import bisect
+import itertools
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -196,7 +198,15 @@ class PartitionLogs:
         out: list[memoryview] = []
         total = 0
         hw = plog.high_watermark
-        for entry in self.index.entries_from(plog.topic, plog.partition, offset):
+        recent = plog.recent
+        entries: Iterable[IndexEntry]
+        if recent and recent[0].base_offset <= offset:
+            # A copy: appends may add to ``recent`` while this read awaits.
+            first = max(bisect.bisect_right(recent, offset, key=_base_offset) - 1, 0)
+            entries = [e for e in itertools.islice(recent, first, None) if e.last_offset >= offset]
+        else:
+            entries = self.index.entries_from(plog.topic, plog.partition, offset)
+        for entry in entries:
             if entry.base_offset >= hw:
                 break
             if total + entry.length > max_bytes and (out or not must_return_one):
@@ -223,3 +233,7 @@ class PartitionLogs:
         """One whole batch as bytes (for the rare paths that decode records)."""
         name = self.topics.segment_name(topic, entry.segment_id)
         return b"".join(await self._read_entry(name, entry))
+
+
+def _base_offset(entry: IndexEntry) -> int:
+    return entry.base_offset

@@ -112,6 +112,12 @@ async def _run(steps: list[tuple[str, int, int]], failures: set[int], tmp: Path)
             b[0:8] = base.to_bytes(8, "big")
             want += b
         assert got == bytes(want)
+    tail_reads = {}
+    for p in range(PARTITIONS):
+        live = logs.get("t", p)
+        for offset in {0, live.high_watermark // 2, max(live.high_watermark - 1, 0)}:
+            chunks = await logs.read_batches(live, offset, 1 << 30, True)
+            tail_reads[p, offset] = b"".join(bytes(c) for c in chunks)
     written = _dump(index)
     index.close()
     shutil.rmtree(tmp / "index")
@@ -119,6 +125,11 @@ async def _run(steps: list[tuple[str, int, int]], failures: set[int], tmp: Path)
     rebuilt_logs = PartitionLogs(topics, store, index, ProducerStates(index))
     await rebuilt_logs.rebuild()
     assert _dump(index) == written
+    for (p, offset), a in tail_reads.items():  # reads from memory == reads from RocksDB
+        rebuilt = rebuilt_logs.get("t", p)
+        assert not rebuilt.recent
+        b = await rebuilt_logs.read_batches(rebuilt, offset, 1 << 30, True)
+        assert a == b"".join(bytes(c) for c in b), (p, offset)
     index.close()
     await controller.close()
     await store.close()
