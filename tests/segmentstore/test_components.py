@@ -268,3 +268,38 @@ def test_tier1_index_after_close(tmp_path: Path) -> None:
     again = Tier1Index(tmp_path / "t1", epoch=4)  # a later owner: earlier epochs are gone
     assert again.find(7, 5) is None and [p.name for p in (tmp_path / "t1").iterdir()] == ["4"]
     again.close()
+
+
+async def test_durable_log_joins_small_frames_and_passes_large_ones_as_parts() -> None:
+    """Frames of small operations reach Tier-1 as one buffer; a frame holding a large
+    append as its parts, the append's own buffer among them (not copied)."""
+    from core.segmentstore.durablelog.log import LARGE_OP_BYTES
+    from core.segmentstore.logs.api import Entry, LogAddress
+
+    class Recording(InMemoryDurableDataLog):
+        def __init__(self) -> None:
+            super().__init__(InMemoryLogBacking())
+            self.entries: list[Entry] = []
+
+        def append_future(self, entry: Entry) -> asyncio.Future[LogAddress]:
+            self.entries.append(entry)
+            return super().append_future(entry)
+
+    log = Recording()
+    await log.open()
+    dl = DurableLog(log, frame_bytes_max=1 << 20, frames_in_flight_max=4,
+                    on_commit=lambda ops: None, on_failure=lambda exc: None)
+    dl.start()
+    big = bytes(LARGE_OP_BYTES)
+    for i, data in enumerate([b"a" * 100, b"b" * 200, big]):
+        op = AppendOp(1, "s", 0, data)
+        op.seq = i + 1
+        dl.add(op)
+        if i == 1:
+            await dl.drain()  # the small ones in a frame of their own
+    await dl.drain()
+    small, large = log.entries
+    assert isinstance(small, list) and len(small) == 1 and isinstance(small[0], bytes)
+    assert isinstance(large, list) and any(part is big for part in large)
+    await dl.stop()
+    await log.close()

@@ -29,13 +29,19 @@ from core.segmentstore.durablelog.frames import (
 from core.segmentstore.logs.api import DurableDataLog, LogAddress
 from core.segmentstore.operations import Operation, serialize
 
+#: An operation at least this large makes its frame go to Tier-1 as a list of parts (its
+#: payload is not copied again); a frame of smaller ones only is joined into one buffer
+#: (one C-level copy costs less than walking thousands of small parts in Python).
+LARGE_OP_BYTES = 16 * 1024
+
 
 class _Frame:
-    __slots__ = ("parts", "size", "starts", "completes", "first_op_pos")
+    __slots__ = ("parts", "size", "starts", "completes", "first_op_pos", "large")
 
     def __init__(self) -> None:
         self.parts: list[bytes | memoryview] = []
         self.size = 0
+        self.large = False
         self.starts: list[Operation] = []  # ops whose first byte is here (at op.frame_pos)
         self.completes: list[Operation] = []
         self.first_op_pos = NO_OP_START
@@ -97,13 +103,15 @@ class DurableLog:
         op.frame_pos = cur.size
         cur.starts.append(op)
         parts, size = serialize(op)
+        large = size >= LARGE_OP_BYTES
         if cur.size + size <= self._payload_max:
             cur.parts += parts
             cur.size += size
+            cur.large |= large
             self.bytes_logged += size
         else:
             for part in parts:
-                self._write(part)
+                self._write(part, large)
         self._cur.completes.append(op)
         self.ops_logged += 1
         if not self._cut_scheduled:
@@ -111,11 +119,12 @@ class DurableLog:
             self._cut_scheduled = True
             self._loop.call_soon(self._cut_soon)
 
-    def _write(self, part: bytes | memoryview) -> None:
+    def _write(self, part: bytes | memoryview, large: bool) -> None:
         n = len(part)
         self.bytes_logged += n
         while n:
             cur = self._cur
+            cur.large |= large
             room = self._payload_max - cur.size
             if room <= 0:
                 self._cut()
@@ -142,9 +151,12 @@ class DurableLog:
         flags = SESSION_START if self._session_start else 0
         self._session_start = False
         head = FRAME_HEAD.pack(FRAME_VERSION, flags, cur.first_op_pos)
-        # The frame goes to Tier-1 as its parts (written back to back with pwritev):
-        # no join, which copied every appended byte once more on the event loop.
-        parts = [head, *cur.parts]
+        # A frame holding a large operation goes to Tier-1 as its parts (written back
+        # to back with pwritev): no join, which copied every byte once more on the
+        # event loop. Small operations only: one join.
+        parts: list[bytes | memoryview] = [head, *cur.parts]
+        if not cur.large:
+            parts = [b"".join(parts)]
         cur.parts = []
         self._cur = _Frame()
         self._ready.append((cur, parts))
