@@ -23,6 +23,9 @@ class SegmentStoreConfig:
     frames_in_flight_max: int = 64
     #: Tier-1 log files are rolled at this size (passed to the file log).
     tier1_file_bytes_max: int = 64 * MiB
+    #: Tier-1 log files kept for reuse once truncated away, per container (syncs into a
+    #: reused file skip the filesystem's journal commit; ``logs/fileformat.py``).
+    tier1_spare_files: int = 2
     #: Largest single append.
     append_bytes_max: int = 8 * MiB
     #: Largest table key and value.

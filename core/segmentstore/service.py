@@ -100,7 +100,9 @@ class StreamSegmentStore:
 
         directory = self.data_dir / "tier1" / f"container-{container_id}"
         log: DurableDataLog = FileDurableDataLog(
-            directory, file_bytes_max=self.config.tier1_file_bytes_max
+            directory,
+            file_bytes_max=self.config.tier1_file_bytes_max,
+            spare_files=self.config.tier1_spare_files,
         )
         return log
 

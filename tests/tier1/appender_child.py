@@ -1,8 +1,10 @@
 """Child process for the kill -9 test: appends forever, printing each acknowledgement.
 
-``python -m tests.tier1.appender_child DIR`` appends entry ``i`` (``payload(i)``) with
-up to 64 appends in flight, and prints ``i file_id position`` once append ``i`` is
-acknowledged, flushing every line, until it is killed.
+``python -m tests.tier1.appender_child DIR [truncate]`` appends entry ``i``
+(``payload(i)``) with up to 64 appends in flight, and prints ``i file_id position`` once
+append ``i`` is acknowledged, flushing every line, until it is killed. With
+``truncate``, each 200th acknowledgement also truncates the log before entry ``i - 300``
+(so rolls reuse spare files) and prints ``spares B A``, the spare files before and after.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+from core.segmentstore.logs.fileformat import list_spares
 from core.segmentstore.logs.filelog import FileDurableDataLog
 
 
@@ -19,16 +22,25 @@ def payload(i: int) -> bytes:
     return (i.to_bytes(8, "big") * (size // 8 + 1))[:size]
 
 
-async def main(directory: Path) -> None:
+async def main(directory: Path, truncate: bool) -> None:
     log = FileDurableDataLog(directory, file_bytes_max=1 << 20, in_flight_bytes_max=1 << 20)
     await log.open()
     sem = asyncio.Semaphore(64)
     out = sys.stdout
 
+    addrs: dict[int, object] = {}
+
     async def one(i: int) -> None:
         addr = await log.append(payload(i))
         out.write(f"{i} {addr.file_id} {addr.position}\n")
         out.flush()
+        if truncate:
+            addrs[i] = addr
+            if i % 200 == 0 and i - 300 in addrs:
+                before = len(list_spares(directory))
+                await log.truncate(addrs[i - 300])  # type: ignore[arg-type]
+                out.write(f"spares {before} {len(list_spares(directory))}\n")
+                out.flush()
         sem.release()
 
     i = 0
@@ -42,4 +54,4 @@ async def main(directory: Path) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(Path(sys.argv[1])))
+    asyncio.run(main(Path(sys.argv[1]), sys.argv[2:] == ["truncate"]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -17,7 +18,15 @@ from core.segmentstore.logs.api import (
     DataLogFencedError,
     LogAddress,
 )
-from core.segmentstore.logs.fileformat import FILE_HEADER_BYTES, list_log_files, log_file_name
+from core.segmentstore.logs.fileformat import (
+    FILE_HEADER,
+    FILE_HEADER_BYTES,
+    FILE_MAGIC,
+    entry_crc,
+    list_log_files,
+    list_spares,
+    log_file_name,
+)
 from core.segmentstore.logs.filelog import FileDurableDataLog
 from tests.tier1.appender_child import payload
 
@@ -253,3 +262,137 @@ async def _fence_while_appending(d: Path, attempt: int) -> None:
     kept = {data async for _, data in new.read()}
     await new.close()
     assert acked and not [e for e in acked if e not in kept]
+
+
+# -- spare files (reused log files) -------------------------------------------------------
+
+
+def _parse_child_line(
+    acked: dict[int, LogAddress], spares: list[tuple[int, int]], line: str
+) -> None:
+    if line.startswith("spares "):
+        _, before, after = line.split()
+        spares.append((int(before), int(after)))
+        return
+    i, fid, pos = map(int, line.split())
+    acked[i] = LogAddress(fid, pos)
+
+
+async def test_kill_9_while_rolls_reuse_spare_files(tmp_path: Path) -> None:
+    """The child truncates as it goes, so most rolls take a spare file still full of
+    entries of its earlier life; after ``kill -9`` every acknowledged entry that was not
+    truncated away reads back at its address, and nothing stale shows up."""
+    d = tmp_path / "log"
+    for _round in range(3):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.tier1.appender_child", str(d), "truncate"],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        acked: dict[int, LogAddress] = {}
+        spares: list[tuple[int, int]] = []
+        parse = functools.partial(_parse_child_line, acked, spares)
+        deadline = time.monotonic() + 60
+        while len(acked) < 1500:
+            line = proc.stdout.readline()
+            assert line, f"child exited early with {proc.poll()}"
+            parse(line)
+            assert time.monotonic() < deadline
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        for line in proc.stdout.read().splitlines():
+            parse(line)
+        proc.stdout.close()
+        got = await _entries(d)
+        first_of_child = min(acked.values())
+        mine = [(a, data) for a, data in got if a >= first_of_child]
+        indices = [int.from_bytes(data[:8], "big") for _, data in mine]
+        for (a, data), k in zip(mine, indices, strict=True):
+            assert data == payload(k), f"entry at {a} damaged or stale"
+            if k in acked:
+                assert a == acked[k]
+        # Contiguous, in order, and reaching past the last acknowledgement; truncation
+        # only ever removes entries 300 and more below the newest.
+        assert indices == list(range(indices[0], indices[0] + len(indices)))
+        assert indices[0] <= max(acked) - 300 + 1
+        assert indices[-1] >= max(acked)
+        # Truncations kept spares and later rolls took them.
+        # Truncations kept spares, and rolls between them took some.
+        assert any(after > 0 for _, after in spares)
+        assert any(before < prev_after for (_, prev_after), (before, _) in zip(spares, spares[1:], strict=False))
+
+
+async def test_rolls_take_spares_and_stale_entries_stay_hidden(tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    log = FileDurableDataLog(d, file_bytes_max=FILE_HEADER_BYTES + 3 * 108, spare_files=2)
+    await log.open()
+    addrs = [await log.append(bytes([i]) * 100) for i in range(12)]
+    await log.truncate(addrs[9])  # files 1-3 (of this epoch) go
+    spares = list_spares(d)
+    assert len(spares) == 2  # one was deleted: two spares at most
+    inodes = {os.stat(d / n).st_ino for n in spares}
+    # Five entries of the same size: the second reused file gets two, and its third
+    # slot still holds a whole entry of its earlier life, at an entry boundary.
+    more = [await log.append(bytes([100 + i]) * 100) for i in range(5)]
+    assert list_spares(d) == []
+    new_files = sorted({a.file_id for a in more})
+    assert len(new_files) == 2
+    assert {os.stat(d / log_file_name(f)).st_ino for f in new_files} == inodes
+    expected = [bytes([i]) * 100 for i in range(9, 12)] + [bytes([100 + i]) * 100 for i in range(5)]
+    assert [data async for _, data in log.read()] == expected
+    await log.close()
+    # A new owner scans the last file for its end: the stale entry after the new ones
+    # fails its CRC under the new file id, so only what this life wrote is there.
+    assert [data for _, data in await _entries(d)] == expected
+
+
+async def test_files_of_an_earlier_owner_are_deleted_not_kept(tmp_path: Path) -> None:
+    """A fenced owner may still write into its file once more: reusing it could let
+    that write land over a newer owner's entries."""
+    d = tmp_path / "log"
+    addrs = await _write(d, [bytes([i]) * 100 for i in range(6)], file_bytes_max=FILE_HEADER_BYTES + 3 * 108)
+    log = FileDurableDataLog(d, file_bytes_max=FILE_HEADER_BYTES + 3 * 108)
+    await log.open()
+    mine = [await log.append(bytes([50 + i]) * 100) for i in range(6)]
+    await log.truncate(mine[-1])
+    assert all(f not in list_log_files(d) for f in {a.file_id for a in addrs})
+    kept = list_spares(d)
+    assert kept and all(int(n.split("-")[1]) >= mine[0].file_id for n in kept)
+    await log.close()
+
+
+async def test_crash_during_claim_leaves_no_shared_spare(tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    log = FileDurableDataLog(d, file_bytes_max=FILE_HEADER_BYTES + 3 * 108)
+    await log.open()
+    addrs = [await log.append(bytes([i]) * 100) for i in range(9)]
+    await log.truncate(addrs[-1])
+    await log.close()
+    spare = d / list_spares(d)[0]
+    last = max(list_log_files(d))
+    os.link(spare, d / log_file_name(last + 1))  # claimed, spare name not yet removed
+    got = await _entries(d)
+    assert [data for _, data in got] == [bytes([8]) * 100]
+    assert spare.name not in list_spares(d)
+
+
+async def test_format_1_files_are_read(tmp_path: Path) -> None:
+    """Files written before entry CRCs were seeded with the file id still read back
+    (and are never reused as spares)."""
+    d = tmp_path / "log"
+    d.mkdir()
+    entries = [b"old-1", b"old-two"]
+    body = bytearray(FILE_HEADER.pack(FILE_MAGIC, 1, 1))
+    for e in entries:
+        length = len(e).to_bytes(4, "big")
+        body += length + entry_crc(0, length, e).to_bytes(4, "big") + e
+    (d / log_file_name(1)).write_bytes(bytes(body))
+    assert [data for _, data in await _entries(d)] == entries
+    log = FileDurableDataLog(d)
+    await log.open()
+    addr = await log.append(b"new")
+    await log.truncate(addr)
+    assert list_spares(d) == []
+    await log.close()

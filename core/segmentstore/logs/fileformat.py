@@ -3,20 +3,25 @@
 Directory::
 
     <dir>/<file_id>.log   a log file (file id zero-padded to 20 digits)
+    <dir>/spare-<n>       a retired log file kept for reuse (see "Spare files")
     <dir>/meta.json       {"epoch": E, "start": [file_id, position] | null,
                            "ends": {"<file_id>": end_position, ...}}
     <dir>/lock            ``flock``ed around every read-modify-write of meta.json
     <dir>/epoch           the current owner's epoch, u64 big-endian, rewritten in place
                           (never replaced) by ``open`` right after meta.json, fsynced
 
-A log file starts with a 16-byte header: ``b"TGDL"``, u32 format version (1), u64 epoch
+A log file starts with a 16-byte header: ``b"TGDL"``, u32 format version (2), u64 epoch
 of the owner that created it; then entries, each::
 
     [u32 length][u32 crc][payload: length bytes]        (big-endian)
 
-where ``crc = crc32c(length field + payload)``. The CRC covers the length field too, so
-a corrupted length is caught, and a run of zero bytes (unwritten or preallocated space
-after a crash) never parses as an entry: crc32c of an empty payload alone would be 0.
+where ``crc = crc32c(length field + payload)`` started from a seed that is the
+crc32c of the file id (u64 big-endian). The CRC covers the length field too, so a
+corrupted length is caught, and a run of zero bytes (unwritten space after a crash)
+never parses as an entry. The seed makes an entry valid in one file only: a spare file
+reused as another log file still holds the entries of its earlier life, and they fail
+their CRC there, so the valid prefix ends where the new owner stopped writing. (Format
+version 1, read but no longer written, had no seed; such files are never reused.)
 A ``LogAddress`` is ``(file_id, byte position of the entry's length field)``.
 
 ``ends`` records where each closed file's valid entries end: a file is closed when its
@@ -24,6 +29,16 @@ owner rolls past it or when a later owner opens the log. Bytes past a recorded e
 ignored (a fenced owner may still be writing there). The owner's current file has no
 recorded end. ``start`` is the truncation point: entries before it are gone even if
 their file still exists (a crash between the metadata update and the file deletion).
+
+Spare files (the Plog seed's pre-allocated plog). A file truncated away is renamed to a
+spare (up to a configured number of them) instead of being deleted, and the next roll
+takes a spare instead of creating a file: writing over blocks a file already has lets
+``fdatasync`` flush just the data, without the filesystem journal commit that growing a
+file needs, and on ext4 that commit also waits for other files' pending data (Tier-2
+writes), so syncs into a spare are shorter and steadier. A spare is claimed under the
+metadata lock: its header is rewritten for the new owner, then it is hard-linked to its
+log name (exclusive, like ``O_EXCL``) and the spare name removed. A crash in between
+leaves one inode under both names; ``open`` removes such spare names.
 """
 
 from __future__ import annotations
@@ -43,7 +58,8 @@ import crc32c
 from core.segmentstore.logs.api import DataLogCorruptError, LogAddress
 
 FILE_MAGIC = b"TGDL"
-FILE_VERSION = 1
+FILE_VERSION = 2
+_FILE_VERSIONS = (1, 2)
 FILE_HEADER = struct.Struct(">4sIQ")
 FILE_HEADER_BYTES = FILE_HEADER.size
 ENTRY_HEADER = struct.Struct(">II")
@@ -54,19 +70,31 @@ META_FILE = "meta.json"
 LOCK_FILE = "lock"
 EPOCH_FILE = "epoch"
 _EPOCH = struct.Struct(">Q")
+_FILE_ID = struct.Struct(">Q")
+SPARE_PREFIX = "spare-"
 
 
-def entry_crc(length_field: bytes | memoryview, payload: bytes | memoryview) -> int:
-    return int(crc32c.crc32c(payload, crc32c.crc32c(length_field)))
+def entry_seed(file_id: int, version: int = FILE_VERSION) -> int:
+    """Where the CRCs of ``file_id``'s entries start (format version 1: no seed)."""
+    return 0 if version == 1 else int(crc32c.crc32c(_FILE_ID.pack(file_id)))
 
 
-def entry_header(parts: list[memoryview]) -> bytes:
-    """The header of an entry whose payload is ``parts`` back to back."""
+def entry_crc(seed: int, length_field: bytes | memoryview, payload: bytes | memoryview) -> int:
+    return int(crc32c.crc32c(payload, crc32c.crc32c(length_field, seed)))
+
+
+def entry_header(parts: list[memoryview], seed: int) -> bytes:
+    """The header of an entry whose payload is ``parts`` back to back, in the file
+    whose ``entry_seed`` is ``seed``."""
     length_field = _LENGTH.pack(sum(v.nbytes for v in parts))
-    crc = crc32c.crc32c(length_field)
+    crc = crc32c.crc32c(length_field, seed)
     for v in parts:
         crc = crc32c.crc32c(v, crc)
     return length_field + _LENGTH.pack(crc)
+
+
+def file_id_of(path: Path) -> int:
+    return int(path.name[: -len(LOG_SUFFIX)])
 
 
 def log_file_name(file_id: int) -> str:
@@ -204,23 +232,89 @@ def create_log_file(directory: Path, file_id: int, epoch: int) -> int:
     return fd
 
 
-def _valid_entry_at(buf: memoryview, pos: int, size: int) -> bool:
+def list_spares(directory: Path) -> list[str]:
+    return sorted(n for n in os.listdir(directory) if n.startswith(SPARE_PREFIX))
+
+
+def claim_spare(directory: Path, file_id: int, epoch: int) -> int | None:
+    """Make a spare file log file ``file_id`` (call under the metadata lock); an fd
+    open for writing, or None when there is no spare.
+
+    Raises ``FileExistsError`` if ``file_id`` exists (another owner got there first).
+    """
+    target = directory / log_file_name(file_id)
+    for name in list_spares(directory):
+        spare = directory / name
+        try:
+            fd = os.open(spare, os.O_WRONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            # The new header first: the log name never shows the old one. Its entries
+            # fail their CRCs under the new file id, so the file reads as empty.
+            os.pwrite(fd, FILE_HEADER.pack(FILE_MAGIC, FILE_VERSION, epoch), 0)
+            os.link(spare, target)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.unlink(spare)
+        fsync_dir(directory)
+        return fd
+    return None
+
+
+def retire_log_file(directory: Path, file_id: int, epoch: int, spares_max: int) -> None:
+    """A log file truncated away: kept as a spare while fewer than ``spares_max`` exist,
+    if the owner of ``epoch`` created it in the current format, else deleted.
+
+    Only its own files: their writer (this owner's) has rolled past them for good. A
+    file of an earlier owner is deleted, as a fenced owner may still hold it open and
+    write into it once more; into a reused file, that would overwrite new entries."""
+    path = directory / log_file_name(file_id)
+    if spares_max > 0 and len(list_spares(directory)) < spares_max:
+        try:
+            with open(path, "rb") as f:
+                head = f.read(FILE_HEADER_BYTES)
+        except FileNotFoundError:
+            return
+        if len(head) == FILE_HEADER_BYTES and FILE_HEADER.unpack(head) == (
+            FILE_MAGIC,
+            FILE_VERSION,
+            epoch,
+        ):
+            os.replace(path, directory / f"{SPARE_PREFIX}{file_id:020d}")
+            return
+    path.unlink(missing_ok=True)
+
+
+def remove_linked_spares(directory: Path) -> None:
+    """Remove spare names that share their file with a log file (a crash during
+    ``claim_spare``): the log name holds it now."""
+    for name in list_spares(directory):
+        try:
+            if os.stat(directory / name).st_nlink > 1:
+                os.unlink(directory / name)
+        except FileNotFoundError:
+            pass
+
+
+def _valid_entry_at(buf: memoryview, pos: int, size: int, seed: int) -> bool:
     if size - pos < ENTRY_HEADER_BYTES:
         return False
     length, crc = ENTRY_HEADER.unpack_from(buf, pos)
     end = pos + ENTRY_HEADER_BYTES + length
-    return end <= size and entry_crc(buf[pos : pos + 4], buf[pos + 8 : end]) == int(crc)
+    return end <= size and entry_crc(seed, buf[pos : pos + 4], buf[pos + 8 : end]) == int(crc)
 
 
-def _check_file_header(path: Path, buf: memoryview) -> bool:
-    """True if the file has a valid header; False if it is empty or its header torn."""
+def _check_file_header(path: Path, buf: memoryview) -> int | None:
+    """The entry seed of the file; None if it is empty or its header torn."""
     if len(buf) < FILE_HEADER_BYTES:
-        return False
+        return None
     magic, version, _epoch = FILE_HEADER.unpack_from(buf, 0)
-    if magic == FILE_MAGIC and version == FILE_VERSION:
-        return True
+    if magic == FILE_MAGIC and version in _FILE_VERSIONS:
+        return entry_seed(file_id_of(path), version)
     if bytes(buf[:FILE_HEADER_BYTES]) == bytes(FILE_HEADER_BYTES):
-        return False  # created, header never reached the disk
+        return None  # created, header never reached the disk
     raise DataLogCorruptError(f"{path}: not a log file (header {bytes(buf[:16])!r})")
 
 
@@ -250,7 +344,8 @@ def scan_valid_end(path: Path) -> int:
 
 
 def _scan(path: Path, buf: memoryview, size: int) -> int:
-    if not _check_file_header(path, buf):
+    seed = _check_file_header(path, buf)
+    if seed is None:
         return 0
     pos = FILE_HEADER_BYTES
     while pos < size:
@@ -260,8 +355,8 @@ def _scan(path: Path, buf: memoryview, size: int) -> int:
         end = pos + ENTRY_HEADER_BYTES + length
         if end > size:
             return pos
-        if entry_crc(buf[pos : pos + 4], buf[pos + 8 : end]) != crc:
-            if _valid_entry_at(buf, end, size):
+        if entry_crc(seed, buf[pos : pos + 4], buf[pos + 8 : end]) != crc:
+            if _valid_entry_at(buf, end, size, seed):
                 raise DataLogCorruptError(f"{path}: entry at {pos} fails its CRC")
             return pos
         pos = end
@@ -286,7 +381,7 @@ def read_entries(
             return out, end
         with mmap.mmap(f.fileno(), end, access=mmap.ACCESS_READ) as mm:
             with memoryview(mm) as buf:
-                _check_file_header(path, buf)
+                seed = _check_file_header(path, buf) or 0
             # Slicing the mmap copies each payload once into the bytes returned; no
             # memoryview outlives the map.
             pos = max(pos, FILE_HEADER_BYTES)
@@ -299,7 +394,7 @@ def read_entries(
                     raise DataLogCorruptError(f"{path}: entry at {pos} runs past {end}")
                 if pos >= skip_before:
                     payload = mm[pos + 8 : nxt]
-                    if entry_crc(mm[pos : pos + 4], payload) != crc:
+                    if entry_crc(seed, mm[pos : pos + 4], payload) != crc:
                         raise DataLogCorruptError(f"{path}: entry at {pos} fails its CRC")
                     out.append((pos, payload))
                     taken += length + ENTRY_HEADER_BYTES

@@ -10,7 +10,8 @@ Format and directory layout: ``fileformat.py``. Behaviour:
   by ``in_flight_bytes_max``; further appends wait, in order, in ``_pending``.
 - Rolling. A file is closed when the next entry would take it past ``file_bytes_max``
   (a file always takes at least one entry): its end is recorded in the metadata, then the
-  next file is created with ``O_EXCL``.
+  next file is made from a spare or else created with ``O_EXCL``. Truncation keeps up
+  to ``spare_files`` of the owner's own truncated files as spares (``fileformat.py``).
 - Fencing. ``open`` bumps the epoch in the metadata and the epoch file (under
   ``flock``), creates a new file for itself, then records the valid end of every earlier
   file that had none (cutting a torn tail). A fenced owner notices on its next batch:
@@ -43,8 +44,10 @@ from core.segmentstore.logs.api import (
 from core.segmentstore.logs.fileformat import (
     ENTRY_HEADER_BYTES,
     FILE_HEADER_BYTES,
+    claim_spare,
     create_log_file,
     entry_header,
+    entry_seed,
     fsync_dir,
     list_log_files,
     log_file_name,
@@ -53,6 +56,8 @@ from core.segmentstore.logs.fileformat import (
     read_entries,
     read_epoch,
     read_meta,
+    remove_linked_spares,
+    retire_log_file,
     scan_valid_end,
     write_epoch,
     write_meta,
@@ -73,8 +78,10 @@ class FileDurableDataLog:
         *,
         file_bytes_max: int = 256 * 1024 * 1024,
         in_flight_bytes_max: int = 64 * 1024 * 1024,
+        spare_files: int = 2,
     ) -> None:
         self.directory = Path(directory)
+        self._spare_files = spare_files
         self._file_bytes_max = file_bytes_max
         self._in_flight_bytes_max = in_flight_bytes_max
         self._epoch = 0
@@ -94,6 +101,7 @@ class FileDurableDataLog:
         self._fd = -1
         self._epoch_fd = -1
         self._file_id = 0
+        self._seed = 0  # ``entry_seed`` of the current file
         self._pos = 0
         self._synced = LogAddress(0, 0)
         self.syncs = 0  # fdatasync calls made by the writer, for benchmarks and tests
@@ -124,6 +132,7 @@ class FileDurableDataLog:
             write_meta(d, meta)
             # Before any earlier file is scanned below: see ``_check_fenced``.
             write_epoch(d, meta.epoch)
+            remove_linked_spares(d)
         self._epoch = meta.epoch
         self._epoch_fd = open_epoch(d)
         start_id = meta.start.file_id if meta.start else 0
@@ -133,11 +142,13 @@ class FileDurableDataLog:
         fid = max([*list_log_files(d), *meta.ends, start_id]) + 1
         while True:
             try:
-                self._fd = create_log_file(d, fid, self._epoch)
+                with self._meta_lock, meta_lock(d):
+                    fd = claim_spare(d, fid, self._epoch)
+                self._fd = fd if fd is not None else create_log_file(d, fid, self._epoch)
                 break
             except FileExistsError:
                 fid += 1  # a fenced owner rolled into it concurrently
-        self._file_id, self._pos = fid, FILE_HEADER_BYTES
+        self._file_id, self._seed, self._pos = fid, entry_seed(fid), FILE_HEADER_BYTES
         self._synced = LogAddress(fid, FILE_HEADER_BYTES)
         try:
             # Listed after our file exists: a fenced owner can no longer add one below it.
@@ -258,7 +269,7 @@ class FileDurableDataLog:
                 if pos > start and pos + size > self._file_bytes_max:
                     break
                 # The CRC runs here, off the event loop (crc32c releases the GIL).
-                bufs.append(memoryview(entry_header(views)))
+                bufs.append(memoryview(entry_header(views, self._seed)))
                 bufs += views
                 addrs.append(LogAddress(self._file_id, pos))
                 pos += size
@@ -291,13 +302,21 @@ class FileDurableDataLog:
                 raise DataLogFencedError(f"epoch {self._epoch} fenced by {meta.epoch}")
             meta.ends[self._file_id] = self._pos
             write_meta(d, meta)
+            try:
+                fd = claim_spare(d, self._file_id + 1, self._epoch)
+            except FileExistsError:
+                fd = -1
         try:
-            fd = create_log_file(d, self._file_id + 1, self._epoch)
+            if fd is None:
+                fd = create_log_file(d, self._file_id + 1, self._epoch)
+            elif fd < 0:
+                raise FileExistsError
         except FileExistsError:
             raise DataLogFencedError(f"file {self._file_id + 1} taken by a newer owner") from None
         os.close(self._fd)
         self._fd = fd
         self._file_id += 1
+        self._seed = entry_seed(self._file_id)
         self._pos = FILE_HEADER_BYTES
 
     # ------------------------------------------------------------ read, truncate
@@ -348,7 +367,7 @@ class FileDurableDataLog:
             write_meta(d, meta)
         for fid in list_log_files(d):
             if fid < upto.file_id:
-                (d / log_file_name(fid)).unlink(missing_ok=True)
+                retire_log_file(d, fid, self._epoch, self._spare_files)
         fsync_dir(d)
 
     # ------------------------------------------------------------------- close
