@@ -142,9 +142,7 @@ class FileDurableDataLog:
         fid = max([*list_log_files(d), *meta.ends, start_id]) + 1
         while True:
             try:
-                with self._meta_lock, meta_lock(d):
-                    fd = claim_spare(d, fid, self._epoch)
-                self._fd = fd if fd is not None else create_log_file(d, fid, self._epoch)
+                self._fd = self._take_file(fid)
                 break
             except FileExistsError:
                 fid += 1  # a fenced owner rolled into it concurrently
@@ -302,15 +300,8 @@ class FileDurableDataLog:
                 raise DataLogFencedError(f"epoch {self._epoch} fenced by {meta.epoch}")
             meta.ends[self._file_id] = self._pos
             write_meta(d, meta)
-            try:
-                fd = claim_spare(d, self._file_id + 1, self._epoch)
-            except FileExistsError:
-                fd = -1
         try:
-            if fd is None:
-                fd = create_log_file(d, self._file_id + 1, self._epoch)
-            elif fd < 0:
-                raise FileExistsError
+            fd = self._take_file(self._file_id + 1)
         except FileExistsError:
             raise DataLogFencedError(f"file {self._file_id + 1} taken by a newer owner") from None
         os.close(self._fd)
@@ -318,6 +309,14 @@ class FileDurableDataLog:
         self._file_id += 1
         self._seed = entry_seed(self._file_id)
         self._pos = FILE_HEADER_BYTES
+
+    def _take_file(self, file_id: int) -> int:
+        """Log file ``file_id``, made from a spare (claimed under the lock, so no two
+        owners take the same one) or else created; ``FileExistsError`` if it exists."""
+        d = self.directory
+        with self._meta_lock, meta_lock(d):
+            fd = claim_spare(d, file_id, self._epoch)
+        return fd if fd is not None else create_log_file(d, file_id, self._epoch)
 
     # ------------------------------------------------------------ read, truncate
 
