@@ -48,8 +48,11 @@ class GatewayConfig:
     max_connections: int = 1000
     #: Upper bound on a Fetch's max_wait_ms and a Produce's wait for durability.
     fetch_max_wait_ms_max: int = 30_000
-    #: Fetch response size cap applied on top of the request's max_bytes.
-    fetch_max_bytes: int = 55 * 1024 * 1024
+    #: Fetch response size cap applied on top of the request's max_bytes. Kafka's
+    #: default is 55 MiB; 8 MiB answers come sooner, bound the memory one fetch takes,
+    #: and keep librdkafka consumers under their queue limit (64 MiB): two 50 MB answers
+    #: overflowed it, and it then paused fetching for ``fetch.queue.backoff.ms`` (1 s).
+    fetch_max_bytes: int = 8 * 1024 * 1024
     #: glibc ``M_MMAP_THRESHOLD``: allocations at least this large get their own
     #: mapping, returned to the OS when freed. glibc's default threshold grows to 32 MiB
     #: as such blocks are freed, after which cache blocks and fetch buffers come from
