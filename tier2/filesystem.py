@@ -111,11 +111,15 @@ class FileSystemStorage:
         *,
         chunk_bytes_max: int = 64 * 1024 * 1024,
         meta_cache_entries_max: int = 10_000,
+        drop_written_pages: bool = False,
+        read_ahead_bytes: int = 0,
     ) -> None:
         if chunk_bytes_max <= 0:
             raise ValueError("chunk_bytes_max must be positive")
         self.root = Path(root)
         self._chunk_bytes_max = chunk_bytes_max
+        self._drop_written_pages = drop_written_pages
+        self._read_ahead_bytes = read_ahead_bytes
         self._cache_max = meta_cache_entries_max
         self._cache: OrderedDict[str, _Seg] = OrderedDict()
         self._cache_lock = threading.Lock()
@@ -340,7 +344,9 @@ class FileSystemStorage:
 
     def _append_to_last(self, name: str, seg: _Seg, piece: list[memoryview]) -> None:
         start = seg.meta.chunks[-1]
-        seg.last_size = append_to_chunk(name, self._dir(name), start, seg.last_size, piece)
+        seg.last_size = append_to_chunk(
+            name, self._dir(name), start, seg.last_size, piece, drop_pages=self._drop_written_pages
+        )
 
     def _roll_back_write(self, name: str, seg: _Seg, chunks_before: int, last_size: int) -> None:
         """Undo a failed write; if that fails too, forget the cache so the disk decides."""
@@ -377,7 +383,11 @@ class FileSystemStorage:
             pos, end = offset, offset + length
             while pos < end:
                 take = min(seg.chunk_end(i), end) - pos
-                parts.append(read_chunk(name, d, chunks[i], pos - chunks[i], take))
+                parts.append(
+                    read_chunk(
+                        name, d, chunks[i], pos - chunks[i], take, read_ahead=self._read_ahead_bytes
+                    )
+                )
                 pos += take
                 i += 1
             return parts[0] if len(parts) == 1 else b"".join(parts)

@@ -28,9 +28,12 @@ def create_empty_chunk(d: Path, start: int) -> None:
     fsync_dir(d)
 
 
-def append_to_chunk(name: str, d: Path, start: int, size: int, piece: list[memoryview]) -> int:
+def append_to_chunk(
+    name: str, d: Path, start: int, size: int, piece: list[memoryview], *, drop_pages: bool = False
+) -> int:
     """Append the buffers of ``piece`` (back to back) to the chunk, which must hold
-    ``size`` bytes, and ``fdatasync``; the chunk's new size."""
+    ``size`` bytes, and ``fdatasync``; the chunk's new size. With ``drop_pages`` the
+    written pages then leave the page cache (all but a partial last page)."""
     path = d / chunk_file_name(start)
     try:
         fd = os.open(path, os.O_WRONLY)
@@ -44,6 +47,8 @@ def append_to_chunk(name: str, d: Path, start: int, size: int, piece: list[memor
             raise DataMissingError(name, f"chunk {start} has {actual} bytes, expected {size}")
         pos = size + pwritev_all(fd, piece, size)
         os.fdatasync(fd)
+        if drop_pages:
+            os.posix_fadvise(fd, size, pos - size, os.POSIX_FADV_DONTNEED)
     except OSError as e:
         raise StorageError(name, f"write to chunk {start} failed: {e}") from e
     finally:
@@ -72,8 +77,12 @@ def remove_unlisted_chunks(d: Path, listed: list[int], below: int | None) -> Non
         os.unlink(d / entry)
 
 
-def read_chunk(name: str, d: str | Path, start: int, pos: int, n: int) -> bytes:
-    """Exactly ``n`` bytes from position ``pos`` of the chunk, or ``DataMissingError``."""
+def read_chunk(
+    name: str, d: str | Path, start: int, pos: int, n: int, *, read_ahead: int = 0
+) -> bytes:
+    """Exactly ``n`` bytes from position ``pos`` of the chunk, or ``DataMissingError``.
+    With ``read_ahead`` the kernel is asked to start reading that many bytes after them
+    (the file is opened per read, so its own sequential read-ahead never starts)."""
     try:
         fd = os.open(os.path.join(d, chunk_file_name(start)), os.O_RDONLY)
     except FileNotFoundError:
@@ -94,6 +103,8 @@ def read_chunk(name: str, d: str | Path, start: int, pos: int, n: int) -> bytes:
                 parts.append(more)
                 got += len(more)
             data = b"".join(parts)
+        if read_ahead:
+            os.posix_fadvise(fd, pos + n, read_ahead, os.POSIX_FADV_WILLNEED)
         return data
     except OSError as e:
         raise StorageError(name, f"read of chunk {start} failed: {e}") from e

@@ -47,6 +47,15 @@ class SegmentStoreConfig:
     tier2_chunk_bytes_max: int = 64 * MiB
     #: Tier-2 reads for cache misses fetch at least this many bytes (read-ahead).
     tier2_read_block_bytes: int = 1 * MiB
+    #: Filesystem Tier-2: written (and synced) pages leave the page cache. Recent data
+    #: is read from the read index's cache; the page cache would hold a second copy, and
+    #: growing it was the costliest kernel work of a produce on the development VM (see
+    #: the README). Catch-up reads of older data then come from the disk.
+    tier2_drop_written_pages: bool = True
+    #: Filesystem Tier-2: after each read the kernel is asked to read this many bytes
+    #: ahead (``POSIX_FADV_WILLNEED``): a chunk is opened per read, so the kernel's own
+    #: sequential read-ahead never starts.
+    tier2_read_ahead_bytes: int = 4 * MiB
     #: Attempts of a Tier-2 read that fails with a transient error, before the read
     #: fails with ``DataCorruptionError``.
     tier2_read_attempts: int = 4

@@ -82,7 +82,10 @@ class StreamSegmentStore:
             from tier2.filesystem import FileSystemStorage
 
             tier2 = FileSystemStorage(
-                self.data_dir / "tier2", chunk_bytes_max=config.tier2_chunk_bytes_max
+                self.data_dir / "tier2",
+                chunk_bytes_max=config.tier2_chunk_bytes_max,
+                drop_written_pages=config.tier2_drop_written_pages,
+                read_ahead_bytes=config.tier2_read_ahead_bytes,
             )
         self.storage: Storage = tier2
         self.cache = Cache(config.cache_bytes_max)

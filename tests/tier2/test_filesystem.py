@@ -296,3 +296,21 @@ def test_write_of_many_buffers_across_chunks_and_iov_max(tmp_path: Path) -> None
     assert len(list(tmp_path.rglob("*.chunk"))) == 2
     s.write("seg", len(expect), [b"", bytearray(b"xy"), memoryview(b"z")])
     assert s.read("seg", len(expect), 3) == b"xyz"
+
+
+def test_dropped_pages_and_read_ahead_keep_every_byte(tmp_path: Path) -> None:
+    """Pages leave the page cache after each append (the segment store's setting) and
+    reads ask for read-ahead: appends at unaligned offsets and reads across chunks still
+    return exactly what was written, also from a new instance."""
+    kw = {"chunk_bytes_max": 10_000, "drop_written_pages": True, "read_ahead_bytes": 8192}
+    s = FileSystemStorage(tmp_path, **kw)  # type: ignore[arg-type]
+    s.create("seg")
+    data = bytearray()
+    for i, n in enumerate([1, 4095, 4097, 333, 9000, 12_345, 7]):
+        piece = os.urandom(n)
+        s.write("seg", len(data), [memoryview(piece[: n // 2]), memoryview(piece[n // 2 :])])
+        data += piece
+        assert s.read("seg", 0, len(data)) == bytes(data), i
+    again = FileSystemStorage(tmp_path, **kw)  # type: ignore[arg-type]
+    for start in range(0, len(data), 2999):
+        assert again.read("seg", start, min(5000, len(data) - start)) == bytes(data[start : start + 5000])

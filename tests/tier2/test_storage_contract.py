@@ -29,6 +29,10 @@ FACTORIES: dict[str, Factory] = {
     "filesystem-nocache": lambda root: FileSystemStorage(
         root, chunk_bytes_max=5, meta_cache_entries_max=0
     ),
+    # As the segment store runs it: written pages dropped, reads ask for read-ahead.
+    "filesystem-dropping": lambda root: FileSystemStorage(
+        root, chunk_bytes_max=7, drop_written_pages=True, read_ahead_bytes=64
+    ),
 }
 
 
