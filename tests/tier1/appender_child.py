@@ -13,6 +13,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+from core.segmentstore.logs.api import LogAddress
 from core.segmentstore.logs.fileformat import list_spares
 from core.segmentstore.logs.filelog import FileDurableDataLog
 
@@ -28,7 +29,7 @@ async def main(directory: Path, truncate: bool) -> None:
     sem = asyncio.Semaphore(64)
     out = sys.stdout
 
-    addrs: dict[int, object] = {}
+    addrs: dict[int, LogAddress] = {}
 
     async def one(i: int) -> None:
         addr = await log.append(payload(i))
@@ -38,7 +39,7 @@ async def main(directory: Path, truncate: bool) -> None:
             addrs[i] = addr
             if i % 200 == 0 and i - 300 in addrs:
                 before = len(list_spares(directory))
-                await log.truncate(addrs[i - 300])  # type: ignore[arg-type]
+                await log.truncate(addrs[i - 300])
                 out.write(f"spares {before} {len(list_spares(directory))}\n")
                 out.flush()
         sem.release()

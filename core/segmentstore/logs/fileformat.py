@@ -30,8 +30,9 @@ ignored (a fenced owner may still be writing there). The owner's current file ha
 recorded end. ``start`` is the truncation point: entries before it are gone even if
 their file still exists (a crash between the metadata update and the file deletion).
 
-Spare files (the Plog seed's pre-allocated plog). A file truncated away is renamed to a
-spare (up to a configured number of them) instead of being deleted, and the next roll
+Spare files (the Plog seed's pre-allocated plog). A file truncated away that its
+owner created itself is renamed to a spare (up to a configured number of them) instead
+of being deleted; an earlier owner's file is deleted (``retire_log_file``). The next roll
 takes a spare instead of creating a file: writing over blocks a file already has lets
 ``fdatasync`` flush just the data, without the filesystem journal commit that growing a
 file needs, and on ext4 that commit also waits for other files' pending data (Tier-2
