@@ -6,9 +6,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import tracemalloc
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 from core.segmentstore.config import SegmentStoreConfig
+from core.segmentstore.logs.api import LogAddress
+from core.segmentstore.operations import Operation
 from core.segmentstore.service import StreamSegmentStore
 from tier2.faults import FaultyStorage
 from tier2.inmemory import InMemoryStorage
@@ -186,4 +189,48 @@ async def test_evicted_ranges_leave_memory_for_the_rocksdb_tier1_index(tmp_path:
         assert await read_all(s, n) == expect[n]
     assert c.read_index.tier1.count == 0  # all in Tier-2 now: every range forgotten
     await s.delete_segment(names[0])
+    await s.close()
+
+
+async def test_tier1_read_back_outrun_by_truncation_falls_back_to_tier2(tmp_path: Path) -> None:
+    """A read of evicted data looks its range up in the Tier1Index, and before it reads
+    Tier-1 the storage writer moves the range to Tier-2 and Tier-1 is truncated past
+    it: its files retired as spares and reused by the next rolls. The read must return
+    the bytes from Tier-2, not fail on a missing or rewritten Tier-1 file."""
+    tier2 = FaultyStorage(InMemoryStorage(), seed=3, error_rate=1.0)
+    cfg = SegmentStoreConfig(
+        container_count=1,
+        cache_bytes_max=32 * 1024,
+        tier1_file_bytes_max=64 * 1024,
+        frame_bytes_max=8192,
+        writer_retry_delay_ms=1,
+        tier1_spare_files=4,
+    )
+    s = StreamSegmentStore(tmp_path, cfg, tier2=tier2)
+    await s.start()
+    await s.create_segment("s")
+    await s.create_segment("other")
+    expect = b""
+    for i in range(100):
+        data = bytes([i]) * 3000
+        await s.append("s", data)
+        expect += data
+    index = s.containers[0].read_index
+    real_read = index._tier1_read
+    raced: list[LogAddress] = []
+
+    async def outrun(address: LogAddress, frame_pos: int) -> AsyncGenerator[Operation, None]:
+        if not raced:
+            raced.append(address)
+            tier2._error_rate = 0.0
+            await s.flush_to_storage()  # Tier-2 takes it all; Tier-1 truncated
+            for k in range(40):  # rolls reuse the retired files
+                await s.append("other", bytes([k]) * 3000)
+        async for op in real_read(address, frame_pos):
+            yield op
+
+    index._tier1_read = outrun
+    assert await read_all(s, "s") == expect
+    assert raced, "the read went to Tier-1"
+    assert (await s.get_info("s")).storage_length == len(expect)
     await s.close()

@@ -20,7 +20,7 @@ from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 
 from core.segmentstore.api import DataCorruptionError
-from core.segmentstore.logs.api import LogAddress
+from core.segmentstore.logs.api import DataLogCorruptError, LogAddress
 from core.segmentstore.metadata import SegmentMeta
 from core.segmentstore.operations import Operation, OpKind
 from core.segmentstore.reading.cache import Cache, CacheEntry
@@ -267,7 +267,15 @@ class ReadIndex:
                 continue
             spilled = idx.tier1.find(meta.id, pos) if idx.spilled else None
             if spilled is not None:
-                for r, data in await self._from_tier1(idx, spilled, min(end, nxt)):
+                try:
+                    got = await self._from_tier1(idx, spilled, min(end, nxt))
+                except (DataCorruptionError, DataLogCorruptError):
+                    if pos < meta.storage_length and not meta.tier2_stale:
+                        # Outrun: the writer moved the range to Tier-2 while we read
+                        # and Tier-1 was truncated past it (its file deleted or reused).
+                        continue
+                    raise
+                for r, data in got:
                     stop = min(end, r.end)
                     chunks.append(memoryview(data)[pos - r.start : stop - r.start])
                     pos = stop
