@@ -366,38 +366,68 @@ def _scan(path: Path, buf: memoryview, size: int) -> int:
 
 def read_entries(
     path: Path, pos: int, end: int, bytes_max: int, skip_before: int = 0
-) -> tuple[list[tuple[int, bytes]], int]:
+) -> tuple[list[tuple[int, memoryview]], int]:
     """Entries of ``path`` from entry boundary ``pos`` (``FILE_HEADER_BYTES`` for the
     first) up to ``end``, CRC-verified, about ``bytes_max`` bytes of them (at least one);
     and the boundary to continue from. Entries before ``skip_before`` (which need not be
-    a boundary) are stepped over, not returned.
+    a boundary) are stepped over by their headers, not read.
+
+    The entries are read with one ``pread`` (the interpreter lock is released while the
+    kernel copies) and handed out as slices of that buffer, not copied again: a reader
+    thread that faulted in mmap pages and sliced them held the lock for as long as the
+    copying took, stalling the event loop that decodes what it reads (recovery).
     """
-    out: list[tuple[int, bytes]] = []
-    taken = 0
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
+    out: list[tuple[int, memoryview]] = []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
         if size < end:
             raise DataLogCorruptError(f"{path}: {size} bytes, entries recorded up to {end}")
         if end <= FILE_HEADER_BYTES:
             return out, end
-        with mmap.mmap(f.fileno(), end, access=mmap.ACCESS_READ) as mm:
-            with memoryview(mm) as buf:
-                seed = _check_file_header(path, buf) or 0
-            # Slicing the mmap copies each payload once into the bytes returned; no
-            # memoryview outlives the map.
-            pos = max(pos, FILE_HEADER_BYTES)
-            while pos < end and (not out or taken < bytes_max):
-                if end - pos < ENTRY_HEADER_BYTES:
-                    raise DataLogCorruptError(f"{path}: truncated entry at {pos}")
-                length, crc = ENTRY_HEADER.unpack_from(mm, pos)
-                nxt = pos + ENTRY_HEADER_BYTES + length
-                if nxt > end:
-                    raise DataLogCorruptError(f"{path}: entry at {pos} runs past {end}")
-                if pos >= skip_before:
-                    payload = mm[pos + 8 : nxt]
-                    if entry_crc(seed, mm[pos : pos + 4], payload) != crc:
-                        raise DataLogCorruptError(f"{path}: entry at {pos} fails its CRC")
-                    out.append((pos, payload))
-                    taken += length + ENTRY_HEADER_BYTES
-                pos = nxt
-    return out, pos
+        seed = _check_file_header(path, memoryview(os.pread(fd, FILE_HEADER_BYTES, 0))) or 0
+        pos = max(pos, FILE_HEADER_BYTES)
+        while pos < end and pos < skip_before:
+            if end - pos < ENTRY_HEADER_BYTES:
+                raise DataLogCorruptError(f"{path}: truncated entry at {pos}")
+            length, _ = ENTRY_HEADER.unpack(os.pread(fd, ENTRY_HEADER_BYTES, pos))
+            if pos + ENTRY_HEADER_BYTES + length > end:
+                raise DataLogCorruptError(f"{path}: entry at {pos} runs past {end}")
+            pos += ENTRY_HEADER_BYTES + length
+        if pos >= end:
+            return out, pos
+        want = min(end - pos, max(bytes_max, ENTRY_HEADER_BYTES))
+        buf = memoryview(_pread_exact(fd, want, pos, path))
+        if len(buf) >= ENTRY_HEADER_BYTES:
+            (length,) = _LENGTH.unpack_from(buf, 0)
+            if ENTRY_HEADER_BYTES + length > len(buf) and pos + ENTRY_HEADER_BYTES + length <= end:
+                # One entry larger than the window: read exactly it.
+                buf = memoryview(_pread_exact(fd, ENTRY_HEADER_BYTES + length, pos, path))
+        at = 0
+        n = len(buf)
+        while at < n:
+            if n - at < ENTRY_HEADER_BYTES:
+                if pos + at + ENTRY_HEADER_BYTES > end:
+                    raise DataLogCorruptError(f"{path}: truncated entry at {pos + at}")
+                break  # the next entry starts in this window, ends past it
+            length, crc = ENTRY_HEADER.unpack_from(buf, at)
+            nxt = at + ENTRY_HEADER_BYTES + length
+            if nxt > n:
+                if pos + nxt > end:
+                    raise DataLogCorruptError(f"{path}: entry at {pos + at} runs past {end}")
+                break
+            payload = buf[at + ENTRY_HEADER_BYTES : nxt]
+            if entry_crc(seed, buf[at : at + 4], payload) != crc:
+                raise DataLogCorruptError(f"{path}: entry at {pos + at} fails its CRC")
+            out.append((pos + at, payload))
+            at = nxt
+    finally:
+        os.close(fd)
+    return out, pos + at
+
+
+def _pread_exact(fd: int, length: int, offset: int, path: Path) -> bytes:
+    data = os.pread(fd, length, offset)
+    if len(data) != length:  # the file is at least ``end`` long: only a shrink does this
+        raise DataLogCorruptError(f"{path}: {len(data)} bytes at {offset}, expected {length}")
+    return data
