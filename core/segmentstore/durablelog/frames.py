@@ -21,7 +21,7 @@ import struct
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 
-from core.segmentstore.logs.api import DurableDataLog, LogAddress
+from core.segmentstore.logs.api import DurableDataLog, EntryData, LogAddress
 from core.segmentstore.operations import Operation, parse, parse_at, record_length
 
 _U32 = struct.Struct("<I")  # a record's length prefix (operations.py)
@@ -72,10 +72,10 @@ async def read_operation_batches(
 
 
 async def _prefetch(
-    entries: AsyncIterator[tuple[LogAddress, bytes]], depth: int
-) -> AsyncGenerator[tuple[LogAddress, bytes], None]:
+    entries: AsyncIterator[tuple[LogAddress, EntryData]], depth: int
+) -> AsyncGenerator[tuple[LogAddress, EntryData], None]:
     """``entries``, read by a task of its own up to ``depth`` entries ahead."""
-    queue: asyncio.Queue[tuple[LogAddress, bytes] | BaseException | None] = asyncio.Queue(depth)
+    queue: asyncio.Queue[tuple[LogAddress, EntryData] | BaseException | None] = asyncio.Queue(depth)
 
     async def pump() -> None:
         try:
@@ -108,7 +108,7 @@ async def _prefetch(
 
 
 async def _decode(
-    entries: AsyncIterator[tuple[LogAddress, bytes]], start_pos: int | None
+    entries: AsyncIterator[tuple[LogAddress, EntryData]], start_pos: int | None
 ) -> AsyncGenerator[list[Operation], None]:
     """The operations completed in each frame, one list per frame."""
     carry: bytearray | None = None

@@ -74,6 +74,8 @@ class LogAddress:
 
 #: An entry: one buffer, or parts written back to back as one entry (no join needed).
 Entry = bytes | memoryview | Sequence[bytes | memoryview]
+#: An entry read back: its payload, possibly a slice of a larger read buffer.
+EntryData = bytes | memoryview
 
 
 class DurableDataLog(Protocol):
@@ -86,7 +88,7 @@ class DurableDataLog(Protocol):
 
     def append_future(self, entry: Entry) -> asyncio.Future[LogAddress]: ...
 
-    def read(self, start: LogAddress | None = None) -> AsyncIterator[tuple[LogAddress, bytes]]:
+    def read(self, start: LogAddress | None = None) -> AsyncIterator[tuple[LogAddress, EntryData]]:
         """Entries from ``start`` (or the first kept entry) to the end, in order."""
         ...
 

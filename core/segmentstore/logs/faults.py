@@ -17,6 +17,7 @@ from core.segmentstore.logs.api import (
     DataLogError,
     DurableDataLog,
     Entry,
+    EntryData,
     LogAddress,
 )
 
@@ -54,7 +55,7 @@ class FaultyDurableDataLog:
     def append_future(self, entry: Entry) -> asyncio.Future[LogAddress]:
         return asyncio.ensure_future(self.append(entry))
 
-    def read(self, start: LogAddress | None = None) -> AsyncIterator[tuple[LogAddress, bytes]]:
+    def read(self, start: LogAddress | None = None) -> AsyncIterator[tuple[LogAddress, EntryData]]:
         return self.inner.read(start)
 
     async def truncate(self, upto: LogAddress) -> None:

@@ -39,6 +39,7 @@ from core.segmentstore.logs.api import (
     DataLogError,
     DataLogFencedError,
     Entry,
+    EntryData,
     LogAddress,
 )
 from core.segmentstore.logs.fileformat import (
@@ -322,7 +323,7 @@ class FileDurableDataLog:
 
     async def read(
         self, start: LogAddress | None = None
-    ) -> AsyncIterator[tuple[LogAddress, bytes]]:
+    ) -> AsyncIterator[tuple[LogAddress, EntryData]]:
         if self._state == "new":
             raise DataLogClosedError("open the log before reading it")
         meta, _ = await asyncio.to_thread(read_meta, self.directory)

@@ -23,6 +23,7 @@ from core.segmentstore.logs.api import (
     DataLogError,
     DataLogFencedError,
     Entry,
+    EntryData,
     LogAddress,
 )
 
@@ -153,7 +154,7 @@ class InMemoryDurableDataLog:
 
     async def read(
         self, start: LogAddress | None = None
-    ) -> AsyncIterator[tuple[LogAddress, bytes]]:
+    ) -> AsyncIterator[tuple[LogAddress, EntryData]]:
         for addr, data in list(self.backing.entries):
             if start is None or addr >= start:
                 yield addr, data
