@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from core.segmentstore.metadata import SegmentMeta
+from core.segmentstore.metadata import SegmentMeta, decode_segment
 from core.segmentstore.operations import (
     AppendOp,
     AttrsOp,
     CreateOp,
+    MapOp,
     MergeOp,
     Operation,
     OpKind,
@@ -76,6 +77,7 @@ class Applier:
                     raise AssertionError(f"{meta.name}: append at {op.offset}, length {meta.length}")
                 meta.length += n
                 meta.last_modified_ms = now_ms
+                meta.p_ops -= 1
                 if op.attributes:
                     meta.attributes.update(op.attributes)
                 if n:
@@ -181,10 +183,24 @@ class Applier:
         kind = op.kind
         if kind == OpKind.CHECKPOINT:
             return
+        if kind == OpKind.MAP:
+            # Live, the activation installed the segment already; a replay installs it
+            # unless the log (from an older checkpoint on) has kept it in memory.
+            if live:
+                md.by_id[op.segment_id].p_ops -= 1
+            else:
+                assert isinstance(op, MapOp)
+                meta, _ = decode_segment(op.data)
+                if meta.id not in md.by_id:
+                    md.by_id[meta.id] = meta
+                    md.by_name[meta.name] = meta
+                    md.next_id = max(md.next_id, meta.id + 1)
+            return
         if kind == OpKind.CREATE:
             assert isinstance(op, CreateOp)
             if live:
                 meta = md.by_id[op.segment_id]
+                meta.p_ops -= 1
             else:
                 meta = md.new_segment(op.name, op.is_table, dict(op.attributes))
                 md.next_id = max(md.next_id, op.segment_id + 1)
@@ -198,6 +214,8 @@ class Applier:
             meta.last_modified_ms = now_ms
             return
         meta = md.by_id[op.segment_id]
+        if live:
+            meta.p_ops -= 1
         if kind == OpKind.APPEND:
             assert isinstance(op, AppendOp)
             self._append(meta, op, op.offset, op.length, now_ms)

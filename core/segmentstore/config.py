@@ -77,6 +77,15 @@ class SegmentStoreConfig:
     table_compact_bytes_min: int = 4 * MiB
     #: Traffic figures are exponentially smoothed over this window.
     traffic_window_ms: int = 10_000
+    #: A segment with no append or read for this long leaves memory once all of it is
+    #: in Tier-2 (its record goes to the container's RocksDB store, ``metastore.py``);
+    #: the next call naming it brings it back. 0 keeps idle segments in memory.
+    segment_idle_ms: int = 10 * 60 * 1000
+    #: Per container: past this many segments in memory, the least recently used that
+    #: can leave do so, idle or not (tables always stay).
+    active_segments_max: int = 10_000
+    #: How often the storage writer looks for segments to make inactive.
+    segment_evict_interval_ms: int = 5_000
 
     def retry_delay_s(self, attempt: int) -> float:
         """Seconds to wait before retrying a failed Tier-2 call after ``attempt`` (from 0)

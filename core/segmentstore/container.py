@@ -41,13 +41,15 @@ from core.segmentstore.config import SegmentStoreConfig
 from core.segmentstore.durablelog.frames import read_operations
 from core.segmentstore.durablelog.log import DurableLog
 from core.segmentstore.logs.api import DurableDataLog, LogAddress
-from core.segmentstore.metadata import ContainerMetadata, SegmentMeta
+from core.segmentstore.metadata import ContainerMetadata, SegmentMeta, decode_segment
+from core.segmentstore.metastore import InactiveSegments
 from core.segmentstore.operations import (
     AppendOp,
     AttrsOp,
     CheckpointOp,
     CreateOp,
     DeleteOp,
+    MapOp,
     MergeOp,
     Operation,
     SealOp,
@@ -77,6 +79,7 @@ class SegmentContainer:
         traffic: Traffic,
         *,
         index_dir: Path,
+        metadata_dir: Path | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -87,6 +90,11 @@ class SegmentContainer:
         self.traffic = traffic
         #: Where the ``Tier1Index`` (RocksDB) of each epoch lives.
         self.index_dir = index_dir
+        #: Where the records of inactive segments live (``metastore.py``); None: every
+        #: segment stays in memory.
+        self.metadata_dir = metadata_dir
+        self.inactive: InactiveSegments | None = None
+        self.activations = 0  # inactive segments brought back, for tests and metrics
         self.clock = clock
         self.wall_clock = wall_clock
         self.state = STOPPED
@@ -98,6 +106,7 @@ class SegmentContainer:
         #: storage writer stopped): the store restarts it (``StreamSegmentStore``).
         self.needs_restart = asyncio.Event()
         self.md = ContainerMetadata()
+        self.md.activate = self._activate
         self.tables: dict[int, TableIndex] = {}
         self.read_index = ReadIndex(
             cache,
@@ -158,9 +167,12 @@ class SegmentContainer:
             idx.notify()
         self.read_index.clear_all()
         tier1, self.read_index.tier1 = self.read_index.tier1, None
+        inactive, self.inactive = self.inactive, None
         try:
             if tier1 is not None:
                 tier1.close()
+            if inactive is not None:
+                inactive.close()
             await self.log.close()
         finally:
             self.state = STOPPED
@@ -188,6 +200,36 @@ class SegmentContainer:
     def _tier1_read(self, address: LogAddress, frame_pos: int) -> AsyncGenerator[Operation, None]:
         return read_operations(self.log, address, frame_pos)
 
+    # -- inactive segments --------------------------------------------------------------
+
+    def _activate(self, name: str) -> SegmentMeta | None:
+        """Bring the inactive segment ``name`` back into memory (same id), logging a MAP
+        operation with its record ahead of whatever the caller queues next; None if
+        there is none. Everything of it is in Tier-2 (the writer made sure of that
+        before it left memory)."""
+        inactive = self.inactive
+        if inactive is None or self.state != RUNNING:
+            return None
+        record = inactive.get(name)
+        if record is None:
+            return None
+        meta, _ = decode_segment(record)
+        if meta.id in self.md.by_id:
+            return None  # deleted or merged; its record goes once the writer is done
+        meta.storage_length = meta.length
+        self.md.by_name[name] = meta
+        self.md.by_id[meta.id] = meta
+        self.activations += 1
+        self._queue(MapOp(record)).add_done_callback(_consume)
+        return meta
+
+    def forget(self, meta: SegmentMeta) -> None:
+        """Drop a deleted or merged segment the log and the writer are done with, and
+        its inactive record if it has one."""
+        self.md.forget(meta)
+        if self.inactive is not None:
+            self.inactive.remove(meta.name, meta.id)
+
     # -- queueing -----------------------------------------------------------------------
 
     def _queue(self, op: Operation) -> asyncio.Future[Any]:
@@ -196,6 +238,9 @@ class SegmentContainer:
         md = self.md
         md.seq += 1
         op.seq = md.seq
+        meta = md.by_id.get(op.segment_id)
+        if meta is not None:
+            meta.p_ops += 1
         fut: asyncio.Future[Any] = self._loop.create_future()
         op.future = fut
         durable.add(op)
@@ -233,7 +278,7 @@ class SegmentContainer:
         self, name: str, attributes: Mapping[str, int] | None, is_table: bool
     ) -> asyncio.Future[Any]:
         self._check(name)
-        if name in self.md.by_name:
+        if self.md.lookup(name) is not None:
             raise SegmentExistsError(name)
         meta = self.md.new_segment(name, is_table, dict(attributes or {}))
         if is_table:
@@ -250,7 +295,7 @@ class SegmentContainer:
     ) -> asyncio.Future[Any]:
         if self.state != RUNNING:
             self._check(name)
-        meta = self.md.by_name.get(name)
+        meta = self.md.by_name.get(name) or self.md.lookup(name)
         if meta is None or meta.is_table:
             raise SegmentNotFoundError(name)
         if meta.p_sealed:
@@ -279,6 +324,7 @@ class SegmentContainer:
         if attrs:
             meta.p_attributes.update(attrs)
         meta.p_length = offset + n
+        meta.p_ops += 1
         op = AppendOp(meta.id, name, offset, data, attrs, event_count)
         op.result = offset
         # _queue, inlined (the per-append hot path).
@@ -424,6 +470,7 @@ class SegmentContainer:
     async def read(self, name: str, offset: int, max_length: int, timeout_ms: int) -> ReadResult:
         self._check(name)
         meta = self.md.readable(name)
+        meta.last_read_ms = int(self.wall_clock() * 1000)
         if offset < meta.start_offset:
             raise SegmentTruncatedError(name, f"offset {offset} < start {meta.start_offset}", actual=meta.length)
         if offset > meta.length:

@@ -16,10 +16,11 @@ Checkpoint format (the body of a CHECKPOINT operation; little-endian)::
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.segmentstore.api import SegmentNotFoundError
-from core.segmentstore.operations import Attrs, _attrs, _read_attrs
+from core.segmentstore.operations import _attrs, _read_attrs
 
 
 class SegmentMeta:
@@ -27,7 +28,7 @@ class SegmentMeta:
         "id", "name", "is_table", "created", "deleted",
         "length", "start_offset", "sealed", "attributes", "last_modified_ms",
         "storage_length", "tier2_stale", "merged_into",
-        "p_length", "p_start", "p_sealed", "p_deleted", "p_attributes",
+        "p_length", "p_start", "p_sealed", "p_deleted", "p_attributes", "last_read_ms", "p_ops",
     )  # fmt: skip
 
     def __init__(self, seg_id: int, name: str, is_table: bool, attributes: dict[str, int]) -> None:
@@ -53,6 +54,11 @@ class SegmentMeta:
         self.p_sealed = False
         self.p_deleted = False
         self.p_attributes = dict(attributes)
+        #: Wall-clock ms of the last read; with ``last_modified_ms``, how long the
+        #: segment has been idle (inactive segments leave memory: ``metastore.py``).
+        self.last_read_ms = 0
+        #: Operations of this segment queued and not yet durable.
+        self.p_ops = 0
 
 
 _CKPT_HEAD = struct.Struct("<QQI")
@@ -75,6 +81,16 @@ class ContainerMetadata:
         self.by_id: dict[int, SegmentMeta] = {}
         self.next_id = 1
         self.seq = 0
+        #: Brings an inactive segment of that name back into memory (the container's
+        #: ``activate``); None if there is none.
+        self.activate: Callable[[str], SegmentMeta | None] | None = None
+
+    def lookup(self, name: str) -> SegmentMeta | None:
+        """The live segment of that name (pending view), activated if inactive."""
+        meta = self.by_name.get(name)
+        if meta is None and self.activate is not None:
+            meta = self.activate(name)
+        return meta
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -82,14 +98,14 @@ class ContainerMetadata:
 
     def mutable(self, name: str, is_table: bool = False) -> SegmentMeta:
         """The live segment (pending view) of that kind, or ``SegmentNotFoundError``."""
-        meta = self.by_name.get(name)
+        meta = self.lookup(name)
         if meta is None or meta.is_table != is_table:
             raise SegmentNotFoundError(name)
         return meta
 
     def readable(self, name: str, is_table: bool = False) -> SegmentMeta:
         """The segment as durable (committed view), or ``SegmentNotFoundError``."""
-        meta = self.by_name.get(name)
+        meta = self.lookup(name)
         if meta is None or meta.is_table != is_table or not meta.created or meta.deleted:
             raise SegmentNotFoundError(name)
         return meta
@@ -115,17 +131,7 @@ class ContainerMetadata:
         is applied, which is the state at the checkpoint's place in the log."""
         live = [m for m in self.by_name.values() if not m.p_deleted]
         out = [_CKPT_HEAD.pack(self.seq, self.next_id, len(live))]
-        for m in live:
-            name = m.name.encode()
-            attrs: Attrs = tuple(m.p_attributes.items())
-            out.append(
-                _CKPT_SEG.pack(
-                    m.id, m.is_table, m.p_sealed, m.p_length, m.p_start,
-                    m.last_modified_ms, len(name),
-                )  # fmt: skip
-            )
-            out.append(name)
-            out.append(_attrs(attrs))
+        out += [encode_segment(m) for m in live]
         return b"".join(out)
 
     def restore(self, data: bytes) -> None:
@@ -136,17 +142,41 @@ class ContainerMetadata:
         self.by_name.clear()
         self.by_id.clear()
         for _ in range(count):
-            sid, is_table, sealed, length, start, modified, nlen = _CKPT_SEG.unpack_from(buf, pos)
-            pos += _CKPT_SEG.size
-            name = bytes(buf[pos : pos + nlen]).decode()
-            attrs, pos = _read_attrs(buf, pos + nlen)
-            m = SegmentMeta(sid, name, bool(is_table), dict(attrs))
-            m.created = True
-            m.length = m.p_length = length
-            m.start_offset = m.p_start = start
-            m.sealed = m.p_sealed = bool(sealed)
-            m.last_modified_ms = modified
-            self.by_name[name] = m
-            self.by_id[sid] = m
+            m, pos = decode_segment(buf, pos)
+            self.by_name[m.name] = m
+            self.by_id[m.id] = m
         self.seq = max(self.seq, seq)
         self.next_id = next_id
+
+
+def encode_segment(m: SegmentMeta) -> bytes:
+    """One segment's record in the pending view, as checkpoints hold it (also the body
+    of a MAP operation and a row of the inactive segments' store)."""
+    name = m.name.encode()
+    return b"".join(
+        (
+            _CKPT_SEG.pack(
+                m.id, m.is_table, m.p_sealed, m.p_length, m.p_start,
+                m.last_modified_ms, len(name),
+            ),  # fmt: skip
+            name,
+            _attrs(tuple(m.p_attributes.items())),
+        )
+    )
+
+
+def decode_segment(buf: memoryview | bytes, pos: int = 0) -> tuple[SegmentMeta, int]:
+    """A segment made from its record (durable: committed and pending views alike), and
+    the position after the record."""
+    buf = memoryview(buf)
+    sid, is_table, sealed, length, start, modified, nlen = _CKPT_SEG.unpack_from(buf, pos)
+    pos += _CKPT_SEG.size
+    name = bytes(buf[pos : pos + nlen]).decode()
+    attrs, pos = _read_attrs(buf, pos + nlen)
+    m = SegmentMeta(sid, name, bool(is_table), dict(attrs))
+    m.created = True
+    m.length = m.p_length = length
+    m.start_offset = m.p_start = start
+    m.sealed = m.p_sealed = bool(sealed)
+    m.last_modified_ms = modified
+    return m, pos

@@ -23,6 +23,8 @@ Bodies (``attrs`` = u16 count, then per attribute u16 key length, UTF-8 key, i64
     TABLE_WRITE    u64 segment id, u64 offset, data (serialized table entries)
     TABLE_COMPACT  u64 segment id, u64 offset, u64 new start offset, data
     CHECKPOINT     data (serialized container metadata)
+    MAP            data (one segment's record, as in a checkpoint: an inactive
+                   segment brought back into memory, ``metastore.py``)
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class OpKind(IntEnum):
     TABLE_WRITE = 8
     TABLE_COMPACT = 9
     CHECKPOINT = 10
+    MAP = 11
 
 
 _HEAD = struct.Struct("<IBQ")  # length, kind, seq
@@ -264,6 +267,20 @@ class CheckpointOp(Operation):
         return [_U32.pack(len(self.data)), self.data]
 
 
+class MapOp(Operation):
+    """An inactive segment back in memory, with its record (``metadata.encode_segment``)."""
+
+    __slots__ = ("data",)
+    kind = OpKind.MAP
+
+    def __init__(self, record: bytes) -> None:
+        super().__init__(_U64.unpack_from(record, 0)[0], "")
+        self.data = record
+
+    def body(self) -> list[bytes | memoryview]:
+        return [_U32.pack(len(self.data)), self.data]
+
+
 _APPEND_PLAIN = struct.Struct("<IBQQQHI")  # head + APPEND body without attributes
 _APPEND_BODY = struct.Struct("<QQHI")
 
@@ -355,6 +372,9 @@ def parse(rec: memoryview) -> Operation:
     elif kind == OpKind.CHECKPOINT:
         (n,) = _U32.unpack_from(rec, p)
         op = CheckpointOp(bytes(rec[p + 4 : p + 4 + n]))
+    elif kind == OpKind.MAP:
+        (n,) = _U32.unpack_from(rec, p)
+        op = MapOp(bytes(rec[p + 4 : p + 4 + n]))
     else:
         raise ValueError(f"unknown operation kind {kind}")
     op.seq = seq

@@ -1,7 +1,9 @@
 """Container recovery, as the seed's "Container Startup" describes it.
 
 1. Open the Tier-1 log (it fences earlier owners and bumps the epoch; a torn last entry
-   is cut there), and a fresh ``Tier1Index`` for this epoch.
+   is cut there), a fresh ``Tier1Index`` for this epoch, and the store of inactive
+   segments (``metastore.py``; a MAP operation in the log installs one that was
+   brought back, so replay never reads that store).
 2. Read every data frame from the first kept one; decode the operations. If the first
    is a metadata checkpoint (Tier-1 was truncated right before it), it restores the
    metadata; every later operation is applied as at commit: metadata, read index
@@ -17,6 +19,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from core.segmentstore.durablelog.frames import read_operation_batches
+from core.segmentstore.metastore import InactiveSegments
 from core.segmentstore.operations import CheckpointOp, Operation, OpKind
 from core.segmentstore.reading.tier1index import Tier1Index
 from core.segmentstore.tables import TableIndex
@@ -30,6 +33,8 @@ if TYPE_CHECKING:
 async def recover(c: SegmentContainer) -> None:
     await c.log.open()
     c.read_index.tier1 = Tier1Index(c.index_dir, c.log.epoch)
+    if c.metadata_dir is not None:
+        c.inactive = await asyncio.to_thread(InactiveSegments, c.metadata_dir)
     first = True
     applier = c.applier
     applier.replay_deleted.clear()

@@ -2,7 +2,8 @@
 
 Layout under ``data_dir``: ``tier1/container-N/`` (each container's Tier-1 log),
 ``tier1-index/container-N/<epoch>/`` (its ``Tier1Index``, RocksDB, rebuilt at every
-start), ``tier2/`` (Tier-2 segment files, shared by all containers).
+start), ``metadata/container-N/`` (records of its inactive segments, RocksDB, kept),
+``tier2/`` (Tier-2 segment files, shared by all containers).
 
 A segment belongs to container ``crc32c(primary name) % container_count`` (stable
 across processes and nodes; see ``container_of``). Every mutating call queues its operation into its container's
@@ -118,6 +119,7 @@ class StreamSegmentStore:
             self.cache,
             self.traffic_meters,
             index_dir=self.data_dir / "tier1-index" / f"container-{cid}",
+            metadata_dir=self.data_dir / "metadata" / f"container-{cid}",
             clock=self._clock,
             wall_clock=self._wall_clock,
         )
@@ -211,6 +213,7 @@ class StreamSegmentStore:
                     "epoch": c.epoch,
                     "committed_seq": c.committed_seq,
                     "segments": len(c.md.by_name),
+                    "segment_activations": c.activations,
                     "writer_lag_bytes": c.writer.lag_bytes,
                     "tier2_writes": c.writer.tier2_writes,
                     "tier2_retries": c.writer.retries,

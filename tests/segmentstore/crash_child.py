@@ -7,7 +7,8 @@ Usage: ``python crash_child.py DATA_DIR SEED``. Prints (flushed line by line)::
     TACK <key> <value> <version>             an acknowledged table put
     TRUNC <segment> <offset>                 an acknowledged truncation
 
-Now and then a writer fills a transaction segment and merges it into its segment (the
+Cold segments are written rarely, so they leave memory (inactive) and come back. Now
+and then a writer fills a transaction segment and merges it into its segment (the
 merged bytes are acknowledged as one ACK at the offset ``merge`` returned), or truncates
 its segment at the start of its own last acknowledged record.
 
@@ -31,7 +32,11 @@ from core.segmentstore.service import StreamSegmentStore
 
 MAGIC = 0x7E1DE5A1
 HEAD = struct.Struct("<IIQ")
-SEGMENTS = [f"crash-{i}" for i in range(6)]
+#: Written all the time, and now and then (idle in between: they leave memory and come
+#: back, see ``metastore.py``).
+HOT = [f"crash-{i}" for i in range(6)]
+COLD = [f"cold-{i}" for i in range(4)]
+SEGMENTS = HOT + COLD
 CONFIG = SegmentStoreConfig(
     container_count=3,
     frame_bytes_max=64 * 1024,
@@ -40,6 +45,8 @@ CONFIG = SegmentStoreConfig(
     flush_bytes=96 * 1024,
     flush_interval_ms=30,
     cache_bytes_max=2 * 1024 * 1024,
+    segment_idle_ms=40,
+    segment_evict_interval_ms=10,
 )
 
 
@@ -70,7 +77,7 @@ async def main(data_dir: Path, seed: int) -> None:
         last: dict[str, int] = {}
         while True:
             counter += 1
-            name = rng.choice(SEGMENTS)
+            name = rng.choice(COLD) if rng.random() < 0.04 else rng.choice(HOT)
             c = store.container_for(name)
             dice = rng.random()
             if dice < 0.03:

@@ -56,6 +56,7 @@ async def test_kill9_many_times(tmp_path: Path) -> None:
     max_len: dict[str, int] = defaultdict(int)
     max_start: dict[str, int] = defaultdict(int)
     total_acks = 0
+    inactive_seen = 0
     started = time.monotonic()
     for run in range(RUNS):
         lines = run_child(tmp_path, seed % 1000 * 100 + run + 1, rng)
@@ -78,8 +79,10 @@ async def test_kill9_many_times(tmp_path: Path) -> None:
                 table_acked[parts[1]] = max(table_acked.get(parts[1], 0), int(parts[2]))
             elif parts[0] == "TRUNC" and len(parts) == 3:
                 max_start[parts[1]] = max(max_start[parts[1]], int(parts[2]))
-        await verify(tmp_path, acked, table_acked, max_seq, max_len, max_start)
+        inactive_seen += await verify(tmp_path, acked, table_acked, max_seq, max_len, max_start)
     print(f"{total_acks} acknowledged appends over {RUNS} kill -9 runs")
+    # Children made segments inactive (records found at recovery), and those came back.
+    assert inactive_seen > 0
     assert total_acks > RUNS * 10, f"only {total_acks} acknowledged appends in {RUNS} runs"
     assert time.monotonic() - started < 120
 
@@ -91,9 +94,15 @@ async def verify(
     max_seq: dict[int, int],
     max_len: dict[str, int],
     max_start: dict[str, int],
-) -> None:
+) -> int:
+    """Check everything acknowledged; the number of inactive segment records found."""
     store = StreamSegmentStore(data_dir, CONFIG)
     await store.start()
+    inactive = sum(
+        len([n for n in c.inactive.names() if n not in c.md.by_name])
+        for c in store.containers.values()
+        if c.inactive is not None
+    )
     try:
         for cid, c in store.containers.items():
             assert c.committed_seq >= max_seq[cid], (cid, c.committed_seq, max_seq[cid])
@@ -121,3 +130,4 @@ async def verify(
             assert entries.get(key, -1) >= value, (key, entries.get(key), value)
     finally:
         await store.close()
+    return inactive

@@ -1,7 +1,8 @@
 """Property test: random interleavings of segment and table operations give the same
 results on ``StreamSegmentStore`` as on the reference ``InMemorySegmentStore``,
 including across restarts (recovery from Tier-1 + Tier-2), Tier-2 flushes with Tier-1
-truncation, and a cache far smaller than the data (evictions, Tier-1/Tier-2 reads)."""
+truncation, a cache far smaller than the data (evictions, Tier-1/Tier-2 reads), and
+segments leaving memory and coming back (inactive segments)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ ops = st.one_of(
     st.tuples(st.just("entries"), table, st.sampled_from([b"", b"a", b"b"])),
     st.tuples(st.just("restart")),
     st.tuples(st.just("flush")),
+    st.tuples(st.just("evict")),
 )
 
 
@@ -166,7 +168,9 @@ async def scenario(steps: list[tuple[Any, ...]]) -> None:
     model = InMemorySegmentStore()
     backings = Backings()
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = dict(cache_bytes_max=16 * 1024)
+        # Segments idle for 1 ms leave memory: the writer's rounds (every 1 ms) and
+        # "evict" steps make them inactive at random points, and calls bring them back.
+        cfg = dict(cache_bytes_max=16 * 1024, segment_idle_ms=1, segment_evict_interval_ms=1)
         real = backings.store(Path(tmp), **cfg)
         await real.start()
         try:
@@ -183,6 +187,10 @@ async def scenario(steps: list[tuple[Any, ...]]) -> None:
                     continue
                 if op[0] == "flush":
                     await real.flush_to_storage()
+                    continue
+                if op[0] == "evict":
+                    for c in real.containers.values():
+                        await c.writer.evict_now()
                     continue
                 if _skip(model, op):
                     continue

@@ -15,6 +15,10 @@ are retried with backoff, forever; the data stays in Tier-1 meanwhile.
 
 Tier-1 truncation: checkpoints pass through here with their Tier-1 address. Once every
 operation before a checkpoint is in Tier-2, Tier-1 is truncated right before it.
+
+Inactive segments: every ``segment_evict_interval_ms`` the writer moves segments that
+are wholly in Tier-2 and idle (or least recently used, past ``active_segments_max``)
+out of memory into the container's store of inactive segments (``metastore.py``).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from core.segmentstore.config import SegmentStoreConfig
 from core.segmentstore.logs.api import LogAddress
-from core.segmentstore.metadata import SegmentMeta
+from core.segmentstore.metadata import SegmentMeta, encode_segment
 from core.segmentstore.operations import (
     AppendOp,
     MergeOp,
@@ -116,6 +120,8 @@ class StorageWriter:
         self._lag_ok.set()
         self.tier2_writes = 0
         self.retries = 0
+        self.evicted = 0  # segments made inactive, for tests and metrics
+        self._next_evict = 0.0
 
     def add(self, op: Operation) -> None:
         self.add_many([op])
@@ -166,6 +172,7 @@ class StorageWriter:
                     await self._drain_ops()
                     await self._flush_due(force=False)
                     await self._truncate_tier1()
+                    await self._evict_inactive()
                 if not self._ops:
                     self._idle.set()
                     self._wake.clear()
@@ -274,7 +281,7 @@ class StorageWriter:
                 self._lag_done(dropped.end - dropped.start + LAG_OVERHEAD_BYTES * dropped.ops)
             await self._ensure(meta, "delete")
             self.c.read_index.remove(meta)
-            md.forget(meta)
+            self.c.forget(meta)
         self._next_seq = op.seq + 1
 
     # -- Tier-2 calls -------------------------------------------------------------------
@@ -414,7 +421,7 @@ class StorageWriter:
         target.storage_length = max(target.storage_length, op.offset + op.length)
         self.c.read_index.get(target).flushed_to(target.storage_length)
         self.c.read_index.remove(source)
-        md.forget(source)
+        self.c.forget(source)
 
     async def _flush_due(self, *, force: bool) -> None:
         now = self.clock()
@@ -441,5 +448,95 @@ class StorageWriter:
             target = addr
             break
         if target is not None and (self._truncated is None or target > self._truncated):
+            inactive = self.c.inactive
+            if inactive is not None and inactive.needs_sync:
+                # Records of deleted segments go for good before the deletions leave
+                # Tier-1 (a record outliving them would bring the segment back).
+                await asyncio.to_thread(inactive.sync)
             await self.c.log.truncate(target)
             self._truncated = target
+
+    # -- inactive segments --------------------------------------------------------------
+
+    async def evict_now(self) -> None:
+        """Flush everything, then make inactive whatever can leave and is idle or over
+        the bound, without waiting for the next round (tests)."""
+        async with self._lock:
+            await self._drain_ops()
+            await self._flush_due(force=True)
+            self._next_evict = 0.0
+            await self._evict_inactive()
+
+    def _can_leave(self, m: SegmentMeta, busy: set[int]) -> bool:
+        """Whether ``m`` can leave memory now: a stream segment (tables stay), created,
+        not deleted or merged, no operation of it queued or unprocessed here, all of it
+        in Tier-2 (with its seal and truncation), no tail reader waiting on it, nothing
+        of it only in Tier-1."""
+        if (
+            m.is_table
+            or not m.created
+            or m.deleted
+            or m.p_deleted
+            or m.tier2_stale
+            or m.merged_into is not None
+            or m.p_ops
+            or m.id in busy
+            or m.id in self._aggs
+            or m.storage_length < m.length
+            or m.p_length != m.length
+            or m.p_start != m.start_offset
+            or m.p_sealed != m.sealed
+            or m.p_attributes != m.attributes
+        ):
+            return False
+        idx = self.c.read_index.segments.get(m.id)
+        return idx is None or not (idx.waiters or idx.merges or idx.spilled)
+
+    async def _evict_inactive(self) -> None:
+        """Make segments inactive: those idle for ``segment_idle_ms``, and the least
+        recently used past ``active_segments_max``. Their records are written (synced)
+        first; one used while that write was under way stays in memory."""
+        c = self.c
+        inactive = c.inactive
+        now = self.clock()
+        if inactive is None or now < self._next_evict:
+            return
+        cfg = self.config
+        self._next_evict = now + cfg.segment_evict_interval_ms / 1000
+        md = c.md
+        over = len(md.by_name) - cfg.active_segments_max
+        if cfg.segment_idle_ms <= 0 and over <= 0:
+            return
+        idle_before = int(c.wall_clock() * 1000) - cfg.segment_idle_ms
+        busy = {op.segment_id for op in self._ops}
+        candidates = sorted(
+            (m for m in md.by_name.values() if self._can_leave(m, busy)), key=_last_used
+        )
+        chosen: list[SegmentMeta] = []
+        for i, m in enumerate(candidates):
+            if i < over or (cfg.segment_idle_ms > 0 and _last_used(m) <= idle_before):
+                chosen.append(m)
+            else:
+                break
+        if not chosen:
+            return
+        records = {m.name: encode_segment(m) for m in chosen}
+        await asyncio.to_thread(inactive.put_many, records)
+        busy = {op.segment_id for op in self._ops}
+        for m in chosen:
+            if (
+                md.by_name.get(m.name) is not m
+                or not self._can_leave(m, busy)
+                or encode_segment(m) != records[m.name]
+            ):
+                continue  # used meanwhile: it stays; its record is ignored while it does
+            del md.by_name[m.name]
+            del md.by_id[m.id]
+            c.read_index.remove(m)
+            self._t2.pop(m.name, None)
+            c.traffic.forget(m.name)
+            self.evicted += 1
+
+
+def _last_used(m: SegmentMeta) -> int:
+    return max(m.last_modified_ms, m.last_read_ms)
