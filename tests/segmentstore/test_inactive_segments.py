@@ -46,6 +46,14 @@ def container(s: StreamSegmentStore) -> SegmentContainer:
     return s.containers[0]
 
 
+async def started(
+    tmp: Path, wall: Clock, cfg: SegmentStoreConfig = CFG
+) -> tuple[StreamSegmentStore, SegmentContainer]:
+    s = StreamSegmentStore(tmp, cfg, wall_clock=wall)
+    await s.start()
+    return s, container(s)
+
+
 async def read_all(s: StreamSegmentStore, name: str) -> bytes:
     info = await s.get_info(name)
     r = await s.read(name, info.start_offset, info.length)
@@ -80,9 +88,7 @@ async def fill(s: StreamSegmentStore) -> dict[str, bytes]:
 
 async def test_idle_segments_leave_memory_and_come_back(tmp_path: Path) -> None:
     wall = Clock()
-    s = StreamSegmentStore(tmp_path, CFG, wall_clock=wall)
-    await s.start()
-    c = container(s)
+    s, c = await started(tmp_path, wall)
     expect = await fill(s)
     await s.create_table("t")  # tables always stay
     await s.flush_to_storage()
@@ -125,9 +131,7 @@ async def test_recovery_finds_inactive_and_reactivated_segments(tmp_path: Path) 
     restart they are found in the store; one brought back by an append after that
     checkpoint is installed by the MAP operation replay reads first."""
     wall = Clock()
-    s = StreamSegmentStore(tmp_path, CFG, wall_clock=wall)
-    await s.start()
-    c = container(s)
+    s, c = await started(tmp_path, wall)
     expect = await fill(s)
     wall.now += 61
     await c.writer.evict_now()
@@ -137,9 +141,7 @@ async def test_recovery_finds_inactive_and_reactivated_segments(tmp_path: Path) 
     expect["seg-0"] += b"tail"
     await s.close()
 
-    s = StreamSegmentStore(tmp_path, CFG, wall_clock=wall)
-    await s.start()
-    c = container(s)
+    s, c = await started(tmp_path, wall)
     assert "seg-0" in c.md.by_name and c.activations == 0  # replayed from its MAP
     assert "seg-3" not in c.md.by_name  # still inactive
     for n, data in expect.items():
@@ -153,9 +155,7 @@ async def test_recovery_finds_inactive_and_reactivated_segments(tmp_path: Path) 
 
 async def test_deleted_segment_record_goes_and_name_is_free(tmp_path: Path) -> None:
     wall = Clock()
-    s = StreamSegmentStore(tmp_path, CFG, wall_clock=wall)
-    await s.start()
-    c = container(s)
+    s, c = await started(tmp_path, wall)
     await fill(s)
     wall.now += 61
     await c.writer.evict_now()
@@ -185,9 +185,7 @@ async def test_least_recently_used_leave_past_the_bound(tmp_path: Path) -> None:
         active_segments_max=3,
         segment_evict_interval_ms=10,
     )
-    s = StreamSegmentStore(tmp_path, cfg, wall_clock=wall)
-    await s.start()
-    c = container(s)
+    s, c = await started(tmp_path, wall, cfg)
     for k in range(10):
         await s.create_segment(f"s{k}")
         await s.append(f"s{k}", bytes([k]) * 100)
@@ -201,9 +199,7 @@ async def test_least_recently_used_leave_past_the_bound(tmp_path: Path) -> None:
 
 async def test_segment_used_while_its_record_is_written_stays(tmp_path: Path) -> None:
     wall = Clock()
-    s = StreamSegmentStore(tmp_path, CFG, wall_clock=wall)
-    await s.start()
-    c = container(s)
+    s, c = await started(tmp_path, wall)
     await s.create_segment("a")
     await s.append("a", b"x" * 100)
     await s.create_segment("b")
