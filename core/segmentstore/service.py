@@ -213,6 +213,7 @@ class StreamSegmentStore:
                     "epoch": c.epoch,
                     "committed_seq": c.committed_seq,
                     "segments": len(c.md.by_name),
+                    "segments_made_inactive": c.writer.evicted,
                     "segment_activations": c.activations,
                     "writer_lag_bytes": c.writer.lag_bytes,
                     "tier2_writes": c.writer.tier2_writes,

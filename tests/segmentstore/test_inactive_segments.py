@@ -227,3 +227,33 @@ async def test_segment_used_while_its_record_is_written_stays(tmp_path: Path) ->
     assert await read_all(s, "a") == b"x" * 100 + b"z"
     assert await read_all(s, "b") == b"y" * 100
     await s.close()
+
+
+async def test_stop_while_records_are_written(tmp_path: Path) -> None:
+    """The container stops (closing the RocksDB store) while the writer's thread is
+    still writing records: the stop waits for that write (not a write into a closed
+    store), and nothing is lost."""
+    wall = Clock()
+    s, c = await started(tmp_path, wall)
+    await s.create_segment("a")
+    await s.append("a", b"x" * 100)
+    wall.now += 61
+    inactive = c.inactive
+    assert inactive is not None
+    real_put = inactive.put_many
+    writing = threading.Event()
+
+    def slow_put(records: dict[str, bytes]) -> None:
+        writing.set()
+        time.sleep(0.3)
+        real_put(records)
+
+    inactive.put_many = slow_put  # type: ignore[method-assign]
+    evicting = asyncio.ensure_future(c.writer.evict_now())
+    await until(writing.is_set)
+    evicting.cancel()
+    await s.close()
+    s, c = await started(tmp_path, wall)
+    assert c.inactive is not None and c.inactive.names() == ["a"]  # the write ended first
+    assert await read_all(s, "a") == b"x" * 100
+    await s.close()

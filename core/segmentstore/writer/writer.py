@@ -121,6 +121,7 @@ class StorageWriter:
         self.tier2_writes = 0
         self.retries = 0
         self.evicted = 0  # segments made inactive, for tests and metrics
+        self._store_calls: set[asyncio.Future[Any]] = set()
         self._next_evict = 0.0
 
     def add(self, op: Operation) -> None:
@@ -161,6 +162,17 @@ class StorageWriter:
             except asyncio.CancelledError:
                 pass
             self._task = None
+        # Calls into the container's store of inactive segments that a cancellation
+        # left running in their threads end before the container closes that store.
+        if self._store_calls:
+            await asyncio.gather(*self._store_calls, return_exceptions=True)
+
+    async def _store_call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in a thread, awaited by ``stop`` even if this call is cancelled."""
+        work = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        self._store_calls.add(work)
+        work.add_done_callback(self._store_calls.discard)
+        return await asyncio.shield(work)
 
     # -- main loop ----------------------------------------------------------------------
 
@@ -452,7 +464,7 @@ class StorageWriter:
             if inactive is not None and inactive.needs_sync:
                 # Records of deleted segments go for good before the deletions leave
                 # Tier-1 (a record outliving them would bring the segment back).
-                await asyncio.to_thread(inactive.sync)
+                await self._store_call(inactive.sync)
             await self.c.log.truncate(target)
             self._truncated = target
 
@@ -521,7 +533,7 @@ class StorageWriter:
         if not chosen:
             return
         records = {m.name: encode_segment(m) for m in chosen}
-        await asyncio.to_thread(inactive.put_many, records)
+        await self._store_call(inactive.put_many, records)
         busy = {op.segment_id for op in self._ops}
         for m in chosen:
             if (
