@@ -41,7 +41,12 @@ from core.segmentstore.config import SegmentStoreConfig
 from core.segmentstore.durablelog.frames import read_operations
 from core.segmentstore.durablelog.log import DurableLog
 from core.segmentstore.logs.api import DurableDataLog, LogAddress
-from core.segmentstore.metadata import ContainerMetadata, SegmentMeta, decode_segment
+from core.segmentstore.metadata import (
+    ContainerMetadata,
+    SegmentMeta,
+    decode_segment,
+    encode_segment,
+)
 from core.segmentstore.metastore import InactiveSegments
 from core.segmentstore.operations import (
     AppendOp,
@@ -202,25 +207,32 @@ class SegmentContainer:
 
     # -- inactive segments --------------------------------------------------------------
 
-    def _activate(self, name: str) -> SegmentMeta | None:
-        """Bring the inactive segment ``name`` back into memory (same id), logging a MAP
-        operation with its record ahead of whatever the caller queues next; None if
-        there is none. Everything of it is in Tier-2 (the writer made sure of that
-        before it left memory)."""
+    def _inactive_meta(self, name: str) -> SegmentMeta | None:
+        """The inactive segment ``name`` as its record has it, not brought back."""
         inactive = self.inactive
-        if inactive is None or self.state != RUNNING:
-            return None
-        record = inactive.get(name)
+        record = inactive.get(name) if inactive is not None else None
         if record is None:
             return None
         meta, _ = decode_segment(record)
         if meta.id in self.md.by_id:
             return None  # deleted or merged; its record goes once the writer is done
         meta.storage_length = meta.length
+        return meta
+
+    def _activate(self, name: str) -> SegmentMeta | None:
+        """Bring the inactive segment ``name`` back into memory (same id), logging a MAP
+        operation with its record ahead of whatever the caller queues next; None if
+        there is none. Everything of it is in Tier-2 (the writer made sure of that
+        before it left memory)."""
+        if self.state != RUNNING:
+            return None
+        meta = self._inactive_meta(name)
+        if meta is None:
+            return None
         self.md.by_name[name] = meta
         self.md.by_id[meta.id] = meta
         self.activations += 1
-        self._queue(MapOp(record)).add_done_callback(_consume)
+        self._queue(MapOp(encode_segment(meta))).add_done_callback(_consume)
         return meta
 
     def forget(self, meta: SegmentMeta) -> None:
@@ -505,8 +517,12 @@ class SegmentContainer:
         return ReadResult(offset, chunks, meta.sealed and end == meta.length)
 
     def info(self, name: str) -> SegmentProperties:
+        """An inactive segment's properties come from its record: it stays inactive
+        (the controller's retention and the gateway ask for them periodically)."""
         self._check(name)
-        m = self.md.readable(name)
+        m = self.md.by_name.get(name) or self._inactive_meta(name)
+        if m is None or m.is_table or not m.created or m.deleted:
+            raise SegmentNotFoundError(name)
         return SegmentProperties(
             name=name,
             length=m.length,

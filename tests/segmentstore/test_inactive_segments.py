@@ -102,11 +102,15 @@ async def test_idle_segments_leave_memory_and_come_back(tmp_path: Path) -> None:
     assert c.inactive is not None and sorted(c.inactive.names()) == sorted(expect)
     assert not any(idx.meta.name in expect for idx in c.read_index.segments.values())
 
-    # Each call naming one brings it back, same id, same state.
+    # get_info answers from the record and leaves them inactive (polled by retention).
     for n in expect:
-        info = await s.get_info(n)
-        assert info == before[n]
+        assert await s.get_info(n) == before[n]
+    assert c.activations == 0 and set(c.md.by_name) == {"t"}
+    # Every other call naming one brings it back, same id, same state.
+    for n in expect:
+        await s.read(n, before[n].start_offset, 1)
         assert c.md.by_name[n].id == ids[n]
+        assert await s.get_info(n) == before[n]
     assert c.activations == 5
     assert await read_all(s, "seg-0") == expect["seg-0"]
     assert await read_all(s, "seg-2") == expect["seg-2"][500:]
