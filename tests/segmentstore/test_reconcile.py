@@ -7,8 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from core.segmentstore.api import SegmentNotFoundError
 from core.segmentstore.service import container_of
 from tests.segmentstore.helpers import SMALL, Backings
+from tier2.api import SegmentNotFoundError as Tier2NotFound
 
 
 async def test_replay_over_tier2_that_is_ahead(tmp_path: Path) -> None:
@@ -51,4 +55,44 @@ async def test_replay_over_tier2_that_is_ahead(tmp_path: Path) -> None:
     assert tier2.get_info(sealed).sealed and not tier2.exists(gone)
     r = await s.read(target, 0, 10_000)
     assert b"".join(bytes(c) for c in r.chunks) == b"T" * 3000 + b"S" * 2000 + b"U" * 500
+    await s.close()
+
+
+@pytest.mark.parametrize("source_bytes", [0, 700])
+async def test_replayed_merge_into_a_target_deleted_since(tmp_path: Path, source_bytes: int) -> None:
+    """The log holds a merge and, later, the deletion of its target; Tier-2 has both
+    applied (the writer got there, Tier-1 was not truncated yet). Replaying the merge
+    must not bring either segment back into Tier-2 (it did: an empty target, then
+    "Tier-2 length 0, merge at 32", and the container failed)."""
+    b = Backings()
+    names = [n for n in (f"m{i}" for i in range(50)) if container_of(n, SMALL.container_count) == 0]
+    target, source = names[:2]
+    s = b.store(tmp_path)
+    await s.start()
+    await s.create_segment(target)
+    await s.append(target, b"T" * 32)
+    await s.create_segment(source)
+    if source_bytes:
+        await s.append(source, b"S" * source_bytes)
+    assert await s.merge(target, source) == 32
+    await s.delete_segment(target)
+    for c in s.containers.values():
+        await c.writer.flush_all()  # Tier-2 sees it all; no new checkpoint: no truncation
+    await s.close()
+    for name in (target, source):
+        with pytest.raises(Tier2NotFound):
+            b.tier2.get_info(name)
+
+    s = b.store(tmp_path)
+    await s.start()  # replays the merge and the deletion
+    for c in s.containers.values():
+        await c.writer.flush_all()
+        assert c.writer.error is None and c.failure is None
+    for name in (target, source):
+        with pytest.raises(SegmentNotFoundError):
+            await s.get_info(name)
+        with pytest.raises(Tier2NotFound):
+            b.tier2.get_info(name)
+    await s.create_segment(target)  # the name is free, and empty
+    assert (await s.get_info(target)).length == 0
     await s.close()

@@ -288,9 +288,7 @@ class StorageWriter:
             await self._merge(op)
         elif kind == OpKind.DELETE:
             meta = md.by_id[op.segment_id]
-            dropped = self._aggs.pop(meta.id, None)
-            if dropped is not None:
-                self._lag_done(dropped.end - dropped.start + LAG_OVERHEAD_BYTES * dropped.ops)
+            self._drop_agg(meta)
             await self._ensure(meta, "delete")
             self.c.read_index.remove(meta)
             self.c.forget(meta)
@@ -379,6 +377,12 @@ class StorageWriter:
         del self._aggs[meta.id]
         self._lag_done(agg.end - agg.start + LAG_OVERHEAD_BYTES * agg.ops)
 
+    def _drop_agg(self, meta: SegmentMeta) -> None:
+        """Forget what the segment had waiting for Tier-2 (it is going away)."""
+        dropped = self._aggs.pop(meta.id, None)
+        if dropped is not None:
+            self._lag_done(dropped.end - dropped.start + LAG_OVERHEAD_BYTES * dropped.ops)
+
     async def _gone(self, meta: SegmentMeta) -> bool:
         """Whether Tier-2 needs nothing more for this segment: it is deleted (its bytes
         are going away), or merged and already concatenated into its target (a replay
@@ -405,8 +409,19 @@ class StorageWriter:
         md = self.c.md
         target = md.by_id[op.segment_id]
         source = md.by_id[op.source_id]
-        await self._flush(source)
-        await self._flush(target)
+        if not await self._gone(target):
+            await self._flush(source)
+            await self._flush(target)
+        if await self._gone(target):
+            # The target is deleted (later in the log) and not in Tier-2: its deletion
+            # got there first (a replay after a crash), or it never reached Tier-2 and
+            # its flush was dropped as the deletion is committed. Nothing is left to
+            # concatenate into; the source goes with it.
+            self._drop_agg(source)
+            await self._ensure(source, "delete")
+            self.c.read_index.remove(source)
+            self.c.forget(source)
+            return
         while True:
             tinfo = await self._state(target.name)
             sinfo = await self._state(source.name)
