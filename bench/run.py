@@ -80,6 +80,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=500,
         help="consumers' fetch.wait.max.ms (librdkafka's default)",
     )
+    p.add_argument(
+        "--fetch-queue-backoff-ms",
+        type=int,
+        default=10,
+        help="consumers' fetch.queue.backoff.ms (librdkafka: 1000, a 1 s pause whenever "
+        "100,000 records are queued)",
+    )
     p.add_argument("--latency-mbps", type=float, default=5.0, help="offered MB/s (1e6 B/s)")
     p.add_argument("--latency-seconds", type=float, default=10.0, help="0 skips the latency phase")
     p.add_argument("--latency-warmup-seconds", type=float, default=2.0)
@@ -141,6 +148,7 @@ class Bench:
             linger_ms=args.linger_ms,
             batch_bytes=args.batch_bytes,
             fetch_wait_max_ms=args.fetch_wait_max_ms,
+            fetch_queue_backoff_ms=args.fetch_queue_backoff_ms,
         )
         self.measurements: list[dict[str, Any]] = []
         self.failures: list[dict[str, Any]] = []
