@@ -45,6 +45,7 @@ from core.segmentstore.metadata import (
     ContainerMetadata,
     SegmentMeta,
     decode_segment,
+    durable_view,
     encode_segment,
 )
 from core.segmentstore.metastore import InactiveSegments
@@ -236,8 +237,9 @@ class SegmentContainer:
         return meta
 
     def forget(self, meta: SegmentMeta) -> None:
-        """Drop a deleted or merged segment the log and the writer are done with, and
-        its inactive record if it has one."""
+        """Drop a deleted or merged segment the log and the writer are done with: its
+        metadata, its read index, and its inactive record if it has one."""
+        self.read_index.remove(meta)
         self.md.forget(meta)
         if self.inactive is not None:
             self.inactive.remove(meta.name, meta.id)
@@ -520,9 +522,7 @@ class SegmentContainer:
         """An inactive segment's properties come from its record: it stays inactive
         (the controller's retention and the gateway ask for them periodically)."""
         self._check(name)
-        m = self.md.by_name.get(name) or self._inactive_meta(name)
-        if m is None or m.is_table or not m.created or m.deleted:
-            raise SegmentNotFoundError(name)
+        m = durable_view(name, self.md.by_name.get(name) or self._inactive_meta(name))
         return SegmentProperties(
             name=name,
             length=m.length,

@@ -105,10 +105,7 @@ class ContainerMetadata:
 
     def readable(self, name: str, is_table: bool = False) -> SegmentMeta:
         """The segment as durable (committed view), or ``SegmentNotFoundError``."""
-        meta = self.lookup(name)
-        if meta is None or meta.is_table != is_table or not meta.created or meta.deleted:
-            raise SegmentNotFoundError(name)
-        return meta
+        return durable_view(name, self.lookup(name), is_table)
 
     def new_segment(self, name: str, is_table: bool, attributes: dict[str, int]) -> SegmentMeta:
         meta = SegmentMeta(self.next_id, name, is_table, attributes)
@@ -147,6 +144,14 @@ class ContainerMetadata:
             self.by_id[m.id] = m
         self.seq = max(self.seq, seq)
         self.next_id = next_id
+
+
+def durable_view(name: str, meta: SegmentMeta | None, is_table: bool = False) -> SegmentMeta:
+    """``meta`` if it is a created, undeleted segment of that kind, else
+    ``SegmentNotFoundError``."""
+    if meta is None or meta.is_table != is_table or not meta.created or meta.deleted:
+        raise SegmentNotFoundError(name)
+    return meta
 
 
 def encode_segment(m: SegmentMeta) -> bytes:

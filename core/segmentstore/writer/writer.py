@@ -290,7 +290,6 @@ class StorageWriter:
             meta = md.by_id[op.segment_id]
             self._drop_agg(meta)
             await self._ensure(meta, "delete")
-            self.c.read_index.remove(meta)
             self.c.forget(meta)
         self._next_seq = op.seq + 1
 
@@ -345,8 +344,7 @@ class StorageWriter:
         if agg is None:
             return
         if await self._gone(meta):
-            del self._aggs[meta.id]
-            self._lag_done(agg.end - agg.start + LAG_OVERHEAD_BYTES * agg.ops)
+            self._drop_agg(meta)
             return
         name = meta.name
         idx = self.c.read_index.get(meta)
@@ -419,7 +417,6 @@ class StorageWriter:
             # concatenate into; the source goes with it.
             self._drop_agg(source)
             await self._ensure(source, "delete")
-            self.c.read_index.remove(source)
             self.c.forget(source)
             return
         while True:
@@ -447,7 +444,6 @@ class StorageWriter:
         self._t2[source.name] = None
         target.storage_length = max(target.storage_length, op.offset + op.length)
         self.c.read_index.get(target).flushed_to(target.storage_length)
-        self.c.read_index.remove(source)
         self.c.forget(source)
 
     async def _flush_due(self, *, force: bool) -> None:
