@@ -40,6 +40,12 @@ class SegmentStoreConfig:
     #: has caught up below it again: the memory and Tier-1 space behind a slow Tier-2
     #: stay bounded.
     writer_lag_bytes_max: int = 256 * MiB
+    #: Node-wide: while data not yet in Tier-2 fills more than this share of
+    #: ``cache_bytes_max``, mutating calls are acknowledged only once the storage
+    #: writers have flushed it back below (the lag bound above is per container, the
+    #: cache is shared). Without it the cache evicts that data and the writers read it
+    #: back from Tier-1. 1.0 or more: never wait for the cache.
+    writer_cache_share_max: float = 0.75
     #: Largest single Tier-2 write.
     tier2_write_bytes_max: int = 16 * MiB
     #: Tier-2 (filesystem) chunk files are rolled at this size; truncation frees whole

@@ -89,7 +89,7 @@ class StreamSegmentStore:
                 read_ahead_bytes=config.tier2_read_ahead_bytes,
             )
         self.storage: Storage = tier2
-        self.cache = Cache(config.cache_bytes_max)
+        self.cache = Cache(config.cache_bytes_max, config.writer_cache_share_max)
         self.traffic_meters = Traffic(clock, config.traffic_window_ms)
         owned = config.owned_containers
         self.owned = frozenset(range(config.container_count) if owned is None else owned)
@@ -207,6 +207,7 @@ class StreamSegmentStore:
             "cache_bytes": self.cache.used_bytes,
             "cache_bytes_max": self.cache.bytes_max,
             "cache_unflushed_bytes": self.cache.unflushed_bytes,
+            "cache_spilled_bytes": self.cache.spilled_bytes,
             "containers": {
                 cid: {
                     "state": c.state,
@@ -257,7 +258,7 @@ class StreamSegmentStore:
         c = self._c(name)
         offset: int = await c.queue_append(name, data, expected_offset, attribute_updates, event_count)
         writer = c.writer
-        if writer.lag_bytes > writer.lag_bytes_max:
+        if writer.behind:
             await writer.wait_lag()
         return offset
 
@@ -283,7 +284,7 @@ class StreamSegmentStore:
             failed.set_exception(exc)
             return failed
         writer = c.writer
-        if writer.lag_bytes > writer.lag_bytes_max:
+        if writer.behind:
             return asyncio.ensure_future(_after_lag(fut, writer))
         return fut
 
@@ -335,7 +336,7 @@ class StreamSegmentStore:
         if isinstance(res, list):
             return res
         versions = list(await res)
-        if c.writer.lag_bytes > c.writer.lag_bytes_max:
+        if c.writer.behind:
             await c.writer.wait_lag()
         return versions
 
@@ -358,6 +359,6 @@ def _conforms(store: StreamSegmentStore) -> SegmentStore:
 
 async def _after_lag(fut: asyncio.Future[int], writer: StorageWriter) -> int:
     offset = await fut
-    if writer.lag_bytes > writer.lag_bytes_max:
+    if writer.behind:
         await writer.wait_lag()
     return offset

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
 import tracemalloc
 from collections.abc import AsyncGenerator
 from pathlib import Path
+
+import pytest
 
 from core.segmentstore.config import SegmentStoreConfig
 from core.segmentstore.logs.api import LogAddress
 from core.segmentstore.operations import Operation
 from core.segmentstore.service import StreamSegmentStore
+from tier2.api import WriteData
 from tier2.faults import FaultyStorage
 from tier2.inmemory import InMemoryStorage
 
@@ -118,7 +122,11 @@ async def test_cache_stays_bounded_and_reads_fall_back(tmp_path: Path) -> None:
 async def test_evicted_unflushed_data_read_back_from_tier1(tmp_path: Path) -> None:
     # Tier-2 refuses every call until the end: data can only come from cache or Tier-1.
     tier2 = FaultyStorage(InMemoryStorage(), seed=1, error_rate=1.0)
-    cfg = SegmentStoreConfig(container_count=1, cache_bytes_max=32 * 1024, writer_retry_delay_ms=1)
+    # Acknowledgements never wait for the cache here (``writer_cache_share_max``): the
+    # appends overflow it and what it evicts is read back from Tier-1.
+    cfg = SegmentStoreConfig(
+        container_count=1, cache_bytes_max=32 * 1024, writer_retry_delay_ms=1, writer_cache_share_max=2.0
+    )
     s = StreamSegmentStore(tmp_path, cfg, tier2=tier2)
     await s.start()
     await s.create_segment("s")
@@ -144,7 +152,8 @@ async def test_evicted_ranges_leave_memory_for_the_rocksdb_tier1_index(tmp_path:
     it, across a restart too (recovery rebuilds the index of its own epoch)."""
     tier2 = FaultyStorage(InMemoryStorage(), seed=2, error_rate=1.0)
     cfg = SegmentStoreConfig(
-        container_count=1, cache_bytes_max=64 * 1024, writer_retry_delay_ms=1, frame_bytes_max=8192
+        container_count=1, cache_bytes_max=64 * 1024, writer_retry_delay_ms=1, frame_bytes_max=8192,
+        writer_cache_share_max=2.0,  # acknowledgements never wait for the cache
     )
     names = [f"seg-{k}" for k in range(5)]
     expect = {n: bytearray() for n in names}
@@ -205,6 +214,7 @@ async def test_tier1_read_back_outrun_by_truncation_falls_back_to_tier2(tmp_path
         frame_bytes_max=8192,
         writer_retry_delay_ms=1,
         tier1_spare_files=4,
+        writer_cache_share_max=2.0,  # acknowledgements never wait for the cache
     )
     s = StreamSegmentStore(tmp_path, cfg, tier2=tier2)
     await s.start()
@@ -233,4 +243,52 @@ async def test_tier1_read_back_outrun_by_truncation_falls_back_to_tier2(tmp_path
     assert await read_all(s, "s") == expect
     assert raced, "the read went to Tier-1"
     assert (await s.get_info("s")).storage_length == len(expect)
+    await s.close()
+
+
+class _SlowStorage(InMemoryStorage):
+    """Tier-2 whose writes take 20 ms each: the writers fall behind the appends."""
+
+    def write(self, name: str, offset: int, data: WriteData) -> None:
+        time.sleep(0.02)
+        super().write(name, offset, data)
+
+
+@pytest.mark.parametrize("share", [0.75, 2.0])
+async def test_acknowledgements_wait_for_the_writers_instead_of_evicting_unflushed_data(
+    tmp_path: Path, share: float
+) -> None:
+    """Behind a slow Tier-2, the shared cache would fill with data not yet in Tier-2 and
+    evict it, for the writers to read back from Tier-1. With ``writer_cache_share_max``
+    below 1, acknowledgements wait for the writers instead and nothing is evicted (each
+    container's own lag bound is far above the cache here); at 2.0 (never wait) the same
+    load evicts."""
+    cache_max = 256 * 1024
+    cfg = SegmentStoreConfig(
+        container_count=2,
+        cache_bytes_max=cache_max,
+        flush_bytes=64 * 1024,
+        flush_interval_ms=10,
+        writer_lag_bytes_max=64 * 1024 * 1024,
+        writer_cache_share_max=share,
+    )
+    s = StreamSegmentStore(tmp_path, cfg, tier2=_SlowStorage())
+    await s.start()
+    names = [f"s{i}" for i in range(4)]
+    for n in names:
+        await s.create_segment(n)
+    chunk = 4096
+    n_appends = 800  # ~3.3 MB, 13x the cache
+
+    async def writer(w: int) -> None:
+        for i in range(w, n_appends, 8):
+            await s.append(names[i % 4], bytes([i % 256]) * chunk)
+
+    await asyncio.gather(*(writer(w) for w in range(8)))
+    if share < 1:
+        assert s.stats()["cache_spilled_bytes"] == 0
+    else:
+        assert s.stats()["cache_spilled_bytes"] > 0
+    for k, n in enumerate(names):
+        assert await read_all(s, n) == b"".join(bytes([i % 256]) * chunk for i in range(k, n_appends, 4))
     await s.close()

@@ -9,11 +9,14 @@ Each entry is charged its length plus ``ENTRY_OVERHEAD_BYTES``.
 Eviction, when over the bound: least recently used entries already in Tier-2 first
 (they are dropped; Tier-2 serves them again), then the oldest entries not yet in Tier-2
 (dropped too, their Tier-1 location recorded in the container's ``Tier1Index``, so reads
-and the storage writer fetch them back from Tier-1).
+and the storage writer fetch them back from Tier-1). That second kind is kept rare: past
+``crowded_bytes`` of data not yet in Tier-2 the store holds acknowledgements back
+(``StorageWriter.wait_lag``) until the writers have flushed.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
@@ -75,12 +78,18 @@ class CacheEntry:
 
 
 class Cache:
-    def __init__(self, cache_bytes_max: int) -> None:
+    def __init__(self, cache_bytes_max: int, unflushed_share_max: float = 1.0) -> None:
         self.bytes_max = cache_bytes_max
         self.used_bytes = 0
         #: Bytes held of data not yet in Tier-2 (the storage writer flushes early when
         #: this passes half the bound, so eviction rarely has to drop such data).
         self.unflushed_bytes = 0
+        #: Past this many unflushed bytes the cache is ``crowded``: the store holds back
+        #: acknowledgements (``wait_room``) until the storage writers flush.
+        self.crowded_bytes = int(cache_bytes_max * unflushed_share_max)
+        self._room_waiters: list[asyncio.Future[None]] = []
+        #: Bytes of data not yet in Tier-2 evicted so far (to be read back from Tier-1).
+        self.spilled_bytes = 0
         self._flushed: OrderedDict[CacheEntry, None] = OrderedDict()
         self._unflushed: OrderedDict[CacheEntry, None] = OrderedDict()
 
@@ -103,6 +112,26 @@ class Cache:
     def under_pressure(self) -> bool:
         return self.unflushed_bytes * 2 > self.bytes_max
 
+    @property
+    def crowded(self) -> bool:
+        return self.unflushed_bytes > self.crowded_bytes
+
+    def wait_room(self) -> asyncio.Future[None]:
+        """Done once the cache is no longer ``crowded``."""
+        fut = asyncio.get_running_loop().create_future()
+        if self.crowded:
+            self._room_waiters.append(fut)
+        else:
+            fut.set_result(None)
+        return fut
+
+    def _made_room(self) -> None:
+        if self._room_waiters and self.unflushed_bytes <= self.crowded_bytes:
+            waiters, self._room_waiters = self._room_waiters, []
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
+
     def touch(self, entry: CacheEntry) -> None:
         if entry.flushed and entry in self._flushed:
             self._flushed.move_to_end(entry)
@@ -114,6 +143,7 @@ class Cache:
         if self._unflushed.pop(entry, 0) is None:
             self._flushed[entry] = None
             self.unflushed_bytes -= entry.end - entry.start + ENTRY_OVERHEAD_BYTES
+            self._made_room()
 
     def discard(self, entry: CacheEntry) -> None:
         """Forget an entry's data (the index drops the entry itself)."""
@@ -125,6 +155,7 @@ class Cache:
             self.used_bytes -= n
             if not entry.flushed:
                 self.unflushed_bytes -= n
+                self._made_room()
         entry.data = None
 
     def evict(self) -> None:
@@ -139,7 +170,9 @@ class Cache:
                 n = entry.end - entry.start + ENTRY_OVERHEAD_BYTES
                 self.used_bytes -= n
                 self.unflushed_bytes -= n
+                self.spilled_bytes += n
                 entry.data = None
                 entry.index.spill(entry)  # to be read back from Tier-1
+                self._made_room()
             else:
                 return

@@ -116,6 +116,7 @@ class StorageWriter:
         #: Bytes (plus a per-operation overhead) committed and not yet in Tier-2.
         self.lag_bytes = 0
         self.lag_bytes_max = config.writer_lag_bytes_max
+        self._cache = container.read_index.cache
         self._lag_ok = asyncio.Event()
         self._lag_ok.set()
         self.tier2_writes = 0
@@ -144,11 +145,29 @@ class StorageWriter:
         if self.lag_bytes <= self.lag_bytes_max:
             self._lag_ok.set()
 
+    @property
+    def behind(self) -> bool:
+        """Acknowledgements should wait (``wait_lag``): this writer is past its lag
+        bound, or the node's cache is crowded with data not yet in Tier-2."""
+        return self.lag_bytes > self.lag_bytes_max or self._cache.crowded
+
     async def wait_lag(self) -> None:
-        """Wait until the data not yet in Tier-2 is back under ``writer_lag_bytes_max``
-        (callers are throttled here, so memory does not grow with load)."""
-        while self.lag_bytes > self.lag_bytes_max and self._task is not None and self.error is None:
-            await self._lag_ok.wait()
+        """Wait until this writer is no longer ``behind`` (callers are throttled here,
+        so memory does not grow with load, and the cache keeps what the writers are
+        still to flush instead of evicting it to be read back from Tier-1)."""
+        while self._task is not None and self.error is None:
+            if self.lag_bytes > self.lag_bytes_max:
+                await self._lag_ok.wait()
+            elif self._cache.crowded:
+                # Other containers' writers make the room; looked at again now and
+                # then in case this writer stops meanwhile.
+                try:
+                    async with asyncio.timeout(0.1):
+                        await self._cache.wait_room()
+                except TimeoutError:
+                    pass
+            else:
+                return
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
