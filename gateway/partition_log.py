@@ -18,6 +18,10 @@ Contract:
 - Only an append that cannot succeed (too large, retries exhausted, controller away for
   the whole refresh budget) fails; its offsets are skipped, never reused, since a later
   append may already be durable. That is the one way a gap can appear.
+- If the offset index cannot be written (a RocksDB or disk error), the partition goes
+  offline (``failed``): every append not yet indexed fails, later ones are refused, the
+  high watermark stays where it is and reads below it go on. The next start indexes
+  what the segments hold from the last marker on, as after a crash.
 """
 
 from __future__ import annotations
@@ -128,6 +132,8 @@ class PartitionLog:
         #: The newest index entries, consecutive, oldest first: fetches at the tail find
         #: their batches here instead of iterating RocksDB.
         self.recent: deque[IndexEntry] = deque(maxlen=RECENT_ENTRIES_MAX)
+        #: Why the partition is offline (its offset index could not be written), or None.
+        self.failed: BaseException | None = None
 
     # -- produce -----------------------------------------------------------------------
 
@@ -146,6 +152,8 @@ class PartitionLog:
         before it may be overwritten: the envelope goes there and the batches are
         rewritten where they are, no copy. Otherwise envelope and payload are copied
         into a new buffer."""
+        if self.failed is not None:
+            raise StorageFailure(f"{self.topic}/{self.partition} is offline: {self.failed!r}")
         base = self.next_offset
         n = len(payload)
         if head is not None and not head.readonly and len(head) >= n + ENVELOPE_BYTES:
@@ -191,9 +199,11 @@ class PartitionLog:
 
     def _on_done(self, p: PendingAppend, task: asyncio.Future[int]) -> None:
         self._inflight -= 1
-        if self._logs.closed:
+        if self._logs.closed or self.failed is not None:
             if not task.cancelled():
                 task.exception()
+            if self._inflight == 0:
+                self._settled.set()
             return
         exc = task.exception() if not task.cancelled() else StorageFailure("append cancelled")
         if exc is None:
@@ -278,9 +288,14 @@ class PartitionLog:
     def _advance(self) -> None:
         moved = False
         while self._pending and self._pending[0].state == _State.DONE:
-            p = self._pending.popleft()
+            p = self._pending[0]
             if not self.retired:
-                self._index(p)
+                try:
+                    self._index(p)
+                except Exception as exc:
+                    self._go_offline(p, exc)
+                    break
+            self._pending.popleft()
             self.high_watermark = p.end_offset
             moved = True
             p.settle()
@@ -288,18 +303,36 @@ class PartitionLog:
             for callback in self.on_grow:
                 callback()
 
+    def _go_offline(self, p: PendingAppend, exc: BaseException) -> None:
+        """``p`` could not be indexed: fail it and everything after it. The in-memory
+        marker of its segment went past it, so it goes: the marker written next is
+        recomputed from the one in the index, and never passes ``p``'s bytes."""
+        assert p.segment is not None
+        self._logs.forget_marker(self._logs.topics.segment_name(self.topic, p.segment.id))
+        log.error(
+            "%s/%d: the offset index could not be written (%r); the partition takes no "
+            "appends until tidegate restarts, which indexes what its segments hold",
+            self.topic, self.partition, exc,
+        )
+        self.failed = exc
+        pending, self._pending = self._pending, deque()
+        for p in pending:
+            self._fail(p, exc)
+
     def _index(self, p: PendingAppend) -> None:
         assert p.segment is not None
         write = self._logs.index.batch()
+        entries = []
+        max_ts = self._max_timestamp
         for b in p.batches:
             entry = IndexEntry(
                 b.base_offset, b.last_offset, p.segment.id,
                 p.position + ENVELOPE_BYTES + b.position, b.size, b.max_timestamp,
             )
             write.entry(self.topic, self.partition, entry)
-            self.recent.append(entry)
-            if b.max_timestamp > self._max_timestamp:
-                self._max_timestamp = b.max_timestamp
+            entries.append(entry)
+            if b.max_timestamp > max_ts:
+                max_ts = b.max_timestamp
                 write.time_entry(self.topic, self.partition, b.max_timestamp, b.base_offset)
         for pid in p.producer_ids:
             self._logs.producers.persist(write, self.topic, self.partition, pid, p.end_offset)
@@ -308,6 +341,8 @@ class PartitionLog:
         if marker is not None:
             write.marker(name, marker)
         write.commit()
+        self._max_timestamp = max_ts
+        self.recent.extend(entries)
 
     # -- fetch -------------------------------------------------------------------------
 

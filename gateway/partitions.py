@@ -79,6 +79,11 @@ class PartitionLogs:
             tracker.end = tracker.ahead.pop(tracker.end)
         return tracker.end
 
+    def forget_marker(self, segment: str) -> None:
+        """Drop what is known of ``segment``'s indexed appends beyond its stored marker
+        (after a failed index write: the next ``mark_indexed`` starts from the index)."""
+        self._markers.pop(segment, None)
+
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)

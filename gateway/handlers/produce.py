@@ -84,8 +84,12 @@ def _validate(ctx: HandlerContext, work: _Work) -> None:
         work.error = ErrorCode.INVALID_RECORD
         work.message = "record count does not match last offset delta"
         return
+    plog = ctx.logs.get(work.topic, work.partition)
+    if plog.failed is not None:
+        work.error, work.message = ErrorCode.KAFKA_STORAGE_ERROR, f"partition offline: {plog.failed!r}"
+        return
     work.batch = batch
-    work.plog = ctx.logs.get(work.topic, work.partition)
+    work.plog = plog
 
 
 def _assign(ctx: HandlerContext, work: _Work) -> None:
