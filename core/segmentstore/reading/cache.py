@@ -47,8 +47,13 @@ def _owned(data: bytes | memoryview) -> bytes | memoryview:
 
 
 class CacheEntry:
+    """Every cache entry lives until evicted, so it is the bulk of what the garbage
+    collector's full collections scan: it holds no object of its own besides ``data``
+    (its Tier-1 address as two ints, not a ``LogAddress``)."""
+
     __slots__ = (
-        "index", "start", "end", "data", "address", "frame_pos", "seq", "last_seq", "flushed", "removed",
+        "index", "start", "end", "data", "file_id", "position", "frame_pos", "seq", "last_seq", "flushed",
+        "removed",
     )  # fmt: skip
 
     def __init__(
@@ -66,8 +71,11 @@ class CacheEntry:
         self.start = start
         self.end = start + len(data)
         self.data: bytes | memoryview | None = _owned(data)
-        #: Where in Tier-1 the operation that wrote these bytes lies (None: from Tier-2).
-        self.address = address
+        #: Where in Tier-1 the operation that wrote these bytes lies (file -1: from Tier-2).
+        if address is None:
+            self.file_id = self.position = -1
+        else:
+            self.file_id, self.position = address.file_id, address.position
         self.frame_pos = frame_pos
         #: The operations (of this segment, sequence numbers ``seq..last_seq``) whose
         #: bytes this entry holds: one append, or a run of small ones coalesced.
@@ -75,6 +83,10 @@ class CacheEntry:
         self.last_seq = max(seq, last_seq)
         self.flushed = address is None
         self.removed = False
+
+    @property
+    def address(self) -> LogAddress | None:
+        return None if self.file_id < 0 else LogAddress(self.file_id, self.position)
 
 
 class Cache:

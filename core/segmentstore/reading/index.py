@@ -102,10 +102,11 @@ class SegmentReadIndex:
         Tier-1 holds it and forget the entry."""
         if entry.removed:
             return
-        assert entry.address is not None, "an entry not in Tier-2 comes from Tier-1"
+        address = entry.address
+        assert address is not None, "an entry not in Tier-2 comes from Tier-1"
         self.tier1.put(
             self.meta.id,
-            Tier1Range(entry.start, entry.end, entry.seq, entry.last_seq, entry.address, entry.frame_pos),
+            Tier1Range(entry.start, entry.end, entry.seq, entry.last_seq, address, entry.frame_pos),
         )
         self.spilled += 1
         self.drop(entry)
