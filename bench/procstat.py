@@ -68,3 +68,20 @@ def peak_rss_bytes(pid: int) -> int:
                 total += int(line.split()[1]) * 1024
                 break
     return total
+
+
+def machine_cpu_ticks() -> tuple[int, int, int]:
+    """``(all, idle, steal)`` clock ticks of every CPU since boot (``/proc/stat``); idle
+    counts iowait, steal is time the hypervisor gave this VM's CPUs to others."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    # user nice system idle iowait irq softirq steal (guest time is inside user)
+    return sum(fields), fields[3] + fields[4], fields[7]
+
+
+def machine_busy(before: tuple[int, int, int], after: tuple[int, int, int]) -> tuple[float, float]:
+    """Shares of all CPU time between two ``machine_cpu_ticks`` readings: busy (steal
+    included) and steal alone."""
+    total = after[0] - before[0]
+    if total <= 0:
+        return 0.0, 0.0
+    return (total - (after[1] - before[1])) / total, (after[2] - before[2]) / total

@@ -33,6 +33,13 @@ _BASELINE_DRAWN_MAX = 2.5
 _NOT_METRICS = {"run", "system", "workload", "kind"}
 
 
+def _busy(row: dict[str, Any]) -> str:
+    busy, steal = row.get("machine_busy"), row.get("machine_steal")
+    if busy is None or steal is None:
+        return "–"
+    return f"{100 * busy:.0f} ({100 * steal:.0f})"
+
+
 def medians(measurements: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
     """{system: {workload: {metric: median}}} plus `runs`, the count of samples."""
     samples: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
@@ -145,9 +152,12 @@ def markdown(doc: dict[str, Any]) -> str:
         "## Throughput (acks=all)",
         "",
         "| workload | "
-        + " | ".join(f"{s} MB/s | rec/s | server CPU s/GB | client cores" for s in systems)
+        + " | ".join(
+            f"{s} MB/s | rec/s | server CPU s/GB | client cores | machine busy % (steal)"
+            for s in systems
+        )
         + " |",
-        "|---|" + "---|" * (4 * len(systems)),
+        "|---|" + "---|" * (5 * len(systems)),
     ]
     for w in workloads:
         cells = []
@@ -158,12 +168,15 @@ def markdown(doc: dict[str, Any]) -> str:
                 _fmt(row.get("records_per_s"), 0),
                 _fmt(row.get("cpu_s_per_gb")),
                 _fmt(row.get("client_cores"), 2),
+                _busy(row),
             ]
         lines.append(f"| {w} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "Client cores: CPU seconds of the client processes per second of the phase; near "
-        "the process count means the clients, not the server, set the pace.",
+        "the process count means the clients, not the server, set the pace. Machine busy: "
+        "the share of all CPUs' time not idle during the phase (server, clients, kernel, "
+        "and in brackets the share the hypervisor stole); near 100 the machine sets it.",
         "",
         "## Latency at a fixed rate (ms)",
         "",

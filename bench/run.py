@@ -391,6 +391,8 @@ class Bench:
             records=r.records,
             payload_bytes=r.payload_bytes,
             client_cores=r.client_cpu_s / r.wall_s,
+            machine_busy=r.machine_busy,
+            machine_steal=r.machine_steal,
             **({} if r.first_record_s is None else {"first_record_s": r.first_record_s}),
         )
         return True

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from bench.procstat import cpu_seconds
+from bench.procstat import cpu_seconds, machine_busy, machine_cpu_ticks
 
 _SPAWN = mp.get_context("spawn")
 # How long client processes may take to start, import and connect before a phase.
@@ -81,6 +81,10 @@ class PhaseResult:
     client_cpu_s: float = 0.0
     # Consume only: from assigning the partitions to the first record in hand.
     first_record_s: float | None = None
+    # Shares of the whole machine's CPU time during the phase: busy (everything, the
+    # hypervisor's steal included) and steal alone. Near 1 busy: the machine is the limit.
+    machine_busy: float = 0.0
+    machine_steal: float = 0.0
 
     @property
     def mb_per_s(self) -> float:
@@ -207,6 +211,8 @@ def run_produce(
         wall,
         results.server_cpu_s,
         client_cpu_s=sum(r["cpu_s"] for r in reports),
+        machine_busy=results.machine_busy,
+        machine_steal=results.machine_steal,
     )
 
 
@@ -333,6 +339,8 @@ def run_consume(
         results.server_cpu_s,
         client_cpu_s=sum(r["cpu_s"] for r in reports),
         first_record_s=min(r["first_record"] for r in reports if r["first_record"]) - start,
+        machine_busy=results.machine_busy,
+        machine_steal=results.machine_steal,
     )
 
 
@@ -542,6 +550,8 @@ class Gate:
 class _WorkerResults:
     reports: list[dict[str, Any]]
     server_cpu_s: float
+    machine_busy: float = 0.0
+    machine_steal: float = 0.0
 
 
 def _collect(q: Any, count: int, procs: list[Any], timeout_s: float, what: str) -> list[Any]:
@@ -571,13 +581,13 @@ def _run_workers(procs: list[Any], gate: Gate, server_pid: int, timeout_s: float
         _collect(
             gate.ready, len(procs), procs, min(timeout_s, _READY_TIMEOUT_S), "before it was ready"
         )
-        cpu0 = cpu_seconds(server_pid)
+        cpu0, ticks0 = cpu_seconds(server_pid), machine_cpu_ticks()
         gate.go.set()
         reports = _collect(gate.reports, len(procs), procs, timeout_s, "during the phase")
-        cpu1 = cpu_seconds(server_pid)
+        cpu1, ticks1 = cpu_seconds(server_pid), machine_cpu_ticks()
         for p in procs:  # they have reported; give them time to close their clients
             p.join(timeout=10)
-        return _WorkerResults(reports, cpu1 - cpu0)
+        return _WorkerResults(reports, cpu1 - cpu0, *machine_busy(ticks0, ticks1))
     finally:
         for p in procs:  # on failure or interruption nothing is waited for
             if p.is_alive():

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from bench import report
-from bench.procstat import cpu_seconds, peak_rss_bytes
+from bench.procstat import cpu_seconds, machine_busy, machine_cpu_ticks, peak_rss_bytes
 from bench.profile import summarize
 from bench.workloads import PhaseResult, percentiles_ms
 
@@ -86,6 +86,16 @@ def test_proc_readers_see_this_process() -> None:
     sum(i * i for i in range(2_000_000))
     assert cpu_seconds(pid) > before
     assert peak_rss_bytes(pid) > 10 * 1024 * 1024
+
+
+def test_machine_busy_shares() -> None:
+    # 100 ticks: 50 idle or iowait, 10 of the busy 50 stolen by the hypervisor.
+    assert machine_busy((1000, 400, 5), (1100, 450, 15)) == (0.5, 0.1)
+    assert machine_busy((1, 1, 0), (1, 1, 0)) == (0.0, 0.0)
+    total, idle, steal = machine_cpu_ticks()
+    assert total >= idle >= 0 and total >= steal >= 0
+    med = report.medians([_m(0, "tidegate", "produce-1024B-p16", mb_per_s=1.0, machine_busy=0.93, machine_steal=0.12)])
+    assert report._busy(med["tidegate"]["produce-1024B-p16"]) == "93 (12)"
 
 
 def test_profile_summary_folds_lines_and_keeps_project_frames(tmp_path: Path) -> None:
