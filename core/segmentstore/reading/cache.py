@@ -137,8 +137,11 @@ class Cache:
             fut.set_result(None)
         return fut
 
-    def _made_room(self) -> None:
-        if self._room_waiters and self.unflushed_bytes <= self.crowded_bytes:
+    def _unflushed_gone(self, n: int) -> None:
+        """``n`` charged bytes of data not yet in Tier-2 left the cache (flushed,
+        discarded or evicted): wake whoever waits for room."""
+        self.unflushed_bytes -= n
+        if self._room_waiters and not self.crowded:
             waiters, self._room_waiters = self._room_waiters, []
             for w in waiters:
                 if not w.done():
@@ -154,8 +157,7 @@ class Cache:
         entry.flushed = True
         if self._unflushed.pop(entry, 0) is None:
             self._flushed[entry] = None
-            self.unflushed_bytes -= entry.end - entry.start + ENTRY_OVERHEAD_BYTES
-            self._made_room()
+            self._unflushed_gone(entry.end - entry.start + ENTRY_OVERHEAD_BYTES)
 
     def discard(self, entry: CacheEntry) -> None:
         """Forget an entry's data (the index drops the entry itself)."""
@@ -166,8 +168,7 @@ class Cache:
             n = entry.end - entry.start + ENTRY_OVERHEAD_BYTES
             self.used_bytes -= n
             if not entry.flushed:
-                self.unflushed_bytes -= n
-                self._made_room()
+                self._unflushed_gone(n)
         entry.data = None
 
     def evict(self) -> None:
@@ -181,10 +182,9 @@ class Cache:
                 entry, _ = self._unflushed.popitem(last=False)
                 n = entry.end - entry.start + ENTRY_OVERHEAD_BYTES
                 self.used_bytes -= n
-                self.unflushed_bytes -= n
                 self.spilled_bytes += n
                 entry.data = None
                 entry.index.spill(entry)  # to be read back from Tier-1
-                self._made_room()
+                self._unflushed_gone(n)
             else:
                 return
