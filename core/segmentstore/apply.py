@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from core.segmentstore.logs.api import LogAddress
 from core.segmentstore.metadata import SegmentMeta, decode_segment
 from core.segmentstore.operations import (
     AppendOp,
@@ -19,6 +20,7 @@ from core.segmentstore.operations import (
     MergeOp,
     Operation,
     OpKind,
+    PlainAppend,
     TableCompactOp,
     TableWriteOp,
     TruncateOp,
@@ -50,14 +52,32 @@ class _Run:
         datas = self.datas
         data = datas[0]
         if len(datas) > 1 or type(data) is not bytes:
-            # Joined, or copied if alone: besides not pinning a Tier-1 frame (replay) or
-            # a request, ``bytes`` is not tracked by the garbage collector, while a view
-            # and its buffer are two objects every full collection scans for as long as
-            # the entry is cached (at 5 MB/s of small requests, 47 ms collections).
+            # Joined, or copied if alone: besides not pinning a request, ``bytes`` is
+            # not tracked by the garbage collector, while a view and its buffer are two
+            # objects every full collection scans for as long as the entry is cached (at
+            # 5 MB/s of small requests, 47 ms collections).
             data = b"".join(datas)
         idx.add_append(self.first.offset, data, self.first, self.last_seq)
         if idx.waiters:
             idx.notify()
+
+
+class _Replayed:
+    """Consecutive appends of one segment read back by recovery (``Applier.replay``)."""
+
+    __slots__ = ("sid", "start", "end", "datas", "seq", "last_seq", "address", "frame_pos", "whole")
+
+    def __init__(
+        self, sid: int, start: int, data: bytes | memoryview, seq: int, address: LogAddress | None, frame_pos: int
+    ) -> None:
+        self.sid = sid
+        self.start = start
+        self.end = start + len(data)
+        self.datas = [data]
+        self.seq = self.last_seq = seq
+        self.address = address
+        self.frame_pos = frame_pos
+        self.whole = False
 
 
 class Applier:
@@ -87,7 +107,7 @@ class Applier:
                 if op.attributes:
                     meta.attributes.update(op.attributes)
                 if n:
-                    self._add(runs, meta, op, False)
+                    self._add(runs, meta, op)
                 op.data = None
                 t = traffic.get(meta)
                 if t is None:
@@ -106,41 +126,84 @@ class Applier:
         for meta, (nbytes, events) in traffic.items():
             c.traffic.record(meta.name, nbytes, events)
 
-    def replay(self, ops: list[Operation]) -> None:
-        """Apply operations read back from Tier-1 (recovery), in log order."""
+    def replay(self, ops: list[Operation | PlainAppend]) -> None:
+        """Apply operations read back from Tier-1 (recovery), in log order. Consecutive
+        appends to a segment (up to the next other operation or the end of ``ops``)
+        become one cache entry and one append for the storage writer."""
         if not ops:
             return
         c = self.c
         by_id = c.md.by_id
         now_ms = int(c.wall_clock() * 1000)
-        runs: dict[SegmentMeta, _Run] = {}
+        runs: dict[int, _Replayed] = {}
+        out: list[Operation] = []  # for the storage writer
+        data: bytes | memoryview
+        address: LogAddress | None
         for op in ops:
-            if op.kind is _APPEND:
-                assert isinstance(op, AppendOp)
-                meta = by_id[op.segment_id]
-                n = op.length
-                if op.offset != meta.length:
-                    raise AssertionError(f"{meta.name}: append at {op.offset}, length {meta.length}")
-                meta.length = meta.p_length = op.offset + n
-                meta.last_modified_ms = now_ms
+            if isinstance(op, tuple):
+                seq, sid, offset, data, address, frame_pos = op
+            elif op.kind is _APPEND:
+                assert isinstance(op, AppendOp) and op.data is not None
+                seq, sid, offset, data = op.seq, op.segment_id, op.offset, op.data
+                address, frame_pos = op.address, op.frame_pos
                 if op.attributes:
+                    meta = by_id[sid]
                     meta.attributes.update(op.attributes)
                     meta.p_attributes.update(op.attributes)
-                if n:
-                    self._add(runs, meta, op, True)
-                op.data = None
             else:
-                self._end_runs(runs)
+                self._end_replayed(runs, out, now_ms)
                 self._apply(op, now_ms, live=False)
-        self._end_runs(runs)
-        c.md.seq = max(c.md.seq, ops[-1].seq)
+                out.append(op)
+                continue
+            n = len(data)
+            run = runs.get(sid)
+            if run is not None:
+                if run.end == offset and n <= COALESCE_BYTES_MAX and not run.whole:
+                    run.datas.append(data)
+                    run.end = offset + n
+                    run.last_seq = seq
+                    continue
+                del runs[sid]
+                self._end_run(run, out, now_ms)
+            run = runs[sid] = _Replayed(sid, offset, data, seq, address, frame_pos)
+            if n > COALESCE_BYTES_MAX:
+                run.whole = True  # an entry of its own, as live
+        self._end_replayed(runs, out, now_ms)
+        last = ops[-1]
+        c.md.seq = max(c.md.seq, last[0] if isinstance(last, tuple) else last.seq)
         c.committed_seq = c.md.seq
-        c.writer.add_many(ops)
+        c.writer.add_many(out)
 
-    def _add(self, runs: dict[SegmentMeta, _Run], meta: SegmentMeta, op: AppendOp, copy: bool) -> None:
+    def _end_replayed(self, runs: dict[int, _Replayed], out: list[Operation], now_ms: int) -> None:
+        if runs:
+            for run in runs.values():
+                self._end_run(run, out, now_ms)
+            runs.clear()
+
+    def _end_run(self, run: _Replayed, out: list[Operation], now_ms: int) -> None:
+        """Apply a run of replayed appends: metadata, one cache entry (copied: it must
+        not pin its Tier-1 frames), and one ``AppendOp`` for the storage writer that
+        carries the run's first sequence number (Tier-1 is kept from there on until the
+        writer has flushed the run)."""
+        meta = self.c.md.by_id[run.sid]
+        if run.start != meta.length:
+            raise AssertionError(f"{meta.name}: append at {run.start}, length {meta.length}")
+        meta.length = meta.p_length = run.end
+        meta.last_modified_ms = now_ms
+        data = b"".join(run.datas)
+        if data:
+            idx = self.c.read_index.get(meta)
+            idx.add_entry(run.start, data, run.address, run.frame_pos, run.seq, run.last_seq)
+        op = AppendOp(run.sid, "", run.start, b"")
+        op.seq = run.seq
+        op.length = run.end - run.start
+        op.data = None
+        out.append(op)
+
+    def _add(self, runs: dict[SegmentMeta, _Run], meta: SegmentMeta, op: AppendOp) -> None:
         """Index an append's bytes: small ones join the segment's run (one cache entry
         per run), large ones get an entry of their own (the caller's buffer, not
-        copied; a replayed one is copied so it does not pin its Tier-1 frame)."""
+        copied)."""
         data = op.data
         assert data is not None
         run = runs.get(meta)
@@ -155,7 +218,7 @@ class Applier:
             del runs[meta]
             run.end(self.c.read_index.get(meta))
         idx = self.c.read_index.get(meta)
-        idx.add_append(op.offset, bytes(data) if copy else data, op)
+        idx.add_append(op.offset, data, op)
         if idx.waiters:
             idx.notify()
 
@@ -166,7 +229,7 @@ class Applier:
                 run.end(get(meta))
             runs.clear()
 
-    def _append(self, meta: SegmentMeta, op: AppendOp | TableWriteOp, offset: int, n: int, now_ms: int) -> None:
+    def _append(self, meta: SegmentMeta, op: TableWriteOp, offset: int, n: int, now_ms: int) -> None:
         if offset != meta.length:
             raise AssertionError(f"{meta.name}: append at {offset}, length {meta.length}")
         meta.length = offset + n
@@ -222,14 +285,7 @@ class Applier:
         meta = md.by_id[op.segment_id]
         if live:
             meta.p_ops -= 1
-        if kind == OpKind.APPEND:
-            assert isinstance(op, AppendOp)
-            self._append(meta, op, op.offset, op.length, now_ms)
-            meta.attributes.update(op.attributes)
-            if not live:
-                meta.p_length = meta.length
-                meta.p_attributes.update(op.attributes)
-        elif kind == OpKind.TABLE_WRITE or kind == OpKind.TABLE_COMPACT:
+        if kind == OpKind.TABLE_WRITE or kind == OpKind.TABLE_COMPACT:
             assert isinstance(op, TableWriteOp)
             data = op.data
             assert data is not None

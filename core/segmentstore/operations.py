@@ -281,8 +281,15 @@ class MapOp(Operation):
         return [_U32.pack(len(self.data)), self.data]
 
 
-_APPEND_PLAIN = struct.Struct("<IBQQQHI")  # head + APPEND body without attributes
+#: Head + APPEND body without attributes: length, kind, seq, segment id, offset,
+#: attribute count (0), data length.
+APPEND_PLAIN = _APPEND_PLAIN = struct.Struct("<IBQQQHI")
 _APPEND_BODY = struct.Struct("<QQHI")
+
+#: An append without attributes as recovery reads it, without an ``AppendOp``: (seq,
+#: segment id, offset, data (a slice of its Tier-1 frame), frame address, position of
+#: its record in the frame).
+PlainAppend = tuple[int, int, int, memoryview, LogAddress, int]
 
 
 def serialize(op: Operation) -> tuple[list[bytes | memoryview], int]:

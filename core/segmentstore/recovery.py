@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from core.segmentstore.durablelog.frames import read_operation_batches
 from core.segmentstore.metastore import InactiveSegments
-from core.segmentstore.operations import CheckpointOp, Operation, OpKind
+from core.segmentstore.operations import CheckpointOp, Operation, PlainAppend
 from core.segmentstore.reading.tier1index import Tier1Index
 from core.segmentstore.tables import TableIndex
 from tier2.api import SegmentInfo, StorageError
@@ -38,11 +38,10 @@ async def recover(c: SegmentContainer) -> None:
     first = True
     applier = c.applier
     applier.replay_deleted.clear()
-    batch: list[Operation] = []
-    async for ops in read_operation_batches(c.log, prefetch_entries=16):
-        if first and ops[0].kind == OpKind.CHECKPOINT:
-            ckpt = ops[0]
-            assert isinstance(ckpt, CheckpointOp)
+    batch: list[Operation | PlainAppend] = []
+    async for ops in read_operation_batches(c.log, prefetch_entries=16, plain_appends=True):
+        ckpt = ops[0]
+        if first and isinstance(ckpt, CheckpointOp):
             c.md.restore(ckpt.data)
             for meta in c.md.by_id.values():
                 if meta.is_table:

@@ -127,9 +127,16 @@ class StreamSegmentStore:
     # -- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Start (recover) every owned container, all at once: one's Tier-1 reads and
+        Tier-2 calls overlap the others' replay. The first failure is raised once every
+        start has ended."""
         self._closed = False
-        for cid in sorted(self.owned):
-            await self.start_container(cid)
+        results = await asyncio.gather(
+            *(self.start_container(cid) for cid in sorted(self.owned)), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
     async def start_container(self, cid: int) -> None:
         """Start (recover) one container; a stopped or failed one is replaced. Once

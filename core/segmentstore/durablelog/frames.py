@@ -22,7 +22,14 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 
 from core.segmentstore.logs.api import DurableDataLog, EntryData, LogAddress
-from core.segmentstore.operations import Operation, parse, parse_at, record_length
+from core.segmentstore.operations import (
+    APPEND_PLAIN,
+    Operation,
+    PlainAppend,
+    parse,
+    parse_at,
+    record_length,
+)
 
 _U32 = struct.Struct("<I")  # a record's length prefix (operations.py)
 FRAME_HEAD = struct.Struct("<BBI")
@@ -45,6 +52,7 @@ async def read_operations(
     async with aclosing(read_operation_batches(log, start, start_pos)) as batches:
         async for batch in batches:
             for op in batch:
+                assert isinstance(op, Operation)  # (no ``plain_appends`` here)
                 yield op
 
 
@@ -54,15 +62,18 @@ async def read_operation_batches(
     start_pos: int | None = None,
     *,
     prefetch_entries: int = 0,
-) -> AsyncGenerator[list[Operation], None]:
+    plain_appends: bool = False,
+) -> AsyncGenerator[list[Operation | PlainAppend], None]:
     """As ``read_operations``, a list per frame (recovery: one suspension per frame,
     not per operation). With ``prefetch_entries``, Tier-1 is read ahead by up to that
-    many entries while operations are decoded and applied."""
+    many entries while operations are decoded and applied. With ``plain_appends``, an
+    append without attributes that lies whole in its frame comes as a ``PlainAppend``
+    tuple instead of an ``AppendOp`` (recovery: a third of the cost per append)."""
     entries = log.read(start)
     if prefetch_entries > 0:
         entries = _prefetch(entries, prefetch_entries)
     try:
-        async with aclosing(_decode(entries, start_pos)) as batches:
+        async with aclosing(_decode(entries, start_pos, plain_appends)) as batches:
             async for batch in batches:
                 yield batch
     finally:
@@ -108,9 +119,11 @@ async def _prefetch(
 
 
 async def _decode(
-    entries: AsyncIterator[tuple[LogAddress, EntryData]], start_pos: int | None
-) -> AsyncGenerator[list[Operation], None]:
+    entries: AsyncIterator[tuple[LogAddress, EntryData]], start_pos: int | None, plain_appends: bool = False
+) -> AsyncGenerator[list[Operation | PlainAppend], None]:
     """The operations completed in each frame, one list per frame."""
+    plain = APPEND_PLAIN
+    plain_size = plain.size
     carry: bytearray | None = None
     carry_need = 0
     carry_at: tuple[LogAddress, int] = (LogAddress(0, 0), 0)
@@ -125,7 +138,7 @@ async def _decode(
             raise FrameCorruptError(f"frame at {addr} has version {version}")
         payload = mv[FRAME_HEAD.size :]
         pos = 0
-        batch: list[Operation] = []
+        batch: list[Operation | PlainAppend] = []
         if first_frame and start_pos is not None:
             first, flags = start_pos, SESSION_START
         first_frame = False
@@ -161,7 +174,16 @@ async def _decode(
                 carry = bytearray(payload[pos:])
                 carry_at = (addr, pos)
                 break
-            size = _U32.unpack_from(payload, pos)[0] + 4
+            if plain_appends and n - pos >= plain_size:
+                size, kind, seq, sid, offset, nattrs, length = plain.unpack_from(payload, pos)
+                size += 4
+                if kind == 2 and nattrs == 0 and pos + size <= n:
+                    start = pos + plain_size
+                    batch.append((seq, sid, offset, payload[start : start + length], addr, pos))
+                    pos += size
+                    continue
+            else:
+                size = _U32.unpack_from(payload, pos)[0] + 4
             if pos + size <= n:
                 op = parse_at(payload, pos, size)
                 op.address = addr

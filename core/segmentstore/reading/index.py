@@ -53,9 +53,20 @@ class SegmentReadIndex:
         """Index data appended at the end (``offset`` past every entry), written by
         ``op`` (and, for a coalesced run, the operations of this segment up to
         ``last_seq``)."""
-        entry = CacheEntry(
-            self, offset, data, address=op.address, frame_pos=op.frame_pos, seq=op.seq, last_seq=last_seq
-        )
+        self.add_entry(offset, data, op.address, op.frame_pos, op.seq, last_seq)
+
+    def add_entry(
+        self,
+        offset: int,
+        data: bytes | memoryview,
+        address: LogAddress | None,
+        frame_pos: int,
+        seq: int,
+        last_seq: int = 0,
+    ) -> None:
+        """``add_append`` for data written by the operations ``seq`` to ``last_seq``,
+        the first of them at ``frame_pos`` in the Tier-1 frame at ``address``."""
+        entry = CacheEntry(self, offset, data, address=address, frame_pos=frame_pos, seq=seq, last_seq=last_seq)
         self.starts.append(offset)
         self.entries[offset] = entry
         self.unflushed.append(entry)
