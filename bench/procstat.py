@@ -85,3 +85,27 @@ def machine_busy(before: tuple[int, int, int], after: tuple[int, int, int]) -> t
     if total <= 0:
         return 0.0, 0.0
     return (total - (after[1] - before[1])) / total, (after[2] - before[2]) / total
+
+
+def _whole_disks(sys_block: Path = Path("/sys/block")) -> set[str]:
+    """Names of the machine's disks (``/sys/block`` entries backed by a device: not
+    loop, RAM, or device-mapper volumes, which would count the same bytes twice)."""
+    try:
+        return {d.name for d in sys_block.iterdir() if (d / "device").exists()}
+    except OSError:
+        return set()
+
+
+def machine_disk_bytes(
+    diskstats: Path = Path("/proc/diskstats"), disks: set[str] | None = None
+) -> tuple[int, int]:
+    """``(read, written)`` bytes of every disk of the machine since boot
+    (``/proc/diskstats`` counts 512-byte sectors whatever the device's block size)."""
+    names = _whole_disks() if disks is None else disks
+    read = written = 0
+    for line in diskstats.read_text().splitlines():
+        f = line.split()
+        if len(f) >= 10 and f[2] in names:
+            read += int(f[5]) * 512
+            written += int(f[9]) * 512
+    return read, written

@@ -40,6 +40,13 @@ def _busy(row: dict[str, Any]) -> str:
     return f"{100 * busy:.0f} ({100 * steal:.0f})"
 
 
+def _disk(row: dict[str, Any]) -> str:
+    written, read = row.get("disk_written_per_byte"), row.get("disk_read_per_byte")
+    if written is None or read is None:
+        return "–"
+    return f"{written:.2f} / {read:.2f}"
+
+
 def medians(measurements: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
     """{system: {workload: {metric: median}}} plus `runs`, the count of samples."""
     samples: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
@@ -153,11 +160,12 @@ def markdown(doc: dict[str, Any]) -> str:
         "",
         "| workload | "
         + " | ".join(
-            f"{s} MB/s | rec/s | server CPU s/GB | client cores | machine busy % (steal)"
+            f"{s} MB/s | rec/s | server CPU s/GB | client cores | machine busy % (steal) "
+            "| disk written / read per byte"
             for s in systems
         )
         + " |",
-        "|---|" + "---|" * (5 * len(systems)),
+        "|---|" + "---|" * (6 * len(systems)),
     ]
     for w in workloads:
         cells = []
@@ -169,6 +177,7 @@ def markdown(doc: dict[str, Any]) -> str:
                 _fmt(row.get("cpu_s_per_gb")),
                 _fmt(row.get("client_cores"), 2),
                 _busy(row),
+                _disk(row),
             ]
         lines.append(f"| {w} | " + " | ".join(cells) + " |")
     lines += [
@@ -176,7 +185,10 @@ def markdown(doc: dict[str, Any]) -> str:
         "Client cores: CPU seconds of the client processes per second of the phase; near "
         "the process count means the clients, not the server, set the pace. Machine busy: "
         "the share of all CPUs' time not idle during the phase (server, clients, kernel, "
-        "and in brackets the share the hypervisor stole); near 100 the machine sets it.",
+        "and in brackets the share the hypervisor stole); near 100 the machine sets it. "
+        "Disk written / read per byte: what the machine's disks wrote and read during the "
+        "phase per byte of record payload (2 for a store that writes every byte twice, as "
+        "tidegate does: Tier-1 log, then Tier-2 chunk, each synced).",
         "",
         "## Latency at a fixed rate (ms)",
         "",

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from bench.procstat import cpu_seconds, machine_busy, machine_cpu_ticks
+from bench.procstat import cpu_seconds, machine_busy, machine_cpu_ticks, machine_disk_bytes
 
 _SPAWN = mp.get_context("spawn")
 # How long client processes may take to start, import and connect before a phase.
@@ -85,6 +85,10 @@ class PhaseResult:
     # hypervisor's steal included) and steal alone. Near 1 busy: the machine is the limit.
     machine_busy: float = 0.0
     machine_steal: float = 0.0
+    # Bytes the machine's disks read and wrote during the phase (every process: the
+    # server's own writes, the kernel's write-back of them, anything else running).
+    disk_read_bytes: int = 0
+    disk_written_bytes: int = 0
 
     @property
     def mb_per_s(self) -> float:
@@ -213,6 +217,8 @@ def run_produce(
         client_cpu_s=sum(r["cpu_s"] for r in reports),
         machine_busy=results.machine_busy,
         machine_steal=results.machine_steal,
+        disk_read_bytes=results.disk_read_bytes,
+        disk_written_bytes=results.disk_written_bytes,
     )
 
 
@@ -341,6 +347,8 @@ def run_consume(
         first_record_s=min(r["first_record"] for r in reports if r["first_record"]) - start,
         machine_busy=results.machine_busy,
         machine_steal=results.machine_steal,
+        disk_read_bytes=results.disk_read_bytes,
+        disk_written_bytes=results.disk_written_bytes,
     )
 
 
@@ -552,6 +560,8 @@ class _WorkerResults:
     server_cpu_s: float
     machine_busy: float = 0.0
     machine_steal: float = 0.0
+    disk_read_bytes: int = 0
+    disk_written_bytes: int = 0
 
 
 def _collect(q: Any, count: int, procs: list[Any], timeout_s: float, what: str) -> list[Any]:
@@ -581,13 +591,19 @@ def _run_workers(procs: list[Any], gate: Gate, server_pid: int, timeout_s: float
         _collect(
             gate.ready, len(procs), procs, min(timeout_s, _READY_TIMEOUT_S), "before it was ready"
         )
-        cpu0, ticks0 = cpu_seconds(server_pid), machine_cpu_ticks()
+        cpu0, ticks0, disk0 = cpu_seconds(server_pid), machine_cpu_ticks(), machine_disk_bytes()
         gate.go.set()
         reports = _collect(gate.reports, len(procs), procs, timeout_s, "during the phase")
-        cpu1, ticks1 = cpu_seconds(server_pid), machine_cpu_ticks()
+        cpu1, ticks1, disk1 = cpu_seconds(server_pid), machine_cpu_ticks(), machine_disk_bytes()
         for p in procs:  # they have reported; give them time to close their clients
             p.join(timeout=10)
-        return _WorkerResults(reports, cpu1 - cpu0, *machine_busy(ticks0, ticks1))
+        return _WorkerResults(
+            reports,
+            cpu1 - cpu0,
+            *machine_busy(ticks0, ticks1),
+            disk_read_bytes=disk1[0] - disk0[0],
+            disk_written_bytes=disk1[1] - disk0[1],
+        )
     finally:
         for p in procs:  # on failure or interruption nothing is waited for
             if p.is_alive():

@@ -6,7 +6,13 @@ import os
 from pathlib import Path
 
 from bench import report
-from bench.procstat import cpu_seconds, machine_busy, machine_cpu_ticks, peak_rss_bytes
+from bench.procstat import (
+    cpu_seconds,
+    machine_busy,
+    machine_cpu_ticks,
+    machine_disk_bytes,
+    peak_rss_bytes,
+)
 from bench.profile import summarize
 from bench.workloads import PhaseResult, percentiles_ms
 
@@ -96,6 +102,25 @@ def test_machine_busy_shares() -> None:
     assert total >= idle >= 0 and total >= steal >= 0
     med = report.medians([_m(0, "tidegate", "produce-1024B-p16", mb_per_s=1.0, machine_busy=0.93, machine_steal=0.12)])
     assert report._busy(med["tidegate"]["produce-1024B-p16"]) == "93 (12)"
+
+
+def test_machine_disk_bytes(tmp_path: Path) -> None:
+    # /proc/diskstats: major minor name reads merged sectors-read ms writes merged
+    # sectors-written ...; partitions and volumes not in ``disks`` are not counted again.
+    stats = tmp_path / "diskstats"
+    stats.write_text(
+        " 254 0 vda 10 0 100 5 20 0 300 7 0 0 0\n"
+        " 254 1 vda1 9 0 90 5 19 0 290 7 0 0 0\n"
+        " 253 0 dm-0 9 0 90 5 19 0 290 7 0 0 0\n"
+        "   7 0 loop0 1 0 8 0 0 0 0 0 0 0 0\n"
+    )
+    assert machine_disk_bytes(stats, {"vda"}) == (100 * 512, 300 * 512)
+    read, written = machine_disk_bytes()
+    assert read >= 0 and written >= 0
+    med = report.medians(
+        [_m(0, "tidegate", "produce-1024B-p16", mb_per_s=1.0, disk_written_per_byte=2.013, disk_read_per_byte=0.0)]
+    )
+    assert report._disk(med["tidegate"]["produce-1024B-p16"]) == "2.01 / 0.00"
 
 
 def test_profile_summary_folds_lines_and_keeps_project_frames(tmp_path: Path) -> None:
