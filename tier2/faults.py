@@ -70,9 +70,9 @@ class FaultyStorage:
         self.inner.write(name, offset, data)
         self._after("write", name)
 
-    def read(self, name: str, offset: int, length: int) -> bytes:
+    def read(self, name: str, offset: int, length: int, read_ahead_max: int | None = None) -> bytes:
         self._before("read", name)
-        return self.inner.read(name, offset, length)
+        return self.inner.read(name, offset, length, read_ahead_max)
 
     def seal(self, name: str) -> None:
         self._before("seal", name)

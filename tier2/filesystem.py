@@ -367,7 +367,7 @@ class FileSystemStorage:
         except OSError:
             self._cache_drop(name)
 
-    def read(self, name: str, offset: int, length: int) -> bytes:
+    def read(self, name: str, offset: int, length: int, read_ahead_max: int | None = None) -> bytes:
         with self._lock(name):
             seg = self._load(name)
             check_read_range(name, offset, length, seg.meta.start_offset, seg.length)
@@ -381,13 +381,12 @@ class FileSystemStorage:
             i = bisect.bisect_right(chunks, offset) - 1
             parts: list[bytes] = []
             pos, end = offset, offset + length
+            ahead = self._read_ahead_bytes
+            if read_ahead_max is not None:
+                ahead = max(0, min(ahead, read_ahead_max))
             while pos < end:
                 take = min(seg.chunk_end(i), end) - pos
-                parts.append(
-                    read_chunk(
-                        name, d, chunks[i], pos - chunks[i], take, read_ahead=self._read_ahead_bytes
-                    )
-                )
+                parts.append(read_chunk(name, d, chunks[i], pos - chunks[i], take, read_ahead=ahead))
                 pos += take
                 i += 1
             return parts[0] if len(parts) == 1 else b"".join(parts)

@@ -77,7 +77,7 @@ class InMemoryStorage:
             for view in as_views(data):
                 seg.data += view
 
-    def read(self, name: str, offset: int, length: int) -> bytes:
+    def read(self, name: str, offset: int, length: int, read_ahead_max: int | None = None) -> bytes:
         with self._lock:
             seg = self._get(name)
             check_read_range(name, offset, length, seg.start_offset, seg.length)

@@ -46,6 +46,10 @@ class SegmentStoreConfig:
     #: cache is shared). Without it the cache evicts that data and the writers read it
     #: back from Tier-1. 1.0 or more: never wait for the cache.
     writer_cache_share_max: float = 0.75
+    #: Node-wide: blocks read from Tier-2 (readers catching up through older data) keep
+    #: at most this share of a full cache; beyond it they are evicted first, so they do
+    #: not push out the recent data tail readers are served from.
+    cache_tier2_share_max: float = 0.125
     #: Largest single Tier-2 write.
     tier2_write_bytes_max: int = 16 * MiB
     #: Tier-2 (filesystem) chunk files are rolled at this size; truncation frees whole

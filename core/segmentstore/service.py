@@ -89,7 +89,7 @@ class StreamSegmentStore:
                 read_ahead_bytes=config.tier2_read_ahead_bytes,
             )
         self.storage: Storage = tier2
-        self.cache = Cache(config.cache_bytes_max, config.writer_cache_share_max)
+        self.cache = Cache(config.cache_bytes_max, config.writer_cache_share_max, config.cache_tier2_share_max)
         self.traffic_meters = Traffic(clock, config.traffic_window_ms)
         owned = config.owned_containers
         self.owned = frozenset(range(config.container_count) if owned is None else owned)

@@ -217,6 +217,45 @@ def test_cache_evicts_flushed_first_then_unflushed_to_the_tier1_index(tmp_path: 
     assert not (tmp_path / "t1" / "1").exists()
 
 
+def test_blocks_read_from_tier2_do_not_push_out_recent_data(tmp_path: Path) -> None:
+    """A reader catching up through Tier-2 keeps its blocks within their share of a full
+    cache: past it, its own older blocks go first, not the recent appends (in Tier-2
+    already) that tail readers are served from."""
+    from core.segmentstore.logs.api import LogAddress
+    from core.segmentstore.metadata import SegmentMeta
+    from core.segmentstore.reading.tier1index import Tier1Index
+
+    unit = 100 + ENTRY_OVERHEAD_BYTES
+    cache = Cache(10 * unit, blocks_share_max=0.2)  # room for 10 entries, 2 of them blocks
+    meta = SegmentMeta(1, "s", False, {})
+    tier1 = Tier1Index(tmp_path / "t1", epoch=1)
+    idx = SegmentReadIndex(meta, cache, tier1)
+    for i in range(10, 20):  # the recent data: offsets 1000-2000
+        op = AppendOp(1, "s", i * 100, b"r" * 100)
+        op.seq, op.address = i, LogAddress(1, i)
+        idx.add_append(i * 100, b"r" * 100, op)
+    meta.storage_length = 2000
+    idx.flushed_to(2000)
+    for i in range(10):  # a catch-up reader goes through offsets 0-1000
+        assert idx.add_block(i * 100, b"o" * 100) is not None
+        assert cache.used_bytes <= cache.bytes_max
+    assert cache.blocks_bytes == 2 * unit
+    assert [idx.find(i * 100) is not None for i in range(10)] == [False] * 8 + [True] * 2
+    recent = [idx.find(i * 100) is not None for i in range(10, 20)]
+    assert recent == [False] * 2 + [True] * 8  # the blocks' share came from the oldest
+    op = AppendOp(1, "s", 2000, b"n" * 100)
+    op.seq, op.address = 20, LogAddress(1, 20)
+    idx.add_append(2000, b"n" * 100, op)  # blocks within their share: the oldest recent goes
+    assert idx.find(800) is not None and idx.find(900) is not None and idx.find(1200) is None
+    cache.touch(idx.entries[800])  # blocks keep LRU order among themselves
+    assert idx.add_block(1000, b"o" * 100) is not None  # over their share: the LRU block goes
+    assert idx.find(900) is None and idx.find(800) is not None and idx.find(1300) is not None
+    cache.discard(idx.entries[800])
+    idx.drop(idx.entries[800])
+    assert cache.blocks_bytes == unit and cache.used_bytes == 9 * unit
+    tier1.close()
+
+
 def test_traffic_converges_to_rate() -> None:
     now = [0.0]
     t = Traffic(lambda: now[0], window_ms=1000)

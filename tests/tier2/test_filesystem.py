@@ -314,3 +314,25 @@ def test_dropped_pages_and_read_ahead_keep_every_byte(tmp_path: Path) -> None:
     again = FileSystemStorage(tmp_path, **kw)  # type: ignore[arg-type]
     for start in range(0, len(data), 2999):
         assert again.read("seg", start, min(5000, len(data) - start)) == bytes(data[start : start + 5000])
+
+
+def test_read_ahead_stops_where_the_caller_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The segment store's cache holds what follows a miss: Tier-2 is asked to read ahead
+    no further than that (``read_ahead_max``), and not at all for 0."""
+    asked: list[int] = []
+    real = os.posix_fadvise
+
+    def fadvise(fd: int, offset: int, length: int, advice: int) -> None:
+        if advice == os.POSIX_FADV_WILLNEED:
+            asked.append(length)
+        real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", fadvise)
+    s = FileSystemStorage(tmp_path, read_ahead_bytes=8192)
+    s.create("seg")
+    s.write("seg", 0, [os.urandom(20_000)])
+    s.read("seg", 0, 100)
+    s.read("seg", 0, 100, read_ahead_max=1000)
+    s.read("seg", 0, 100, read_ahead_max=0)
+    s.read("seg", 0, 100, read_ahead_max=1 << 40)
+    assert asked == [8192, 1000, 8192]

@@ -264,14 +264,16 @@ class ReadIndex:
                 # One Tier-2 read, and so one cache entry, is at most a block: a large
                 # fetch becomes several entries, each evictable on its own, instead of
                 # one entry the size of the fetch that alone can exceed the bound.
-                stop = min(meta.storage_length, nxt, pos + self._read_block_bytes)
+                # Tier-2 need not read ahead into what the cache holds next.
+                limit = min(meta.storage_length, nxt)
+                stop = min(limit, pos + self._read_block_bytes)
                 try:
-                    block = await self._from_tier2(meta, pos, stop - pos)
+                    block = await self._from_tier2(meta, pos, stop - pos, limit - stop)
                 except DataCorruptionError:
                     if stop <= end:
                         raise
                     stop = end  # the read-ahead part may be what is damaged
-                    block = await self._from_tier2(meta, pos, stop - pos)
+                    block = await self._from_tier2(meta, pos, stop - pos, limit - stop)
                 idx.add_block(pos, block)
                 take = min(end, stop) - pos
                 chunks.append(memoryview(block)[:take])
@@ -307,12 +309,14 @@ class ReadIndex:
             pos = stop
         return chunks
 
-    async def _from_tier2(self, meta: SegmentMeta, offset: int, length: int) -> bytes:
+    async def _from_tier2(
+        self, meta: SegmentMeta, offset: int, length: int, read_ahead_max: int | None = None
+    ) -> bytes:
         """Transient failures (plain ``StorageError``, ``OSError``) are retried; what
         remains is reported as ``DataCorruptionError``, never served as zeros."""
         for attempt in range(self._read_attempts):
             try:
-                return await asyncio.to_thread(self.storage.read, meta.name, offset, length)
+                return await asyncio.to_thread(self.storage.read, meta.name, offset, length, read_ahead_max)
             except (DataMissingError, Tier2NotFound, Tier2BadOffset) as exc:
                 raise DataCorruptionError(meta.name, f"Tier-2 data missing: {exc}") from exc
             except (StorageError, OSError) as exc:
