@@ -50,6 +50,11 @@ class SegmentStoreConfig:
     #: at most this share of a full cache; beyond it they are evicted first, so they do
     #: not push out the recent data tail readers are served from.
     cache_tier2_share_max: float = 0.125
+    #: Where filesystem Tier-2 keeps segment files (``None``: ``tier2/`` in the store's
+    #: data directory). Tier-2 is the long-term store (the seed's NFS or HDFS mount):
+    #: on another device than Tier-1, the two copies of each byte (log, then chunk) no
+    #: longer share one disk's bandwidth.
+    tier2_dir: str | None = None
     #: Largest single Tier-2 write.
     tier2_write_bytes_max: int = 16 * MiB
     #: Tier-2 (filesystem) chunk files are rolled at this size; truncation frees whole

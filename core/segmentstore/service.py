@@ -3,7 +3,8 @@
 Layout under ``data_dir``: ``tier1/container-N/`` (each container's Tier-1 log),
 ``tier1-index/container-N/<epoch>/`` (its ``Tier1Index``, RocksDB, rebuilt at every
 start), ``metadata/container-N/`` (records of its inactive segments, RocksDB, kept),
-``tier2/`` (Tier-2 segment files, shared by all containers).
+``tier2/`` (Tier-2 segment files, shared by all containers; ``tier2_dir`` puts them
+elsewhere).
 
 A segment belongs to container ``crc32c(primary name) % container_count`` (stable
 across processes and nodes; see ``container_of``). Every mutating call queues its operation into its container's
@@ -83,7 +84,7 @@ class StreamSegmentStore:
             from tier2.filesystem import FileSystemStorage
 
             tier2 = FileSystemStorage(
-                self.data_dir / "tier2",
+                Path(config.tier2_dir) if config.tier2_dir else self.data_dir / "tier2",
                 chunk_bytes_max=config.tier2_chunk_bytes_max,
                 drop_written_pages=config.tier2_drop_written_pages,
                 read_ahead_bytes=config.tier2_read_ahead_bytes,

@@ -292,3 +292,23 @@ async def test_acknowledgements_wait_for_the_writers_instead_of_evicting_unflush
     for k, n in enumerate(names):
         assert await read_all(s, n) == b"".join(bytes([i % 256]) * chunk for i in range(k, n_appends, 4))
     await s.close()
+
+
+async def test_tier2_in_a_directory_of_its_own(tmp_path: Path) -> None:
+    """``tier2_dir`` puts the segment files on another mount (another device, in a real
+    deployment); the store's data directory keeps Tier-1 and the indexes."""
+    data, elsewhere = tmp_path / "data", tmp_path / "tier2-mount"
+    cfg = SegmentStoreConfig(container_count=1, tier2_dir=str(elsewhere))
+    s = StreamSegmentStore(data, cfg)
+    await s.start()
+    await s.create_segment("s")
+    for i in range(20):
+        await s.append("s", bytes([i]) * 5000)
+    await s.flush_to_storage()
+    assert (await s.get_info("s")).storage_length == 100_000
+    await s.close()
+    assert list(elsewhere.rglob("*.chunk")) and not (data / "tier2").exists()
+    s = StreamSegmentStore(data, cfg)
+    await s.start()
+    assert await read_all(s, "s") == b"".join(bytes([i]) * 5000 for i in range(20))
+    await s.close()
