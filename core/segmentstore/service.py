@@ -216,6 +216,7 @@ class StreamSegmentStore:
             "cache_bytes_max": self.cache.bytes_max,
             "cache_unflushed_bytes": self.cache.unflushed_bytes,
             "cache_spilled_bytes": self.cache.spilled_bytes,
+            "cache_tier2_block_bytes": self.cache.blocks_bytes,
             "containers": {
                 cid: {
                     "state": c.state,

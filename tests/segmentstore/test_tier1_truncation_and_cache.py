@@ -311,4 +311,5 @@ async def test_tier2_in_a_directory_of_its_own(tmp_path: Path) -> None:
     s = StreamSegmentStore(data, cfg)
     await s.start()
     assert await read_all(s, "s") == b"".join(bytes([i]) * 5000 for i in range(20))
+    assert s.stats()["cache_tier2_block_bytes"] > 0  # read back from the other mount
     await s.close()
