@@ -9,19 +9,13 @@ for the whole machine, so times taken in different processes can be subtracted.
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 import os
-import queue
 import struct
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from bench.procstat import cpu_seconds, machine_busy, machine_cpu_ticks, machine_disk_bytes
-
-_SPAWN = mp.get_context("spawn")
-# How long client processes may take to start, import and connect before a phase.
-_READY_TIMEOUT_S = 60.0
+from bench.workers import SPAWN, Gate, WorkloadError, run_workers
 
 
 @dataclass(frozen=True)
@@ -101,10 +95,6 @@ class PhaseResult:
     @property
     def cpu_s_per_gb(self) -> float:
         return self.server_cpu_s / (self.payload_bytes / 1e9)
-
-
-class WorkloadError(RuntimeError):
-    """A client saw errors or missed data: the figures of that phase are not valid."""
 
 
 # Consumers start at offset 0, not at OFFSET_BEGINNING: every topic here is new, and
@@ -195,14 +185,14 @@ def run_produce(
         records // processes + (1 if i < records % processes else 0) for i in range(processes)
     ]
     procs = [
-        _SPAWN.Process(
+        SPAWN.Process(
             target=_produce_worker,
             daemon=True,
             args=(bootstrap, tuning, topic, record_bytes, n, timeout_s, gate),
         )
         for n in shares
     ]
-    results = _run_workers(procs, gate, server_pid, timeout_s)
+    results = run_workers(procs, gate, server_pid, timeout_s)
     reports = results.reports
     failures = sum(r["failures"] for r in reports)
     if failures:
@@ -308,10 +298,10 @@ def run_consume(
     `idle_timeout_s` before that.
     """
     gate = Gate.new()
-    consumed = _SPAWN.Value("q", 0)
+    consumed = SPAWN.Value("q", 0)
     n = max(1, min(consumers, partitions))
     procs = [
-        _SPAWN.Process(
+        SPAWN.Process(
             target=_consume_worker,
             daemon=True,
             args=(
@@ -328,7 +318,7 @@ def run_consume(
         )  # fmt: skip
         for i in range(n)
     ]
-    results = _run_workers(procs, gate, server_pid, timeout_s)
+    results = run_workers(procs, gate, server_pid, timeout_s)
     reports = results.reports
     got = sum(r["records"] for r in reports)
     if got != records:
@@ -495,18 +485,18 @@ def run_latency(
     warmup = int(rate * warmup_s)
     gate = Gate.new()
     procs = [
-        _SPAWN.Process(
+        SPAWN.Process(
             target=_latency_consumer,
             daemon=True,
             args=(bootstrap, tuning, topic, records, timeout_s, gate),
         ),
-        _SPAWN.Process(
+        SPAWN.Process(
             target=_latency_producer,
             daemon=True,
             args=(bootstrap, tuning, topic, record_bytes, rate, records, timeout_s, gate),
         ),
     ]
-    results = _run_workers(procs, gate, server_pid, timeout_s + seconds + warmup_s)
+    results = run_workers(procs, gate, server_pid, timeout_s + seconds + warmup_s)
     by_role = {r["role"]: r for r in results.reports}
     prod, cons = by_role["producer"], by_role["consumer"]
     if prod["failures"]:
@@ -523,89 +513,3 @@ def run_latency(
         server_cpu_s=results.server_cpu_s,
         client_cpu_s=prod["cpu_s"] + cons["cpu_s"],
     )
-
-
-# -- process plumbing --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Gate:
-    """Starts client processes together and carries their one report each back.
-
-    Each worker connects, then says it is ready and waits for `go`; the parent opens the
-    gate once all are ready, so connection set-up is never timed, and notices a worker
-    that died before it got ready instead of waiting out a timeout.
-    """
-
-    ready: Any  # multiprocessing Queue of pids
-    go: Any  # multiprocessing Event
-    reports: Any  # multiprocessing Queue of dicts
-
-    @staticmethod
-    def new() -> Gate:
-        return Gate(_SPAWN.Queue(), _SPAWN.Event(), _SPAWN.Queue())
-
-    def ready_then_wait(self, timeout_s: float) -> None:
-        self.ready.put(os.getpid())
-        if not self.go.wait(timeout_s):
-            raise TimeoutError("the phase never started")
-
-    def report(self, figures: dict[str, Any]) -> None:
-        self.reports.put(figures)
-
-
-@dataclass(frozen=True)
-class _WorkerResults:
-    reports: list[dict[str, Any]]
-    server_cpu_s: float
-    machine_busy: float = 0.0
-    machine_steal: float = 0.0
-    disk_read_bytes: int = 0
-    disk_written_bytes: int = 0
-
-
-def _collect(q: Any, count: int, procs: list[Any], timeout_s: float, what: str) -> list[Any]:
-    """`count` items from `q`; fails as soon as a worker exits non-zero or time runs out."""
-    items: list[Any] = []
-    deadline = time.monotonic() + timeout_s
-    while len(items) < count:
-        try:
-            items.append(q.get(timeout=0.2))
-        except queue.Empty:
-            dead = [p for p in procs if p.exitcode not in (None, 0)]
-            if dead:
-                raise WorkloadError(f"client process exited {dead[0].exitcode} {what}") from None
-            if time.monotonic() > deadline:
-                raise WorkloadError(f"client processes timed out {what}") from None
-    return items
-
-
-def _run_workers(procs: list[Any], gate: Gate, server_pid: int, timeout_s: float) -> _WorkerResults:
-    """Start `procs`, release them together, collect one report each, charge server CPU.
-
-    The server's CPU is read when the gate opens and when the last report arrives.
-    """
-    for p in procs:
-        p.start()
-    try:
-        _collect(
-            gate.ready, len(procs), procs, min(timeout_s, _READY_TIMEOUT_S), "before it was ready"
-        )
-        cpu0, ticks0, disk0 = cpu_seconds(server_pid), machine_cpu_ticks(), machine_disk_bytes()
-        gate.go.set()
-        reports = _collect(gate.reports, len(procs), procs, timeout_s, "during the phase")
-        cpu1, ticks1, disk1 = cpu_seconds(server_pid), machine_cpu_ticks(), machine_disk_bytes()
-        for p in procs:  # they have reported; give them time to close their clients
-            p.join(timeout=10)
-        return _WorkerResults(
-            reports,
-            cpu1 - cpu0,
-            *machine_busy(ticks0, ticks1),
-            disk_read_bytes=disk1[0] - disk0[0],
-            disk_written_bytes=disk1[1] - disk0[1],
-        )
-    finally:
-        for p in procs:  # on failure or interruption nothing is waited for
-            if p.is_alive():
-                p.kill()
-            p.join()
