@@ -395,7 +395,6 @@ class Bench:
             machine_steal=r.machine_steal,
             disk_written_per_byte=r.disk_written_bytes / max(r.payload_bytes, 1),
             disk_read_per_byte=r.disk_read_bytes / max(r.payload_bytes, 1),
-            disk_write_mb_per_s=r.disk_written_bytes / r.wall_s / 1e6,
             **({} if r.first_record_s is None else {"first_record_s": r.first_record_s}),
         )
         return True

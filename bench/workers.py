@@ -26,9 +26,6 @@ class WorkloadError(RuntimeError):
     """A client saw errors or missed data: the figures of that phase are not valid."""
 
 
-# -- process plumbing --------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Gate:
     """Starts client processes together and carries their one report each back.

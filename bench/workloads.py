@@ -1,8 +1,6 @@
 """The Kafka workloads, driven by confluent-kafka clients in separate processes.
 
-Clients run in `spawn`ed processes so that several producers use several cores and the
-parent (which samples the server's /proc figures) never shares librdkafka threads with
-them. All processes time with `time.monotonic()`, CLOCK_MONOTONIC, which is one clock
+Clients run in `spawn`ed processes (``bench.workers``). All processes time with `time.monotonic()`, CLOCK_MONOTONIC, which is one clock
 for the whole machine, so times taken in different processes can be subtracted.
 """
 

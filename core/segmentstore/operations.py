@@ -283,7 +283,7 @@ class MapOp(Operation):
 
 #: Head + APPEND body without attributes: length, kind, seq, segment id, offset,
 #: attribute count (0), data length.
-APPEND_PLAIN = _APPEND_PLAIN = struct.Struct("<IBQQQHI")
+APPEND_PLAIN = struct.Struct("<IBQQQHI")
 _APPEND_BODY = struct.Struct("<QQHI")
 
 #: An append without attributes as recovery reads it, without an ``AppendOp``: (seq,
@@ -298,8 +298,8 @@ def serialize(op: Operation) -> tuple[list[bytes | memoryview], int]:
         assert isinstance(op, AppendOp) and op.data is not None
         if not op.attributes:
             n = op.length
-            head = _APPEND_PLAIN.pack(_APPEND_PLAIN.size - 4 + n, 2, op.seq, op.segment_id, op.offset, 0, n)
-            return [head, op.data], _APPEND_PLAIN.size + n
+            head = APPEND_PLAIN.pack(APPEND_PLAIN.size - 4 + n, 2, op.seq, op.segment_id, op.offset, 0, n)
+            return [head, op.data], APPEND_PLAIN.size + n
     body = op.body()
     size = 9 + sum(len(p) for p in body)
     return [_HEAD.pack(size, op.kind, op.seq), *body], size + 4
@@ -316,10 +316,10 @@ def record_length(buf: memoryview | bytes | bytearray, pos: int) -> int:
 def parse_at(buf: memoryview, pos: int, size: int) -> Operation:
     """``parse(buf[pos : pos + size])``, with plain appends (the bulk of a replay)
     decoded in one unpack and without slicing the record first."""
-    if size >= _APPEND_PLAIN.size and buf[pos + 4] == 2:
-        _, _, seq, sid, offset, nattrs, n = _APPEND_PLAIN.unpack_from(buf, pos)
+    if size >= APPEND_PLAIN.size and buf[pos + 4] == 2:
+        _, _, seq, sid, offset, nattrs, n = APPEND_PLAIN.unpack_from(buf, pos)
         if nattrs == 0:
-            start = pos + _APPEND_PLAIN.size
+            start = pos + APPEND_PLAIN.size
             op = AppendOp(sid, "", offset, buf[start : start + n])
             op.seq = seq
             return op
