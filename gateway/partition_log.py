@@ -32,7 +32,7 @@ import functools
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from core.controller.api import SegmentRecord
@@ -165,7 +165,7 @@ class PartitionLog:
         assigned: list[BatchHeader] = []
         for b in batches:
             set_base_offset(data, ENVELOPE_BYTES + b.position, offset)
-            assigned.append(_rebased(b, offset))
+            assigned.append(b.rebased(offset))
             offset += b.last_offset_delta + 1
         encode_envelope_into(data, Envelope(self.partition, base, offset - base, len(payload)))
         self.next_offset = offset
@@ -358,10 +358,6 @@ class PartitionLog:
     @property
     def idle(self) -> bool:
         return not self._pending and self._inflight == 0
-
-
-def _rebased(b: BatchHeader, base_offset: int) -> BatchHeader:
-    return replace(b, base_offset=base_offset)
 
 
 def _retrieve(f: asyncio.Future[None]) -> None:
