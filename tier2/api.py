@@ -106,7 +106,14 @@ class Storage(Protocol):
 
     def get_info(self, name: str) -> SegmentInfo: ...
 
-    def write(self, name: str, offset: int, data: WriteData) -> None: ...
+    def write(self, name: str, offset: int, data: WriteData, *, durable: bool = True) -> None:
+        """Append ``data`` at ``offset`` (the segment's length). Durable by default: the
+        bytes survive a power failure once this returns. ``durable=False`` lets the
+        storage return first (the bytes are readable at once); a power failure may
+        then cut the segment back to a prefix of them, until a later durable write to
+        the segment (an empty one only syncs) or its seal, concat or truncate makes them
+        durable along with its own."""
+        ...
 
     def read(self, name: str, offset: int, length: int, read_ahead_max: int | None = None) -> bytes:
         """``length`` bytes from ``offset``. ``read_ahead_max``: at most this many bytes

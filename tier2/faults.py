@@ -65,9 +65,9 @@ class FaultyStorage:
         self._before("get_info", name)
         return self.inner.get_info(name)
 
-    def write(self, name: str, offset: int, data: WriteData) -> None:
+    def write(self, name: str, offset: int, data: WriteData, *, durable: bool = True) -> None:
         self._before("write", name)
-        self.inner.write(name, offset, data)
+        self.inner.write(name, offset, data, durable=durable)
         self._after("write", name)
 
     def read(self, name: str, offset: int, length: int, read_ahead_max: int | None = None) -> bytes:

@@ -16,6 +16,13 @@ over written blocks; a filesystem without that ordering could show zeros in the 
 region, which Tier-2 holds no checksum to detect.) A write that raises rolls back what it wrote (chunk files
 cut back to their old size, chunks it added removed) so the segment is as before.
 
+Writes that need not be durable yet (``durable=False``: the storage writer sends a
+segment's bytes as they come and syncs once per flush, so the disk takes them a few
+hundred KiB at a time instead of megabytes at once) skip the ``fdatasync`` and start
+the pages' write-back. They land in the last chunk only: a chunk is synced before the
+next one is created, so a power failure can only cut the last chunk back to a prefix,
+as above. The next durable write (an empty one just syncs), seal or concat syncs them.
+
 Truncation raises ``start_offset`` in the metadata first, then deletes the chunk files
 that lie wholly below it; offsets never shift. A crash in between leaves unlisted chunk
 files below the start, which the next truncate removes.
@@ -73,6 +80,7 @@ from tier2.fschunks import (
     cut_back_chunk,
     read_chunk,
     remove_unlisted_chunks,
+    sync_chunk,
 )
 from tier2.fsmeta import (
     META,
@@ -124,6 +132,9 @@ class FileSystemStorage:
         self._cache: OrderedDict[str, _Seg] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._locks = [threading.RLock() for _ in range(_LOCK_STRIPES)]
+        #: Segments whose last chunk holds bytes written without a sync: the segment
+        #: offset where they start (kept apart from the evictable metadata cache).
+        self._unsynced: dict[str, int] = {}
         (self.root / _PENDING_DIR).mkdir(parents=True, exist_ok=True)
         for entry in self.root.iterdir():
             if entry.name.startswith(TRASH_PREFIX):
@@ -274,6 +285,7 @@ class FileSystemStorage:
     def seal(self, name: str) -> None:
         with self._lock(name):
             seg = self._load(name)
+            self._sync_pending(name, seg)
             if seg.meta.sealed:
                 return
             meta = Meta(name, seg.meta.start_offset, True, list(seg.meta.chunks))
@@ -287,6 +299,7 @@ class FileSystemStorage:
             except DataMissingError:
                 pass  # a damaged segment can still be deleted
             self._cache_drop(name)
+            self._unsynced.pop(name, None)
             d = self._dir(name)
             try:
                 os.unlink(d / META)
@@ -311,7 +324,7 @@ class FileSystemStorage:
 
     # -------------------------------------------------------------------- data
 
-    def write(self, name: str, offset: int, data: WriteData) -> None:
+    def write(self, name: str, offset: int, data: WriteData, *, durable: bool = True) -> None:
         with self._lock(name):
             seg = self._load(name)
             if seg.meta.sealed:
@@ -319,13 +332,18 @@ class FileSystemStorage:
             if offset != seg.length:
                 raise BadOffsetError(name, f"write at {offset}, length is {seg.length}")
             views = as_views(data)
+            if not views:
+                if durable:
+                    self._sync_pending(name, seg)
+                return
             chunks_before, last_size_before = len(seg.meta.chunks), seg.last_size
             try:
                 while views:
                     if not seg.meta.chunks or seg.last_size >= self._chunk_bytes_max:
+                        self._sync_pending(name, seg)  # every chunk but the last is synced
                         self._new_chunk(name, seg)
                     piece, views = split_views(views, self._chunk_bytes_max - seg.last_size)
-                    self._append_to_last(name, seg, piece)
+                    self._append_to_last(name, seg, piece, durable)
             except BaseException:
                 self._roll_back_write(name, seg, chunks_before, last_size_before)
                 raise
@@ -342,11 +360,36 @@ class FileSystemStorage:
         seg.meta = meta
         seg.last_size = 0
 
-    def _append_to_last(self, name: str, seg: _Seg, piece: list[memoryview]) -> None:
+    def _append_to_last(
+        self, name: str, seg: _Seg, piece: list[memoryview], durable: bool
+    ) -> None:
         start = seg.meta.chunks[-1]
+        before = seg.length
+        pending = self._unsynced.get(name)
         seg.last_size = append_to_chunk(
-            name, self._dir(name), start, seg.last_size, piece, drop_pages=self._drop_written_pages
+            name,
+            self._dir(name),
+            start,
+            seg.last_size,
+            piece,
+            sync=durable,
+            drop_pages=self._drop_written_pages,
+            drop_from=None if pending is None else pending - start,
         )
+        if durable:
+            self._unsynced.pop(name, None)  # the one fdatasync covered them
+        elif pending is None:
+            self._unsynced[name] = before
+
+    def _sync_pending(self, name: str, seg: _Seg) -> None:
+        """Sync the bytes written without a sync (all in the last chunk)."""
+        pending = self._unsynced.get(name)
+        if pending is None:
+            return
+        start = seg.meta.chunks[-1]
+        drop_from = pending - start if self._drop_written_pages else None
+        sync_chunk(name, self._dir(name), start, drop_from=drop_from)
+        del self._unsynced[name]
 
     def _roll_back_write(self, name: str, seg: _Seg, chunks_before: int, last_size: int) -> None:
         """Undo a failed write; if that fails too, forget the cache so the disk decides."""
@@ -364,6 +407,9 @@ class FileSystemStorage:
             if seg.meta.chunks:
                 cut_back_chunk(d, seg.meta.chunks[-1], last_size)
             seg.last_size = last_size if seg.meta.chunks else 0
+            pending = self._unsynced.get(name)
+            if pending is not None and pending >= seg.length:
+                del self._unsynced[name]
         except OSError:
             self._cache_drop(name)
 
@@ -408,6 +454,10 @@ class FileSystemStorage:
             if src.length == 0:
                 self.delete(source)
                 return
+            # The target's last chunk stops being its last: synced first, like the
+            # source's (its seal did that already).
+            self._sync_pending(target, tgt)
+            self._sync_pending(source, src)
             try:
                 self._concat_files(target, tgt, source, src, target_offset)
             except OSError as e:
@@ -456,6 +506,7 @@ class FileSystemStorage:
             seg.meta = meta
             if not keep:
                 seg.last_size = 0
+                self._unsynced.pop(name, None)  # its bytes are gone with their chunk
             d = self._dir(name)
             try:
                 remove_unlisted_chunks(d, keep, below=keep[0] if keep else offset)

@@ -1,4 +1,5 @@
-"""Chunk-file I/O of ``FileSystemStorage``: create, append (fsynced), cut back, read.
+"""Chunk-file I/O of ``FileSystemStorage``: create, append (synced or not), sync, cut back,
+read.
 
 A chunk file ``<start>.chunk`` holds segment bytes ``[start, start + size)``. These
 functions never fill a gap with zeros: an append checks the file still has the size the
@@ -29,11 +30,24 @@ def create_empty_chunk(d: Path, start: int) -> None:
 
 
 def append_to_chunk(
-    name: str, d: Path, start: int, size: int, piece: list[memoryview], *, drop_pages: bool = False
+    name: str,
+    d: Path,
+    start: int,
+    size: int,
+    piece: list[memoryview],
+    *,
+    sync: bool = True,
+    drop_pages: bool = False,
+    drop_from: int | None = None,
 ) -> int:
     """Append the buffers of ``piece`` (back to back) to the chunk, which must hold
-    ``size`` bytes, and ``fdatasync``; the chunk's new size. With ``drop_pages`` the
-    written pages then leave the page cache (all but a partial last page)."""
+    ``size`` bytes, and ``fdatasync`` (unless not ``sync``); the chunk's new size.
+
+    With ``sync`` and ``drop_pages``, the pages from ``drop_from`` (default ``size``) to
+    the end then leave the page cache (all but a partial last page). Without ``sync``
+    the kernel is told to start writing the new pages back now (``POSIX_FADV_DONTNEED``
+    on dirty pages starts their write-back and drops none of them), so a later sync
+    finds them written instead of flushing them all at once."""
     path = d / chunk_file_name(start)
     try:
         fd = os.open(path, os.O_WRONLY)
@@ -46,14 +60,37 @@ def append_to_chunk(
         if actual != size:
             raise DataMissingError(name, f"chunk {start} has {actual} bytes, expected {size}")
         pos = size + pwritev_all(fd, piece, size)
-        os.fdatasync(fd)
-        if drop_pages:
+        if sync:
+            os.fdatasync(fd)
+            if drop_pages:
+                first = size if drop_from is None else drop_from
+                os.posix_fadvise(fd, first, pos - first, os.POSIX_FADV_DONTNEED)
+        else:
             os.posix_fadvise(fd, size, pos - size, os.POSIX_FADV_DONTNEED)
     except OSError as e:
         raise StorageError(name, f"write to chunk {start} failed: {e}") from e
     finally:
         os.close(fd)
     return pos
+
+
+def sync_chunk(name: str, d: Path, start: int, *, drop_from: int | None = None) -> None:
+    """``fdatasync`` the chunk; with ``drop_from``, its pages from there on then leave
+    the page cache."""
+    try:
+        fd = os.open(d / chunk_file_name(start), os.O_WRONLY)
+    except FileNotFoundError:
+        raise DataMissingError(name, f"chunk {start} is missing") from None
+    except OSError as e:
+        raise StorageError(name, f"cannot open chunk {start}: {e}") from e
+    try:
+        os.fdatasync(fd)
+        if drop_from is not None:
+            os.posix_fadvise(fd, drop_from, 0, os.POSIX_FADV_DONTNEED)
+    except OSError as e:
+        raise StorageError(name, f"sync of chunk {start} failed: {e}") from e
+    finally:
+        os.close(fd)
 
 
 def cut_back_chunk(d: Path, start: int, size: int) -> None:

@@ -67,7 +67,7 @@ class InMemoryStorage:
         with self._lock:
             return self._info(name, self._get(name))
 
-    def write(self, name: str, offset: int, data: WriteData) -> None:
+    def write(self, name: str, offset: int, data: WriteData, *, durable: bool = True) -> None:
         with self._lock:
             seg = self._get(name)
             if seg.sealed:

@@ -227,6 +227,7 @@ class StreamSegmentStore:
                     "segment_activations": c.activations,
                     "writer_lag_bytes": c.writer.lag_bytes,
                     "tier2_writes": c.writer.tier2_writes,
+                    "tier2_trickles": c.writer.tier2_trickles,
                     "tier2_retries": c.writer.retries,
                     "writer_error": None if c.writer.error is None else repr(c.writer.error),
                 }

@@ -22,6 +22,7 @@ CFG = SegmentStoreConfig(
     checkpoint_interval_bytes=128 * 1024,
     flush_bytes=1 << 30,
     flush_interval_ms=3_600_000,  # the writer flushes only when told: replay finds it all
+    flush_trickle_bytes=0,  # (and sends nothing to Tier-2 before that)
 )
 NAMES = [f"seg-{k}" for k in range(4)]
 SIZES = [0, 1, 100, 1000, 5000, COALESCE_BYTES_MAX, COALESCE_BYTES_MAX + 1, 40_000]

@@ -249,9 +249,9 @@ async def test_tier1_read_back_outrun_by_truncation_falls_back_to_tier2(tmp_path
 class _SlowStorage(InMemoryStorage):
     """Tier-2 whose writes take 20 ms each: the writers fall behind the appends."""
 
-    def write(self, name: str, offset: int, data: WriteData) -> None:
+    def write(self, name: str, offset: int, data: WriteData, *, durable: bool = True) -> None:
         time.sleep(0.02)
-        super().write(name, offset, data)
+        super().write(name, offset, data, durable=durable)
 
 
 @pytest.mark.parametrize("share", [0.75, 2.0])

@@ -336,3 +336,67 @@ def test_read_ahead_stops_where_the_caller_says(tmp_path: Path, monkeypatch: pyt
     s.read("seg", 0, 100, read_ahead_max=0)
     s.read("seg", 0, 100, read_ahead_max=1 << 40)
     assert asked == [8192, 1000, 8192]
+
+
+def test_unsynced_writes_are_synced_before_a_roll_and_by_the_next_durable_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``durable=False`` skips the ``fdatasync`` and starts the write-back; the bytes
+    are readable at once. They are synced (one ``fdatasync`` of the last chunk) by the
+    next durable write, an empty durable write, a seal, or before a concat; a chunk is
+    synced before the next one is created, so only the last chunk ever holds unsynced
+    bytes (a power failure can only cut it back to a prefix)."""
+    synced: list[str] = []
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}").rsplit("/", 1)[-1])
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    s = FileSystemStorage(tmp_path, chunk_bytes_max=100, drop_written_pages=True)
+    s.create("seg")
+    first = f"{0:020d}.chunk"
+    data = os.urandom(300)
+    s.write("seg", 0, [data[:40]], durable=False)
+    s.write("seg", 40, [data[40:70]], durable=False)
+    assert synced == []
+    assert s.read("seg", 0, 70) == data[:70]
+    assert s.get_info("seg").length == 70
+    s.write("seg", 70, [], durable=True)
+    assert synced == [first]
+    s.write("seg", 70, [], durable=True)  # nothing pending: no sync
+    assert synced == [first]
+
+    # Unsynced bytes in chunk 0, then a write that rolls into chunk 100: chunk 0 is
+    # synced before chunk 100 exists; chunk 100's own bytes wait.
+    synced.clear()
+    s.write("seg", 70, [data[70:90]], durable=False)
+    s.write("seg", 90, [data[90:150]], durable=False)
+    assert synced == [first]
+    synced.clear()
+    s.write("seg", 150, [data[150:160]])  # durable: one sync covers 100..160
+    assert synced == [f"{100:020d}.chunk"]
+
+    # Seal syncs what is pending; a concat syncs the target's last chunk first.
+    s.write("seg", 160, [data[160:200]], durable=False)
+    s.create("src")
+    s.write("src", 0, [data[200:300]], durable=False)
+    synced.clear()
+    s.seal("src")
+    assert synced == [first]  # src's only chunk
+    synced.clear()
+    s.concat("seg", 200, "src")
+    assert synced == [f"{100:020d}.chunk"]
+    again = FileSystemStorage(tmp_path, chunk_bytes_max=100)
+    assert again.read("seg", 0, 300) == data
+
+
+def test_truncating_away_the_unsynced_chunk_forgets_it(tmp_path: Path) -> None:
+    s = FileSystemStorage(tmp_path, chunk_bytes_max=100)
+    s.create("seg")
+    s.write("seg", 0, [b"x" * 50], durable=False)
+    s.truncate("seg", 50)  # every chunk goes
+    s.write("seg", 50, [], durable=True)  # nothing left to sync: no error
+    s.write("seg", 50, [b"y" * 10])
+    assert s.read("seg", 50, 10) == b"y" * 10

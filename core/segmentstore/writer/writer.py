@@ -3,6 +3,10 @@
 It takes committed operations in log order. Appends (and table writes) go into a
 per-segment aggregator, a contiguous byte range not yet in Tier-2, flushed in large
 writes once it holds ``flush_bytes`` or its oldest byte is ``flush_interval_ms`` old.
+Until then its bytes trickle into Tier-2 unsynced (``flush_trickle_bytes`` at a time, at
+most every ``flush_trickle_interval_ms``) and the flush syncs them: the disk takes them
+as they come, not megabytes at once in front of Tier-1's syncs. The aggregator, and with
+it the Tier-1 that holds its bytes, stays until that sync.
 Seal, truncate, merge and delete first flush what they depend on, then apply to Tier-2,
 so Tier-2 sees every segment's changes in log order.
 
@@ -24,6 +28,7 @@ out of memory into the container's store of inactive segments (``metastore.py``)
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -88,6 +93,14 @@ class _Aggregator:
     first_seq: int
     first_time: float
     ops: int = 1
+    #: Bytes [start, written) went to Tier-2 unsynced (a trickle); the flush syncs them.
+    written: int = -1
+    trickled_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.written < 0:
+            self.written = self.start
+        self.trickled_at = self.first_time
 
 
 class StorageWriter:
@@ -120,6 +133,9 @@ class StorageWriter:
         self._lag_ok = asyncio.Event()
         self._lag_ok.set()
         self.tier2_writes = 0
+        self.tier2_trickles = 0  # unsynced writes between flushes
+        self._trickle_bytes = config.flush_trickle_bytes
+        self._trickle_s = config.flush_trickle_interval_ms / 1000
         self.retries = 0
         self.evicted = 0  # segments made inactive, for tests and metrics
         self._store_calls: set[asyncio.Future[Any]] = set()
@@ -253,6 +269,8 @@ class StorageWriter:
                     agg.ops += 1
                     self._next_seq = op.seq + 1
                     if agg.end - agg.start < flush_bytes and not pressure:
+                        if self._trickle_due(agg):
+                            await self._trickle(agg)
                         continue
                     await self._flush(agg.meta)
                     pressure = cache.under_pressure
@@ -357,8 +375,44 @@ class StorageWriter:
             except _STATE_ERRORS:
                 self._t2.pop(name, None)  # re-read the state and decide again
 
+    def _trickle_due(self, agg: _Aggregator) -> bool:
+        return (
+            self._trickle_bytes > 0
+            and agg.end - agg.written >= self._trickle_bytes
+            and self.clock() - agg.trickled_at >= self._trickle_s
+        )
+
+    async def _trickle(self, agg: _Aggregator) -> None:
+        """Write the aggregator's bytes not yet in Tier-2, unsynced (``_flush`` syncs)."""
+        meta = agg.meta
+        if meta.deleted:
+            return  # the flush decides what happens to it
+        name = meta.name
+        agg.trickled_at = self.clock()
+        await self._ensure(meta, "exists")
+        info = self._t2[name]
+        assert info is not None
+        pos = info.length
+        if pos < agg.start or pos >= agg.end:
+            agg.written = max(agg.written, min(pos, agg.end))
+            return  # nothing to send, or a state only the flush resolves
+        end = min(agg.end, pos + self.config.tier2_write_bytes_max)
+        idx = self.c.read_index.get(meta)
+        chunks = await self.c.read_index.read(idx, pos, end)
+        try:
+            await self._call(functools.partial(self.storage.write, durable=False), name, pos, chunks)
+        except _STATE_ERRORS:
+            self._t2.pop(name, None)
+            return
+        self.tier2_trickles += 1
+        self._t2[name] = SegmentInfo(name, end, info.start_offset, info.sealed)
+        agg.written = end
+        meta.storage_length = max(meta.storage_length, end)
+        idx.flushed_to(meta.storage_length)
+
     async def _flush(self, meta: SegmentMeta) -> None:
-        """Write the segment's aggregated bytes to Tier-2 (from its Tier-2 length on)."""
+        """Write the segment's aggregated bytes to Tier-2 (from its Tier-2 length on) and
+        sync them with any it trickled there."""
         agg = self._aggs.get(meta.id)
         if agg is None:
             return
@@ -367,6 +421,7 @@ class StorageWriter:
             return
         name = meta.name
         idx = self.c.read_index.get(meta)
+        synced = agg.written == agg.start  # nothing trickled: nothing unsynced
         while True:
             await self._ensure(meta, "exists")
             info = self._t2[name]
@@ -375,6 +430,14 @@ class StorageWriter:
                 raise WriterError(f"{name}: Tier-2 length {info.length} < flushed {agg.start}")
             pos = info.length
             if pos >= agg.end:
+                if synced:
+                    break
+                try:  # all of it trickled: an empty durable write syncs it
+                    await self._call(self.storage.write, name, pos, [])
+                except _STATE_ERRORS:
+                    self._t2.pop(name, None)
+                    continue
+                synced = True
                 break
             end = min(agg.end, pos + self.config.tier2_write_bytes_max)
             # The cached slices as they are: Tier-2 writes them back to back (pwritev),
@@ -382,6 +445,7 @@ class StorageWriter:
             chunks = await self.c.read_index.read(idx, pos, end)
             try:
                 await self._call(self.storage.write, name, pos, chunks)
+                synced = True
                 self.tier2_writes += 1
                 self._t2[name] = SegmentInfo(name, end, info.start_offset, info.sealed)
             except _STATE_ERRORS:
