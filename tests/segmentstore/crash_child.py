@@ -44,6 +44,9 @@ CONFIG = SegmentStoreConfig(
     checkpoint_interval_bytes=384 * 1024,
     flush_bytes=96 * 1024,
     flush_interval_ms=30,
+    # Between flushes bytes trickle into Tier-2 unsynced: kills land among those too.
+    flush_trickle_bytes=16 * 1024,
+    flush_trickle_interval_ms=5,
     cache_bytes_max=2 * 1024 * 1024,
     segment_idle_ms=40,
     segment_evict_interval_ms=10,

@@ -3,6 +3,7 @@ must answer exactly like the ``InMemoryStorage`` reference model."""
 
 from __future__ import annotations
 
+import functools
 import random
 from pathlib import Path
 
@@ -64,8 +65,13 @@ def test_filesystem_matches_model(tmp_path: Path, seed: int) -> None:
             args = (name, length, rnd.choice(NAMES))
         else:
             args = (name,)
-        expected = _outcome(getattr(model, op), *args)
-        got = _outcome(getattr(real, op), *args)
+        if op == "write":  # synced or not, nothing a reader sees may differ
+            durable = rnd.random() < 0.5
+            expected = _outcome(functools.partial(model.write, durable=durable), *args)
+            got = _outcome(functools.partial(real.write, durable=durable), *args)
+        else:
+            expected = _outcome(getattr(model, op), *args)
+            got = _outcome(getattr(real, op), *args)
         assert got == expected, f"seed {seed} step {step}: {op}{args[:2]}"
         assert list(real.list_segments()) == list(model.list_segments())
     for name in model.list_segments():
