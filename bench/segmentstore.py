@@ -97,6 +97,7 @@ async def replay_case(root: Path, size: int, volume: int, writers: int) -> dict[
         container_count=4,
         flush_bytes=1 << 40,
         flush_interval_ms=3_600_000,
+        flush_trickle_bytes=0,  # nothing goes to Tier-2 before the restart
         checkpoint_interval_bytes=1 << 40,
         checkpoint_interval_ops=1 << 40,
         tier1_file_bytes_max=256 * MIB,

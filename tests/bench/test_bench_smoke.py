@@ -64,3 +64,20 @@ def test_bench_runs_both_systems(tmp_path: Path) -> None:
     assert med["baseline"]["disk-fdatasync-1MiB"]["mb_per_s"] > 0
     assert med["baseline"]["loopback-tcp"]["mb_per_s"] > 0
     assert any("tansu-postgres" in note for note in doc["skipped"])
+
+
+@pytest.mark.timeout(120)
+def test_segmentstore_bench_runs(tmp_path: Path) -> None:
+    """`python -m bench.segmentstore` (issue 2's figures) end to end at a small scale (large
+    enough for its replay case to catch Tier-2 writes made before the restart)."""
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.segmentstore", "--scale", "0.05", "--disk-mb", "4",
+         "--writers", "16", "--dir", str(tmp_path)],
+        cwd=repo, capture_output=True, text=True, timeout=110,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    result = json.loads(last.removeprefix("RESULT "))
+    assert len(result["cases"]) == 9 and all(c["mb_per_s"] > 0 for c in result["cases"])
+    assert result["replay_1kb_mb_per_s"] > 0 and result["replay_64kb_mb_per_s"] > 0
