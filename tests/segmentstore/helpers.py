@@ -38,3 +38,10 @@ class Backings:
     def store(self, tmp: Path, config: SegmentStoreConfig = SMALL, **changes: object) -> StreamSegmentStore:
         cfg = replace(config, **changes) if changes else config  # type: ignore[arg-type]
         return StreamSegmentStore(tmp, cfg, tier1_factory=self.log, tier2=self.tier2)
+
+
+async def read_all(s: StreamSegmentStore, name: str) -> bytes:
+    """Every byte of the segment from its start offset."""
+    info = await s.get_info(name)
+    r = await s.read(name, info.start_offset, info.length - info.start_offset)
+    return b"".join(bytes(c) for c in r.chunks)

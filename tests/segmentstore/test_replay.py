@@ -14,6 +14,7 @@ from core.segmentstore.api import AttributeUpdate
 from core.segmentstore.apply import COALESCE_BYTES_MAX
 from core.segmentstore.config import SegmentStoreConfig
 from core.segmentstore.service import StreamSegmentStore
+from tests.segmentstore.helpers import read_all
 
 CFG = SegmentStoreConfig(
     container_count=1,
@@ -26,12 +27,6 @@ CFG = SegmentStoreConfig(
 )
 NAMES = [f"seg-{k}" for k in range(4)]
 SIZES = [0, 1, 100, 1000, 5000, COALESCE_BYTES_MAX, COALESCE_BYTES_MAX + 1, 40_000]
-
-
-async def read_all(s: StreamSegmentStore, name: str) -> bytes:
-    info = await s.get_info(name)
-    r = await s.read(name, info.start_offset, info.length - info.start_offset)
-    return b"".join(bytes(c) for c in r.chunks)
 
 
 async def test_replayed_runs_read_flush_and_truncate_as_before(tmp_path: Path) -> None:

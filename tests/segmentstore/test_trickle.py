@@ -8,6 +8,7 @@ from pathlib import Path
 
 from core.segmentstore.config import SegmentStoreConfig
 from core.segmentstore.service import StreamSegmentStore
+from tests.segmentstore.helpers import read_all
 
 CFG = SegmentStoreConfig(
     container_count=1,
@@ -19,12 +20,6 @@ CFG = SegmentStoreConfig(
     flush_trickle_bytes=4096,
     flush_trickle_interval_ms=0,
 )
-
-
-async def _read_all(s: StreamSegmentStore, name: str) -> bytes:
-    info = await s.get_info(name)
-    r = await s.read(name, info.start_offset, info.length - info.start_offset)
-    return b"".join(bytes(c) for c in r.chunks)
 
 
 async def test_trickled_bytes_reach_tier2_and_tier1_keeps_them_until_the_flush(
@@ -52,7 +47,7 @@ async def test_trickled_bytes_reach_tier2_and_tier1_keeps_them_until_the_flush(
     tier1 = tmp_path / "tier1" / "container-0"
     before = sorted(p.name for p in tier1.glob("*.log"))
     assert before[0] == f"{1:020d}.log" and len(before) > 3  # the log's first file
-    assert await _read_all(s, "seg") == expect
+    assert await read_all(s, "seg") == expect
 
     await s.flush_to_storage()  # writes the rest, syncs it all, truncates Tier-1
     assert writer.tier2_writes <= 1  # the rest if any, synced with what trickled
@@ -64,5 +59,5 @@ async def test_trickled_bytes_reach_tier2_and_tier1_keeps_them_until_the_flush(
 
     s = StreamSegmentStore(tmp_path, CFG)
     await s.start()
-    assert await _read_all(s, "seg") == expect + b"tail"
+    assert await read_all(s, "seg") == expect + b"tail"
     await s.close()
