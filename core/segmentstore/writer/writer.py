@@ -20,9 +20,7 @@ are retried with backoff, forever; the data stays in Tier-1 meanwhile.
 Tier-1 truncation: checkpoints pass through here with their Tier-1 address. Once every
 operation before a checkpoint is in Tier-2, Tier-1 is truncated right before it.
 
-Inactive segments: every ``segment_evict_interval_ms`` the writer moves segments that
-are wholly in Tier-2 and idle (or least recently used, past ``active_segments_max``)
-out of memory into the container's store of inactive segments (``metastore.py``).
+Inactive segments: see ``eviction.py``.
 """
 
 from __future__ import annotations
@@ -37,7 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from core.segmentstore.config import SegmentStoreConfig
 from core.segmentstore.logs.api import LogAddress
-from core.segmentstore.metadata import SegmentMeta, encode_segment
+from core.segmentstore.metadata import SegmentMeta
 from core.segmentstore.operations import (
     AppendOp,
     MergeOp,
@@ -47,6 +45,7 @@ from core.segmentstore.operations import (
     TableWriteOp,
     TruncateOp,
 )
+from core.segmentstore.writer.eviction import SegmentEviction
 from tier2.api import (
     BadOffsetError,
     DataMissingError,
@@ -103,7 +102,7 @@ class _Aggregator:
         self.trickled_at = self.first_time
 
 
-class StorageWriter:
+class StorageWriter(SegmentEviction):
     def __init__(
         self,
         container: SegmentContainer,
@@ -572,77 +571,3 @@ class StorageWriter:
             await self._flush_due(force=True)
             self._next_evict = 0.0
             await self._evict_inactive()
-
-    def _can_leave(self, m: SegmentMeta, busy: set[int]) -> bool:
-        """Whether ``m`` can leave memory now: a stream segment (tables stay), created,
-        not deleted or merged, no operation of it queued or unprocessed here, all of it
-        in Tier-2 (with its seal and truncation), no tail reader waiting on it, nothing
-        of it only in Tier-1."""
-        if (
-            m.is_table
-            or not m.created
-            or m.deleted
-            or m.p_deleted
-            or m.tier2_stale
-            or m.merged_into is not None
-            or m.p_ops
-            or m.id in busy
-            or m.id in self._aggs
-            or m.storage_length < m.length
-            or m.p_length != m.length
-            or m.p_start != m.start_offset
-            or m.p_sealed != m.sealed
-            or m.p_attributes != m.attributes
-        ):
-            return False
-        idx = self.c.read_index.segments.get(m.id)
-        return idx is None or not (idx.waiters or idx.merges or idx.spilled)
-
-    async def _evict_inactive(self) -> None:
-        """Make segments inactive: those idle for ``segment_idle_ms``, and the least
-        recently used past ``active_segments_max``. Their records are written (synced)
-        first; one used while that write was under way stays in memory."""
-        c = self.c
-        inactive = c.inactive
-        now = self.clock()
-        if inactive is None or now < self._next_evict:
-            return
-        cfg = self.config
-        self._next_evict = now + cfg.segment_evict_interval_ms / 1000
-        md = c.md
-        over = len(md.by_name) - cfg.active_segments_max
-        if cfg.segment_idle_ms <= 0 and over <= 0:
-            return
-        idle_before = int(c.wall_clock() * 1000) - cfg.segment_idle_ms
-        busy = {op.segment_id for op in self._ops}
-        candidates = sorted(
-            (m for m in md.by_name.values() if self._can_leave(m, busy)), key=_last_used
-        )
-        chosen: list[SegmentMeta] = []
-        for i, m in enumerate(candidates):
-            if i < over or (cfg.segment_idle_ms > 0 and _last_used(m) <= idle_before):
-                chosen.append(m)
-            else:
-                break
-        if not chosen:
-            return
-        records = {m.name: encode_segment(m) for m in chosen}
-        await self._store_call(inactive.put_many, records)
-        busy = {op.segment_id for op in self._ops}
-        for m in chosen:
-            if (
-                md.by_name.get(m.name) is not m
-                or not self._can_leave(m, busy)
-                or encode_segment(m) != records[m.name]
-            ):
-                continue  # used meanwhile: it stays; its record is ignored while it does
-            del md.by_name[m.name]
-            del md.by_id[m.id]
-            c.read_index.remove(m)
-            self._t2.pop(m.name, None)
-            c.traffic.forget(m.name)
-            self.evicted += 1
-
-
-def _last_used(m: SegmentMeta) -> int:
-    return max(m.last_modified_ms, m.last_read_ms)
