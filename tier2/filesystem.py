@@ -21,7 +21,9 @@ segment's bytes as they come and syncs once per flush, so the disk takes them a 
 hundred KiB at a time instead of megabytes at once) skip the ``fdatasync`` and start
 the pages' write-back. They land in the last chunk only: a chunk is synced before the
 next one is created, so a power failure can only cut the last chunk back to a prefix,
-as above. The next durable write (an empty one just syncs), seal or concat syncs them.
+as above. The next durable write (an empty one just syncs), seal or concat syncs them. A segment
+loaded from the disk counts its last chunk as unsynced: the instance that wrote it may
+have been killed before it synced.
 
 Truncation raises ``start_offset`` in the metadata first, then deletes the chunk files
 that lie wholly below it; offsets never shift. A crash in between leaves unlisted chunk
@@ -190,6 +192,11 @@ class FileSystemStorage:
             except FileNotFoundError:
                 raise DataMissingError(name, f"last chunk {meta.chunks[-1]} is missing") from None
         seg = _Seg(meta, last_size)
+        if last_size and name not in self._unsynced:
+            # Written by an instance that may have died before syncing it (a killed
+            # process leaves its unsynced bytes in the page cache, not on the disk): the
+            # next durable call syncs the last chunk whole.
+            self._unsynced[name] = meta.chunks[-1]
         self._cache_put(name, seg)
         return seg
 

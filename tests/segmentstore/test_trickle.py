@@ -9,6 +9,9 @@ from pathlib import Path
 from core.segmentstore.config import SegmentStoreConfig
 from core.segmentstore.service import StreamSegmentStore
 from tests.segmentstore.helpers import read_all
+from tier2.api import WriteData
+from tier2.fileio import as_views
+from tier2.inmemory import InMemoryStorage
 
 CFG = SegmentStoreConfig(
     container_count=1,
@@ -60,4 +63,31 @@ async def test_trickled_bytes_reach_tier2_and_tier1_keeps_them_until_the_flush(
     s = StreamSegmentStore(tmp_path, CFG)
     await s.start()
     assert await read_all(s, "seg") == expect + b"tail"
+    await s.close()
+
+
+class _Recording(InMemoryStorage):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[tuple[int, int, bool]] = []
+
+    def write(self, name: str, offset: int, data: WriteData, *, durable: bool = True) -> None:
+        super().write(name, offset, data, durable=durable)
+        self.writes.append((offset, sum(v.nbytes for v in as_views(data)), durable))
+
+
+async def test_a_flush_of_bytes_all_trickled_already_still_syncs(tmp_path: Path) -> None:
+    tier2 = _Recording()
+    s = StreamSegmentStore(tmp_path, CFG, tier2=tier2)
+    await s.start()
+    await s.create_segment("seg")
+    for i in range(10):
+        await s.append("seg", bytes([i]) * 5000)  # each alone reaches flush_trickle_bytes
+    for _ in range(200):
+        if (await s.get_info("seg")).storage_length == 50_000:
+            break
+        await asyncio.sleep(0.01)
+    assert tier2.writes and all(not durable for _, _, durable in tier2.writes)
+    await s.flush_to_storage()
+    assert tier2.writes[-1] == (50_000, 0, True)  # nothing left to write: a sync
     await s.close()

@@ -400,3 +400,28 @@ def test_truncating_away_the_unsynced_chunk_forgets_it(tmp_path: Path) -> None:
     s.write("seg", 50, [], durable=True)  # nothing left to sync: no error
     s.write("seg", 50, [b"y" * 10])
     assert s.read("seg", 50, 10) == b"y" * 10
+
+
+def test_a_reloaded_segment_syncs_its_last_chunk_on_the_next_durable_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An instance killed after unsynced writes leaves them in the page cache, not on
+    the disk: whoever loads the segment next treats its last chunk as unsynced, so an
+    empty durable write (the storage writer's closing call) syncs it."""
+    first = FileSystemStorage(tmp_path, chunk_bytes_max=100)
+    first.create("seg")
+    first.write("seg", 0, [b"a" * 150], durable=False)  # chunk 0 synced at the roll
+    synced: list[str] = []
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}").rsplit("/", 1)[-1])
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    second = FileSystemStorage(tmp_path, chunk_bytes_max=100)  # the next process
+    assert second.get_info("seg").length == 150
+    second.write("seg", 150, [], durable=True)
+    assert synced == [f"{100:020d}.chunk"]
+    second.write("seg", 150, [], durable=True)
+    assert synced == [f"{100:020d}.chunk"]  # once

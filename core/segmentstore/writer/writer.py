@@ -30,7 +30,7 @@ import functools
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from core.segmentstore.config import SegmentStoreConfig
@@ -93,12 +93,11 @@ class _Aggregator:
     first_time: float
     ops: int = 1
     #: Bytes [start, written) went to Tier-2 unsynced (a trickle); the flush syncs them.
-    written: int = -1
-    trickled_at: float = 0.0
+    written: int = field(init=False)
+    trickled_at: float = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.written < 0:
-            self.written = self.start
+        self.written = self.start
         self.trickled_at = self.first_time
 
 
@@ -420,7 +419,7 @@ class StorageWriter(SegmentEviction):
             return
         name = meta.name
         idx = self.c.read_index.get(meta)
-        synced = agg.written == agg.start  # nothing trickled: nothing unsynced
+        synced = False
         while True:
             await self._ensure(meta, "exists")
             info = self._t2[name]
@@ -429,14 +428,16 @@ class StorageWriter(SegmentEviction):
                 raise WriterError(f"{name}: Tier-2 length {info.length} < flushed {agg.start}")
             pos = info.length
             if pos >= agg.end:
-                if synced:
+                if synced or info.sealed:  # (a seal synced what it sealed)
                     break
-                try:  # all of it trickled: an empty durable write syncs it
+                # All of it is there already: trickled, or written unsynced by a process
+                # that then died (recovery found it). An empty durable write syncs it
+                # before the aggregator, and the Tier-1 holding its bytes, can go.
+                try:
                     await self._call(self.storage.write, name, pos, [])
                 except _STATE_ERRORS:
                     self._t2.pop(name, None)
                     continue
-                synced = True
                 break
             end = min(agg.end, pos + self.config.tier2_write_bytes_max)
             # The cached slices as they are: Tier-2 writes them back to back (pwritev),
