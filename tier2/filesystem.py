@@ -21,9 +21,9 @@ segment's bytes as they come and syncs once per flush, so the disk takes them a 
 hundred KiB at a time instead of megabytes at once) skip the ``fdatasync`` and start
 the pages' write-back. They land in the last chunk only: a chunk is synced before the
 next one is created, so a power failure can only cut the last chunk back to a prefix,
-as above. The next durable write (an empty one just syncs), seal or concat syncs them. A segment
-loaded from the disk counts its last chunk as unsynced: the instance that wrote it may
-have been killed before it synced.
+as above. The next durable write (an empty one just syncs), seal or concat syncs them.
+A segment loaded from the disk counts its last chunk as unsynced: the instance that
+wrote it may have been killed before it synced.
 
 Truncation raises ``start_offset`` in the metadata first, then deletes the chunk files
 that lie wholly below it; offsets never shift. A crash in between leaves unlisted chunk
