@@ -193,8 +193,8 @@ def markdown(doc: dict[str, Any]) -> str:
         "## Latency at a fixed rate (ms)",
         "",
         "| system | offered MB/s | achieved MB/s | produce p50 | p99 | p99.9 | "
-        "end-to-end p50 | p99 | p99.9 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "end-to-end p50 | p99 | p99.9 | server cores | machine busy % (steal) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in systems:
         for w, row in med[s].items():
@@ -213,9 +213,12 @@ def markdown(doc: dict[str, Any]) -> str:
                             "e2e_p99.9_ms",
                         )
                     )
-                    + " |"
+                    + f" | {_fmt(row.get('server_cores'), 2)} | {_busy(row)} |"
                 )
     lines += [
+        "",
+        "Server cores: the server's CPU seconds per second of the phase (tidegate's event "
+        "loop, which every request passes through, runs on one of them).",
         "",
         "## Server memory",
         "",

@@ -354,6 +354,9 @@ class Bench:
                 "achieved_mb_per_s": r.achieved_mb_per_s,
                 "server_cpu_s": r.server_cpu_s,
                 "client_cpu_s": r.client_cpu_s,
+                "server_cores": r.server_cores,
+                "machine_busy": r.machine_busy,
+                "machine_steal": r.machine_steal,
             }
             figures.update({f"produce_{k}_ms": v for k, v in r.produce_ms.items()})
             figures.update({f"e2e_{k}_ms": v for k, v in r.end_to_end_ms.items()})

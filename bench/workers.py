@@ -56,6 +56,7 @@ class Gate:
 class _WorkerResults:
     reports: list[dict[str, Any]]
     server_cpu_s: float
+    wall_s: float
     machine_busy: float = 0.0
     machine_steal: float = 0.0
     disk_read_bytes: int = 0
@@ -90,14 +91,17 @@ def run_workers(procs: list[Any], gate: Gate, server_pid: int, timeout_s: float)
             gate.ready, len(procs), procs, min(timeout_s, READY_TIMEOUT_S), "before it was ready"
         )
         cpu0, ticks0, disk0 = cpu_seconds(server_pid), machine_cpu_ticks(), machine_disk_bytes()
+        t0 = time.monotonic()
         gate.go.set()
         reports = _collect(gate.reports, len(procs), procs, timeout_s, "during the phase")
         cpu1, ticks1, disk1 = cpu_seconds(server_pid), machine_cpu_ticks(), machine_disk_bytes()
+        wall_s = time.monotonic() - t0
         for p in procs:  # they have reported; give them time to close their clients
             p.join(timeout=10)
         return _WorkerResults(
             reports,
             cpu1 - cpu0,
+            wall_s,
             *machine_busy(ticks0, ticks1),
             disk_read_bytes=disk1[0] - disk0[0],
             disk_written_bytes=disk1[1] - disk0[1],

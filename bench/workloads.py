@@ -452,6 +452,11 @@ class LatencyResult:
     end_to_end_ms: dict[str, float]
     server_cpu_s: float
     client_cpu_s: float
+    #: Server CPU seconds per second of the phase, and the machine's busy and stolen
+    #: shares: at a moderate rate, whether the CPU (not the disk) sets the latency.
+    server_cores: float = 0.0
+    machine_busy: float = 0.0
+    machine_steal: float = 0.0
 
 
 def percentiles_ms(samples_ns: list[int]) -> dict[str, float]:
@@ -510,4 +515,7 @@ def run_latency(
         end_to_end_ms=percentiles_ms(cons["e2e_latency_ns"][warmup:]),
         server_cpu_s=results.server_cpu_s,
         client_cpu_s=prod["cpu_s"] + cons["cpu_s"],
+        server_cores=results.server_cpu_s / max(results.wall_s, 1e-9),
+        machine_busy=results.machine_busy,
+        machine_steal=results.machine_steal,
     )

@@ -134,3 +134,17 @@ def test_profile_summary_folds_lines_and_keeps_project_frames(tmp_path: Path) ->
     assert s["samples"] == 8
     assert s["self_pct"] == [("append (core/log.py)", 50.0), ("select (selectors.py)", 50.0)]
     assert s["inclusive_pct"] == [("append (core/log.py)", 50.0)]
+
+
+def test_latency_rows_show_server_cores_and_machine_busy() -> None:
+    med = report.medians(
+        [_m(0, "tidegate", "latency-1024B-p1", produce_p99_ms=9.5, server_cores=0.93,
+            machine_busy=0.88, machine_steal=0.05)]
+    )  # fmt: skip
+    doc = {
+        "medians": med, "systems": ["tidegate"], "started_utc": "t", "versions": {},
+        "args": {"runs": 1, "producers": 1}, "machine": "m", "skipped": [], "failures": [],
+        "ratios": report.goal_ratios(med, 1024, 100, 16, "latency-1024B-p1"),
+    }  # fmt: skip
+    row = next(line for line in report.markdown(doc).splitlines() if "latency-1024B-p1" in line)
+    assert row.endswith("| 0.93 | 88 (5) |"), row
