@@ -338,14 +338,8 @@ def test_read_ahead_stops_where_the_caller_says(tmp_path: Path, monkeypatch: pyt
     assert asked == [8192, 1000, 8192]
 
 
-def test_unsynced_writes_are_synced_before_a_roll_and_by_the_next_durable_call(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``durable=False`` skips the ``fdatasync`` and starts the write-back; the bytes
-    are readable at once. They are synced (one ``fdatasync`` of the last chunk) by the
-    next durable write, an empty durable write, a seal, or before a concat; a chunk is
-    synced before the next one is created, so only the last chunk ever holds unsynced
-    bytes (a power failure can only cut it back to a prefix)."""
+def _record_fdatasyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The file names ``os.fdatasync`` is called on from now on, in order."""
     synced: list[str] = []
     real = os.fdatasync
 
@@ -354,6 +348,18 @@ def test_unsynced_writes_are_synced_before_a_roll_and_by_the_next_durable_call(
         real(fd)
 
     monkeypatch.setattr(os, "fdatasync", fdatasync)
+    return synced
+
+
+def test_unsynced_writes_are_synced_before_a_roll_and_by_the_next_durable_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``durable=False`` skips the ``fdatasync`` and starts the write-back; the bytes
+    are readable at once. They are synced (one ``fdatasync`` of the last chunk) by the
+    next durable write, an empty durable write, a seal, or before a concat; a chunk is
+    synced before the next one is created, so only the last chunk ever holds unsynced
+    bytes (a power failure can only cut it back to a prefix)."""
+    synced = _record_fdatasyncs(monkeypatch)
     s = FileSystemStorage(tmp_path, chunk_bytes_max=100, drop_written_pages=True)
     s.create("seg")
     first = f"{0:020d}.chunk"
@@ -411,14 +417,7 @@ def test_a_reloaded_segment_syncs_its_last_chunk_on_the_next_durable_call(
     first = FileSystemStorage(tmp_path, chunk_bytes_max=100)
     first.create("seg")
     first.write("seg", 0, [b"a" * 150], durable=False)  # chunk 0 synced at the roll
-    synced: list[str] = []
-    real = os.fdatasync
-
-    def fdatasync(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}").rsplit("/", 1)[-1])
-        real(fd)
-
-    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    synced = _record_fdatasyncs(monkeypatch)
     second = FileSystemStorage(tmp_path, chunk_bytes_max=100)  # the next process
     assert second.get_info("seg").length == 150
     second.write("seg", 150, [], durable=True)
