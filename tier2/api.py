@@ -111,8 +111,8 @@ class Storage(Protocol):
         bytes survive a power failure once this returns. ``durable=False`` lets the
         storage return first (the bytes are readable at once); a power failure may
         then cut the segment back to a prefix of them, until a later durable write to
-        the segment (an empty one only syncs) or its seal, concat or truncate makes them
-        durable along with its own."""
+        the segment (an empty one only syncs), its seal or a concat of it makes them
+        durable."""
         ...
 
     def read(self, name: str, offset: int, length: int, read_ahead_max: int | None = None) -> bytes:
