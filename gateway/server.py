@@ -20,9 +20,10 @@ import contextlib
 import logging
 from typing import Any
 
+from gateway.framepool import FramePool
 from gateway.handlers import EncodedBody, HandlerContext, RequestContext
 from gateway.handlers import api_versions as api_versions_handler
-from gateway.wire import FrameTooLargeError, KafkaWire
+from gateway.wire import Frame, FrameTooLargeError, KafkaWire
 from protocol.apis import API_VERSIONS_KEY, ApiSpec
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.framing import (
@@ -89,7 +90,7 @@ class Connection:
         finally:
             self._queue.put_nowait(None)
 
-    def _accept(self, frame: bytes | bytearray, previous: asyncio.Event) -> _Item:
+    def _accept(self, frame: Frame, previous: asyncio.Event) -> _Item:
         key, version, correlation_id = peek_request_header(frame)
         api = self._ctx.registry.get(key)
         if api is None:
@@ -214,13 +215,17 @@ class KafkaServer:
         self.ctx = ctx
         self._server: asyncio.Server | None = None
         self._connections: dict[Connection, asyncio.Task[None]] = {}
+        #: Large request frames' buffers, shared by every connection.
+        self.frame_pool = FramePool()
 
     async def start(self) -> tuple[str, int]:
         host, port = self.ctx.config.listen_address
         loop = asyncio.get_running_loop()
         config = self.ctx.config
         self._server = await loop.create_server(
-            lambda: KafkaWire(lambda: config.socket_request_max_bytes, self._on_connection),
+            lambda: KafkaWire(
+                lambda: config.socket_request_max_bytes, self._on_connection, pool=self.frame_pool
+            ),
             host,
             port,
         )

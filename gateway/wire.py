@@ -7,10 +7,13 @@ out of it — and moves its buffer's tail down on every read, which took ~45 % o
 loop under 1 KB-record produce load).
 
 - Small frames: the loop receives into a staging buffer of ``staging_bytes``; every
-  whole frame in it is copied out (into a ``bytearray``: frames are writable, so produce
-  rewrites batch offsets where they are); a partial one moves to the front.
-- A frame larger than what the staging buffer holds gets its own ``bytearray`` of its
-  exact size: the part already staged is copied in, the rest is received into it.
+  whole frame in it is copied out (frames are writable, so produce rewrites batch
+  offsets where they are); a partial one moves to the front.
+- A frame larger than what the staging buffer holds gets a buffer of its exact size: the
+  part already staged is copied in, the rest is received into it.
+- Frames of ``POOLED_BYTES_MIN`` or more are writable views into buffers from a
+  ``FramePool`` shared by the server's connections, reused once released (see
+  ``gateway.framepool``); smaller ones are ``bytearray``s.
 - A size prefix over ``frame_bytes_max()`` (read per frame, so configuration changes
   apply at once; or negative) ends reading: ``read_frame``
   raises ``FrameTooLargeError`` (a negative one ``KafkaProtocolError``) after the frames
@@ -27,8 +30,15 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 
+from gateway.framepool import FramePool
 from protocol.errors import KafkaProtocolError
 from protocol.framing import SIZE_PREFIX_BYTES, frame_size
+
+#: Frames of this size or more are taken from the pool (below it, ``bytearray`` slices:
+#: Python's own allocator serves them without page faults).
+POOLED_BYTES_MIN = 64 * 1024
+
+Frame = bytes | bytearray | memoryview
 
 
 class FrameTooLargeError(Exception):
@@ -45,14 +55,17 @@ class KafkaWire(asyncio.BufferedProtocol):
         *,
         staging_bytes: int = 256 * 1024,
         buffered_bytes_max: int = 4 * 1024 * 1024,
+        pool: FramePool | None = None,
     ) -> None:
         self._frame_bytes_max = frame_bytes_max
         self._on_connect = on_connect
         self._staging = bytearray(staging_bytes)
+        self._staging_view = memoryview(self._staging)
         self._staged = 0  # bytes of _staging holding data
-        self._big: bytearray | None = None  # the large frame being received, if any
+        self._pool = FramePool() if pool is None else pool
+        self._big: memoryview | None = None  # the large frame being received, if any
         self._big_filled = 0
-        self._frames: deque[bytes | bytearray] = deque()
+        self._frames: deque[Frame] = deque()
         self._frames_bytes = 0
         self._buffered_bytes_max = buffered_bytes_max
         self._error: BaseException | None = None  # after the queued frames
@@ -73,8 +86,8 @@ class KafkaWire(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._big is not None:
-            return memoryview(self._big)[self._big_filled :]
-        return memoryview(self._staging)[self._staged :]
+            return self._big[self._big_filled :]
+        return self._staging_view[self._staged :]
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._error is not None:
@@ -114,11 +127,11 @@ class KafkaWire(asyncio.BufferedProtocol):
     # -- frames -------------------------------------------------------------------------
 
     def _split_staged(self) -> None:
-        buf = self._staging
+        buf, view = self._staging, self._staging_view
         pos, end = 0, self._staged
         while end - pos >= SIZE_PREFIX_BYTES:
             try:
-                size = frame_size(bytes(buf[pos : pos + SIZE_PREFIX_BYTES]))
+                size = frame_size(buf, pos)
             except KafkaProtocolError as exc:
                 self._refuse(exc)
                 return
@@ -128,21 +141,26 @@ class KafkaWire(asyncio.BufferedProtocol):
             body = pos + SIZE_PREFIX_BYTES
             if end - body >= size:
                 # One copy, and writable: produce rewrites batch offsets in place.
-                self._push(buf[body : body + size])
+                if size < POOLED_BYTES_MIN:
+                    self._push(buf[body : body + size])
+                else:
+                    frame = self._pool.take(size)
+                    frame[:] = view[body : body + size]
+                    self._push(frame)
                 pos = body + size
                 continue
             if SIZE_PREFIX_BYTES + size > len(buf):
                 # Too large to stage: receive the rest straight into the frame.
-                big = bytearray(size)
+                big = self._pool.take(size)
                 have = end - body
-                big[:have] = memoryview(buf)[body:end]
+                big[:have] = view[body:end]
                 self._big, self._big_filled = big, have
                 self._staged = 0
                 return
             break
         if pos:
             rest = end - pos
-            buf[:rest] = buf[pos:end]
+            view[:rest] = view[pos:end]  # memoryviews copy as memmove: no temporary
             self._staged = rest
 
     def _refuse(self, exc: BaseException) -> None:
@@ -153,7 +171,7 @@ class KafkaWire(asyncio.BufferedProtocol):
             self._reading_paused = True
             self.transport.pause_reading()
 
-    def _push(self, frame: bytes | bytearray) -> None:
+    def _push(self, frame: Frame) -> None:
         self._frames.append(frame)
         self._frames_bytes += len(frame)
         if self._frames_bytes >= self._buffered_bytes_max and not self._reading_paused:
@@ -172,7 +190,7 @@ class KafkaWire(asyncio.BufferedProtocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def read_frame(self) -> bytes | bytearray:
+    async def read_frame(self) -> Frame:
         """The next request frame (without its size prefix). Raises
         ``asyncio.IncompleteReadError`` at end of stream, ``ConnectionError`` when the
         connection was lost, ``FrameTooLargeError`` for an oversized prefix."""

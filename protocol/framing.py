@@ -27,9 +27,10 @@ _SIZE = struct.Struct(">i")
 _FIXED_HEADER = struct.Struct(">hhi")
 
 
-def frame_size(prefix: bytes) -> int:
-    """The body length announced by a 4-byte size prefix (negative sizes are invalid)."""
-    (size,) = _SIZE.unpack(prefix)
+def frame_size(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
+    """The body length announced by the 4-byte size prefix at ``pos`` of ``buf``
+    (negative sizes are invalid)."""
+    (size,) = _SIZE.unpack_from(buf, pos)
     if size < 0:
         raise KafkaProtocolError(f"negative frame size {size}")
     return int(size)
@@ -45,7 +46,7 @@ class ParsedRequestHeader:
     body_offset: int
 
 
-def peek_request_header(frame: bytes | bytearray) -> tuple[int, int, int]:
+def peek_request_header(frame: bytes | bytearray | memoryview) -> tuple[int, int, int]:
     """``(api_key, api_version, correlation_id)``: the fixed part of every header version."""
     if len(frame) < _FIXED_HEADER.size:
         raise KafkaProtocolError(f"frame of {len(frame)} bytes is shorter than a header")
@@ -53,7 +54,9 @@ def peek_request_header(frame: bytes | bytearray) -> tuple[int, int, int]:
     return int(key), int(version), int(correlation_id)
 
 
-def parse_request_header(frame: bytes | bytearray, flexible: bool) -> ParsedRequestHeader:
+def parse_request_header(
+    frame: bytes | bytearray | memoryview, flexible: bool
+) -> ParsedRequestHeader:
     """Parse the request header (v2 if ``flexible`` else v1) at the start of ``frame``."""
     n = len(frame)
     if n < _HEADER_V1.size:
@@ -88,7 +91,7 @@ _CORRELATION = struct.Struct(">i")
 _TAGGED_NONE = b"\x00"
 
 
-def _uvarint(buf: bytes | bytearray, pos: int) -> tuple[int, int]:
+def _uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
     """An unsigned varint at ``pos``: its value and the position after it."""
     value = shift = 0
     n = len(buf)

@@ -67,6 +67,7 @@ def test_request_header_parse() -> None:
 
     data = frame(MetadataRequest(topics=None), 12, correlation_id=99)
     assert frame_size(data[:4]) == len(data) - 4
+    assert frame_size(b"xx" + data, 2) == len(data) - 4
     body = data[4:]
     assert peek_request_header(body) == (3, 12, 99)
     header = parse_request_header(body, flexible=True)

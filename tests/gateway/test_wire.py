@@ -7,14 +7,16 @@ from __future__ import annotations
 import asyncio
 import random
 import struct
+from typing import Any
 
 import pytest
 
+from gateway.framepool import FramePool
 from gateway.wire import FrameTooLargeError, KafkaWire
 
 
 async def _pair(
-    frame_bytes_max: int = 1 << 24, **kw: int
+    frame_bytes_max: int = 1 << 24, **kw: Any
 ) -> tuple[asyncio.Future[KafkaWire], asyncio.StreamWriter, asyncio.AbstractServer]:
     loop = asyncio.get_running_loop()
     got: asyncio.Future[KafkaWire] = loop.create_future()
@@ -32,9 +34,13 @@ def _frame(body: bytes) -> bytes:
 
 async def test_frames_cut_anywhere_come_out_whole() -> None:
     rng = random.Random(7)
-    bodies = [rng.randbytes(rng.choice([0, 1, 5, 300, 70_000, 300_000, 2_000_000])) for _ in range(60)]
+    bodies = [
+        rng.randbytes(rng.choice([0, 1, 5, 300, 70_000, 100_000, 300_000, 2_000_000]))
+        for _ in range(60)
+    ]
     stream = b"".join(_frame(b) for b in bodies)
-    got, writer, server = await _pair(staging_bytes=64 * 1024)
+    pool = FramePool()
+    got, writer, server = await _pair(staging_bytes=128 * 1024, pool=pool)
     wire = await got
 
     async def send() -> None:
@@ -48,9 +54,16 @@ async def test_frames_cut_anywhere_come_out_whole() -> None:
         await writer.drain()
 
     sender = asyncio.ensure_future(send())
-    for body in bodies:
-        assert bytes(await asyncio.wait_for(wire.read_frame(), 10)) == body
+    held = []
+    for i, body in enumerate(bodies):
+        frame = await asyncio.wait_for(wire.read_frame(), 10)
+        assert bytes(frame) == body
+        if i % 3 == 0:
+            held.append((frame, body))  # its buffer must not be reused while held
     await sender
+    for frame, body in held:
+        assert bytes(frame) == body
+    assert pool.reused > 0
     writer.close()
     with pytest.raises(asyncio.IncompleteReadError):
         await asyncio.wait_for(wire.read_frame(), 10)

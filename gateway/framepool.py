@@ -1,0 +1,99 @@
+"""Receive buffers for large request frames, reused once nothing refers to them.
+
+A produce request from librdkafka is about 1 MB (it caps requests at
+``message.max.bytes``), and each needs a buffer of its own: the request's batches are
+appended from it without a copy. Allocated fresh, such a buffer came from glibc's
+``mmap`` and went back with ``munmap`` (a block the size of the largest one freed so far
+is still over its adaptive threshold), so every frame's pages were faulted in and
+zero-filled again: under 1 KB-record produce load, 99 % of the server's page faults came
+from zero-filling these buffers, and faults plus zeroing took about a fifth of its CPU
+(perf, 16 partitions).
+
+``FramePool.take`` hands out a writable view of exactly the size asked, over a buffer
+of whole pages, or over a free one up to ``SLACK_GRANULES`` pages larger, so frames of
+nearby sizes share buffers. A buffer goes
+back to the pool only once nothing else refers to it. Every view of it (the request's
+records, the durable log's pending write, a cache entry) holds a reference to it, so its
+reference count says exactly when that is; until then its bytes are never touched.
+On each ``take`` the pool checks up to ``CHECKS_PER_TAKE`` of the buffers it lent,
+oldest first. A frame whose batches the cache keeps is held until the cache evicts them
+(about ``cache_bytes_max`` of later data), so the pool tracks up to ``tracked_max`` lent
+buffers, 1 MB frames for a 256 MiB cache needing about 300; past that the oldest are
+no longer tracked (freed as usual once released). Free buffers are kept up to
+``idle_bytes_max``. Checking only a few per ``take`` (4) held 30-60 released frames,
+30-60 MB, at any moment; every one on each ``take`` costs 34 µs for 512.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+
+KiB = 1024
+MiB = 1024 * KiB
+
+#: Buffers are allocated in multiples of this (a page).
+GRANULE = 4 * KiB
+#: A frame may take a free buffer up to this many granules larger than it needs.
+SLACK_GRANULES = 16
+#: Lent buffers checked per ``take``: a released one waits at most
+#: ``tracked_max / CHECKS_PER_TAKE`` takes.
+CHECKS_PER_TAKE = 64
+#: ``sys.getrefcount`` of a buffer only a local variable refers to: the variable and
+#: the call's own argument.
+_UNUSED = 2
+
+
+class FramePool:
+    def __init__(
+        self,
+        *,
+        buffer_bytes_max: int = 16 * MiB,
+        idle_bytes_max: int = 16 * MiB,
+        tracked_max: int = 512,
+    ) -> None:
+        self._buffer_bytes_max = buffer_bytes_max
+        self._idle_bytes_max = idle_bytes_max
+        self._tracked_max = tracked_max
+        self._lent: deque[bytearray] = deque()
+        self._idle: dict[int, list[bytearray]] = {}
+        self.idle_bytes = 0
+        #: Buffers allocated and buffers reused, for tests and stats.
+        self.allocated = 0
+        self.reused = 0
+
+    def take(self, size: int) -> memoryview:
+        """A writable view of ``size`` bytes. Its contents are whatever the buffer held
+        before: the caller fills it."""
+        if size > self._buffer_bytes_max:
+            return memoryview(bytearray(size))
+        capacity = -(-size // GRANULE) * GRANULE
+        self._reclaim()
+        idle = self._idle
+        for fit in range(capacity, capacity + (SLACK_GRANULES + 1) * GRANULE, GRANULE):
+            free = idle.get(fit)
+            if free:
+                buf = free.pop()
+                self.idle_bytes -= fit
+                self.reused += 1
+                break
+        else:
+            buf = bytearray(capacity)
+            self.allocated += 1
+        lent = self._lent
+        lent.append(buf)
+        if len(lent) > self._tracked_max:
+            lent.popleft()  # long in use: freed as usual once released, never reused
+        return memoryview(buf)[:size]
+
+    def _reclaim(self) -> None:
+        lent = self._lent
+        for _ in range(min(len(lent), CHECKS_PER_TAKE)):
+            buf = lent.popleft()
+            if sys.getrefcount(buf) > _UNUSED:
+                lent.append(buf)  # still in use
+                continue
+            capacity = len(buf)
+            if self.idle_bytes + capacity <= self._idle_bytes_max:
+                self._idle.setdefault(capacity, []).append(buf)
+                self.idle_bytes += capacity

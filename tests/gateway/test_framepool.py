@@ -1,0 +1,68 @@
+"""``gateway.framepool.FramePool``: a buffer is reused only once nothing refers to it
+(any view of it, however derived, keeps it out of reuse), and what it keeps is bounded."""
+
+from __future__ import annotations
+
+import gc
+
+from gateway.framepool import GRANULE, FramePool
+
+
+def test_a_released_buffer_is_reused_for_a_frame_of_a_nearby_size() -> None:
+    pool = FramePool()
+    first = pool.take(1_000_000)
+    assert len(first) == 1_000_000 and not first.readonly
+    first[:3] = b"abc"
+    del first
+    again = pool.take(1_000_000 - 5000)  # same granule
+    assert (pool.allocated, pool.reused) == (1, 1)
+    assert len(again) == 1_000_000 - 5000
+    other = pool.take(3 * GRANULE + 1)  # another size class: a new buffer
+    assert (pool.allocated, pool.reused) == (2, 1)
+    assert len(other) == 3 * GRANULE + 1
+
+
+def test_any_view_of_a_buffer_keeps_it_from_reuse() -> None:
+    pool = FramePool()
+    frame = pool.take(200_000)
+    frame[:] = b"x" * 200_000
+    kept = [frame[10:20].toreadonly(), memoryview(frame)[5:6]]
+    del frame
+    for _ in range(20):  # every take checks the buffers still lent out
+        fresh = pool.take(200_000)
+        fresh[:] = b"y" * 200_000
+        del fresh
+    assert bytes(kept[0]) == b"x" * 10 and bytes(kept[1]) == b"x"
+    assert pool.allocated == 2  # the kept one, and one reused 19 times
+    kept.clear()
+    gc.collect()
+    pool.take(200_000)
+    pool.take(200_000)
+    assert pool.allocated == 2
+
+
+def test_frames_over_the_buffer_bound_are_not_pooled() -> None:
+    pool = FramePool(buffer_bytes_max=1 << 20)
+    big = pool.take((1 << 20) + 1)
+    assert len(big) == (1 << 20) + 1
+    del big
+    pool.take((1 << 20) + 1)
+    assert (pool.allocated, pool.reused) == (0, 0)
+
+
+def test_idle_buffers_are_bounded() -> None:
+    pool = FramePool(idle_bytes_max=2 * GRANULE)
+    held = [pool.take(GRANULE) for _ in range(5)]
+    held.clear()
+    for _ in range(5):
+        pool._reclaim()
+    assert pool.idle_bytes == 2 * GRANULE
+
+
+def test_the_oldest_lent_buffers_stop_being_tracked() -> None:
+    pool = FramePool(tracked_max=3)
+    held = [pool.take(GRANULE) for _ in range(5)]
+    assert len(pool._lent) == 3
+    held.clear()
+    pool.take(GRANULE)
+    assert pool.reused == 1
