@@ -66,3 +66,14 @@ def test_the_oldest_lent_buffers_stop_being_tracked() -> None:
     held.clear()
     pool.take(GRANULE)
     assert pool.reused == 1
+
+
+async def test_sweeps_free_what_was_released_while_no_frames_arrive() -> None:
+    pool = FramePool(tracked_max=8)
+    held = [pool.take(GRANULE) for _ in range(3)]
+    assert pool._sweep is not None
+    held.clear()  # released while no take follows
+    pool.sweep()  # a take happened since the last sweep: kept for reuse
+    assert len(pool._lent) == 0 and pool.idle_bytes == 3 * GRANULE
+    pool.sweep()  # nothing taken since: freed, and no further sweep
+    assert pool.idle_bytes == 0 and pool._sweep is None
