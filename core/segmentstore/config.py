@@ -26,6 +26,10 @@ class SegmentStoreConfig:
     #: Tier-1 log files kept for reuse once truncated away, per container (syncs into a
     #: reused file skip the filesystem's journal commit; ``logs/fileformat.py``).
     tier1_spare_files: int = 2
+    #: Tier-1 asks the kernel to drop its log's synced bytes from the page cache each
+    #: time this many have gathered (``POSIX_FADV_DONTNEED``; 0: never). They are read
+    #: back only at recovery and for data the cache evicted before Tier-2 had it.
+    tier1_drop_written_bytes: int = 4 * MiB
     #: Largest single append.
     append_bytes_max: int = 8 * MiB
     #: Largest table key and value.

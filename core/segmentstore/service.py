@@ -108,6 +108,7 @@ class StreamSegmentStore:
             directory,
             file_bytes_max=self.config.tier1_file_bytes_max,
             spare_files=self.config.tier1_spare_files,
+            drop_written_bytes=self.config.tier1_drop_written_bytes,
         )
         return log
 

@@ -396,3 +396,39 @@ async def test_format_1_files_are_read(tmp_path: Path) -> None:
     await log.truncate(addr)
     assert list_spares(d) == []
     await log.close()
+
+
+async def test_synced_bytes_leave_the_page_cache_in_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once ``drop_written_bytes`` have been synced the writer asks the kernel to drop
+    them (one call per step, the ranges back to back, the old file's tail at a roll),
+    and the entries read back the same."""
+    import core.segmentstore.logs.filelog as filelog
+
+    drops: list[tuple[int, int, int]] = []
+    real = os.posix_fadvise
+
+    def record(fd: int, offset: int, length: int, advice: int) -> None:
+        if advice == os.POSIX_FADV_DONTNEED:
+            drops.append((fd, offset, length))
+        real(fd, offset, length, advice)
+
+    monkeypatch.setattr(filelog.os, "posix_fadvise", record)
+    d = tmp_path / "log"
+    entries = [os.urandom(10_000) for _ in range(40)]
+    log = FileDurableDataLog(d, file_bytes_max=300_000, drop_written_bytes=50_000)
+    await log.open()
+    for e in entries:
+        await log.append(memoryview(e))  # one sync each
+    await log.close()
+    assert [data for _, data in await _entries(d)] == entries
+    assert 6 <= len(drops) <= 12
+    by_fd: dict[int, list[tuple[int, int]]] = {}
+    for fd, offset, length in drops:
+        by_fd.setdefault(fd, []).append((offset, length))
+    assert len(by_fd) >= 2  # a roll happened, and dropped the old file's tail
+    for ranges in by_fd.values():
+        assert ranges[0][0] == 0 or ranges[0][0] == FILE_HEADER_BYTES
+        for (o1, n1), (o2, _) in zip(ranges, ranges[1:], strict=False):
+            assert o1 + n1 == o2

@@ -27,6 +27,7 @@ Format and directory layout: ``fileformat.py``. Behaviour:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 from collections import deque
@@ -80,9 +81,11 @@ class FileDurableDataLog:
         file_bytes_max: int = 256 * 1024 * 1024,
         in_flight_bytes_max: int = 64 * 1024 * 1024,
         spare_files: int = 2,
+        drop_written_bytes: int = 4 * 1024 * 1024,
     ) -> None:
         self.directory = Path(directory)
         self._spare_files = spare_files
+        self._drop_written_bytes = drop_written_bytes
         self._file_bytes_max = file_bytes_max
         self._in_flight_bytes_max = in_flight_bytes_max
         self._epoch = 0
@@ -104,6 +107,7 @@ class FileDurableDataLog:
         self._file_id = 0
         self._seed = 0  # ``entry_seed`` of the current file
         self._pos = 0
+        self._drop_from = 0  # synced bytes of the current file before this were dropped
         self._synced = LogAddress(0, 0)
         self.syncs = 0  # fdatasync calls made by the writer, for benchmarks and tests
 
@@ -252,6 +256,8 @@ class FileDurableDataLog:
                 loop.call_soon_threadsafe(self._on_failed, exc, batch)
                 return
             loop.call_soon_threadsafe(self._on_written, batch, addrs)
+            if self._drop_written_bytes and self._pos - self._drop_from >= self._drop_written_bytes:
+                self._drop_synced()  # after the acknowledgement: never delays it
 
     def _write_batch(self, batch: list[_Item]) -> list[LogAddress]:
         addrs: list[LogAddress] = []
@@ -293,7 +299,25 @@ class FileDurableDataLog:
         if epoch != self._epoch:
             raise DataLogFencedError(f"epoch {self._epoch} fenced by {epoch}")
 
+    def _drop_synced(self) -> None:
+        """Let the kernel free the page cache holding this file's synced bytes. Tier-1
+        is read back only at recovery and for data the cache evicted before it reached
+        Tier-2, and a page cache growing with every byte logged made each write slower:
+        new pages for it come cold from free memory, pages just freed come warm.
+        Into one partition (one Tier-1 log), the probe saw its ``pwritev`` p50 fall
+        from 8-24 to 6-9 ms per batch (README has the throughput figures). One call per
+        ``drop_written_bytes`` synced, after the acknowledgement: each syscall of this
+        thread waits for the GIL behind the event loop, and dropping after every batch
+        showed p99 outliers in the 5 MB/s latency phase."""
+        if self._pos > self._drop_from:
+            n = self._pos - self._drop_from
+            with contextlib.suppress(OSError):  # advice only: nothing depends on it
+                os.posix_fadvise(self._fd, self._drop_from, n, os.POSIX_FADV_DONTNEED)
+        self._drop_from = self._pos
+
     def _roll(self) -> None:
+        if self._drop_written_bytes:
+            self._drop_synced()
         d = self.directory
         with self._meta_lock, meta_lock(d):
             meta, _ = read_meta(d)
@@ -309,7 +333,7 @@ class FileDurableDataLog:
         self._fd = fd
         self._file_id += 1
         self._seed = entry_seed(self._file_id)
-        self._pos = FILE_HEADER_BYTES
+        self._pos = self._drop_from = FILE_HEADER_BYTES
 
     def _take_file(self, file_id: int) -> int:
         """Log file ``file_id``, made from a spare (claimed under the lock, so no two
