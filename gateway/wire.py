@@ -9,8 +9,8 @@ loop under 1 KB-record produce load).
 - Small frames: the loop receives into a staging buffer of ``staging_bytes``; every
   whole frame in it is copied out (frames are writable, so produce rewrites batch
   offsets where they are); a partial one moves to the front.
-- A frame larger than what the staging buffer holds gets a buffer of its exact size: the
-  part already staged is copied in, the rest is received into it.
+- A frame larger than what the staging buffer holds gets a buffer of its own (a view of
+  exactly its size): the part already staged is copied in, the rest is received into it.
 - Frames of ``POOLED_BYTES_MIN`` or more are writable views into buffers from a
   ``FramePool`` shared by the server's connections, reused once released (see
   ``gateway.framepool``); smaller ones are ``bytearray``s.
