@@ -5,25 +5,28 @@ A produce request from librdkafka is about 1 MB (it caps requests at
 appended from it without a copy. Allocated fresh, such a buffer is a mapping of its
 own (``malloc.mmap.threshold.bytes``, 256 KiB, sends every block that large to ``mmap``
 so that freed cache blocks do not stay in the heap) and goes back with ``munmap``, so
-every frame's pages were faulted in and zero-filled again: under 1 KB-record produce load, 99 % of the server's page faults came
-from zero-filling these buffers, and faults plus zeroing took about a fifth of its CPU
-(perf, 16 partitions).
+every frame's pages were faulted in and zero-filled again: under 1 KB-record produce
+load, 99 % of the server's page faults came from zero-filling these buffers, and faults
+plus zeroing took about a fifth of its CPU (perf, 16 partitions).
 
 ``FramePool.take`` hands out a writable view of exactly the size asked, over a buffer
 of whole pages, or over a free one up to ``SLACK_GRANULES`` pages larger, so frames of
-nearby sizes share buffers. A buffer goes
-back to the pool only once nothing else refers to it. Every view of it (the request's
-records, the durable log's pending write, a cache entry) holds a reference to it, so its
-reference count says exactly when that is; until then its bytes are never touched.
-On each ``take`` the pool checks up to ``CHECKS_PER_TAKE`` of the buffers it lent,
-oldest first. A frame whose batches the cache keeps is held until the cache evicts them
-(about ``cache_bytes_max`` of later data), so the pool tracks up to ``tracked_max`` lent
-buffers, 1 MB frames for a 256 MiB cache needing about 300; past that the oldest are
-no longer tracked (freed as usual once released). Free buffers are kept up to
-``idle_bytes_max``. While it holds buffers, a sweep every ``SWEEP_INTERVAL_S`` checks
-all lent ones and, after an interval with no large frame, frees the idle ones, so what
-large frames once needed is given back when they stop. Checking only a few per ``take`` (4) held 30-60 released frames,
-30-60 MB, at any moment; every one on each ``take`` costs 34 µs for 512.
+nearby sizes share buffers. A buffer goes back to the pool only once nothing else
+refers to it. Every view of it (the request's records, the durable log's pending write,
+a cache entry) holds a reference to it, so its reference count says exactly when that
+is; until then its bytes are never touched.
+
+- Each ``take`` checks up to ``CHECKS_PER_TAKE`` of the buffers it lent, oldest first
+  (checking only 4 held 30-60 released 1 MB frames at any moment; checking all 512
+  costs 34 µs).
+- A frame whose batches the cache keeps is held until the cache evicts them (about
+  ``cache_bytes_max`` of later data), so up to ``tracked_max`` lent buffers are tracked:
+  1 MB frames under a 256 MiB cache need about 300. Past that the oldest are no longer
+  tracked (freed as usual once released).
+- Free buffers are kept up to ``idle_bytes_max``.
+- While the pool holds buffers, a sweep every ``SWEEP_INTERVAL_S`` checks all lent ones
+  and, after an interval with no large frame, frees the idle ones, so what large frames
+  needed is given back when they stop.
 """
 
 from __future__ import annotations

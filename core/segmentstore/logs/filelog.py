@@ -309,15 +309,14 @@ class FileDurableDataLog:
         ``drop_written_bytes`` synced, after the acknowledgement: each syscall of this
         thread waits for the GIL behind the event loop, and dropping after every batch
         showed p99 outliers in the 5 MB/s latency phase."""
-        if self._pos > self._drop_from:
+        if self._drop_written_bytes and self._pos > self._drop_from:
             n = self._pos - self._drop_from
             with contextlib.suppress(OSError):  # advice only: nothing depends on it
                 os.posix_fadvise(self._fd, self._drop_from, n, os.POSIX_FADV_DONTNEED)
         self._drop_from = self._pos
 
     def _roll(self) -> None:
-        if self._drop_written_bytes:
-            self._drop_synced()
+        self._drop_synced()
         d = self.directory
         with self._meta_lock, meta_lock(d):
             meta, _ = read_meta(d)
