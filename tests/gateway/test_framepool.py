@@ -59,6 +59,25 @@ def test_idle_buffers_are_bounded() -> None:
     assert pool.idle_bytes == 2 * GRANULE
 
 
+def test_a_freed_buffer_pushes_out_those_free_the_longest() -> None:
+    """Odd sizes freed once do not keep the common size out: with the space full of
+    them, freed buffers of the common size still find room and are reused."""
+    common = 40 * GRANULE
+    pool = FramePool(idle_bytes_max=2 * common)
+    odd = [pool.take(n * GRANULE) for n in (21, 23, 25)]
+    odd.clear()
+    pool._reclaim()
+    assert pool.idle_bytes == 69 * GRANULE
+    frames = [pool.take(common) for _ in range(2)]  # no free buffer fits them
+    assert pool.allocated == 5
+    frames.clear()
+    pool._reclaim()
+    assert pool.idle_bytes == 2 * common
+    again = [pool.take(common) for _ in range(2)]
+    assert (pool.allocated, pool.reused) == (5, 2)
+    assert len(again[0]) == common
+
+
 def test_the_oldest_lent_buffers_stop_being_tracked() -> None:
     pool = FramePool(tracked_max=3)
     held = [pool.take(GRANULE) for _ in range(5)]
