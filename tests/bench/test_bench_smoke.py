@@ -81,3 +81,39 @@ def test_segmentstore_bench_runs(tmp_path: Path) -> None:
     result = json.loads(last.removeprefix("RESULT "))
     assert len(result["cases"]) == 9 and all(c["mb_per_s"] > 0 for c in result["cases"])
     assert result["replay_1kb_mb_per_s"] > 0 and result["replay_64kb_mb_per_s"] > 0
+
+
+@pytest.mark.timeout(120)
+def test_compare_runs_a_commit_beside_the_working_tree(tmp_path: Path) -> None:
+    """`--compare REF` adds `tidegate@REF`, served from that commit's unpacked code and
+    alternated with the working tree's; an unknown ref is refused before anything runs."""
+    repo = Path(__file__).resolve().parents[2]
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    results = tmp_path / "results"
+    args = ["--systems", "tidegate", "--compare", "HEAD", "--runs", "1", "--large-mb", "1",
+            "--small-records", "0", "--partitions", "1", "--latency-mbps", "1",
+            "--latency-seconds", "0.5", "--latency-warmup-seconds", "0.1", "--disk-mb", "4",
+            "--loopback-mb", "4", "--phase-timeout-s", "40"]  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.run", *args, "--results-dir", str(results),
+         "--work-dir", str(tmp_path / "work")],
+        cwd=repo, capture_output=True, text=True, timeout=110,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1].removeprefix("RESULT "))
+    assert result["versions"]["tidegate@HEAD"] == f"tidegate {commit[:12]}"
+    (out_dir,) = results.iterdir()
+    med = json.loads((out_dir / "results.json").read_text())["medians"]
+    for system in ("tidegate", "tidegate@HEAD"):
+        assert med[system]["produce-1024B-p1"]["records"] == 1024
+    assert any(p.name.startswith("tidegate-HEAD-") for p in (out_dir / "logs").iterdir())
+    tree = repo / ".cache" / "bench" / "trees" / commit
+    assert (tree / "gateway" / "cli.py").exists() and (tree / ".complete").exists()
+
+    bad = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--compare", "no-such-ref"],
+        cwd=repo, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "not a commit of this repository" in bad.stderr
