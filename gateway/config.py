@@ -45,6 +45,11 @@ class GatewayConfig:
     message_max_bytes: int = 1024 * 1024 + 12
     #: Requests read ahead and processed concurrently per connection.
     max_in_flight_requests_per_connection: int = 16
+    #: Node-wide: bytes of request frames read and not yet answered; while they are
+    #: spent, no connection takes another frame (Kafka's name; 0 or less: no bound).
+    #: The read-ahead above bounds one connection only: 1,000 connections of 16 ~1 MB
+    #: produce requests each could otherwise hold 16 GB.
+    queued_max_request_bytes: int = 128 * 1024 * 1024
     max_connections: int = 1000
     #: Upper bound on a Fetch's max_wait_ms and a Produce's wait for durability.
     fetch_max_wait_ms_max: int = 30_000

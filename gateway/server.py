@@ -23,6 +23,7 @@ from typing import Any
 from gateway.framepool import FramePool
 from gateway.handlers import EncodedBody, HandlerContext, RequestContext
 from gateway.handlers import api_versions as api_versions_handler
+from gateway.request_budget import RequestBudget
 from gateway.wire import Frame, FrameTooLargeError, KafkaWire
 from protocol.apis import API_VERSIONS_KEY, ApiSpec
 from protocol.errors import ErrorCode, KafkaProtocolError
@@ -78,7 +79,15 @@ class Connection:
                         "%s: frame of %d bytes over socket.request.max.bytes", self.peer, exc.size
                     )
                     return
-                item = self._accept(frame, released)
+                size = len(frame)
+                await self._server.request_bytes.acquire(size)
+                try:
+                    item = self._accept(frame, released)
+                except BaseException:
+                    self._server.request_bytes.release(size)
+                    raise
+                # Held until the task is over: answered, failed or cancelled.
+                item[0].add_done_callback(lambda _, n=size: self._server.request_bytes.release(n))
                 released = item[1].released
                 self._queue.put_nowait(item)
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -217,6 +226,8 @@ class KafkaServer:
         self._connections: dict[Connection, asyncio.Task[None]] = {}
         #: Large request frames' buffers, shared by every connection.
         self.frame_pool = FramePool()
+        #: Bytes of request frames read and not yet answered, node-wide.
+        self.request_bytes = RequestBudget(ctx.config.queued_max_request_bytes)
 
     async def start(self) -> tuple[str, int]:
         host, port = self.ctx.config.listen_address
