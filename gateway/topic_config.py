@@ -267,6 +267,8 @@ def broker_configs(g: GatewayConfig) -> dict[str, tuple[str, ConfigType, str]]:
                               "Largest records blob accepted for one partition."),
         "socket.request.max.bytes": (str(g.socket_request_max_bytes), _T.INT,
                                      "Largest request frame accepted."),
+        "queued.max.request.bytes": (str(g.queued_max_request_bytes), _T.LONG,
+                                     "Request bytes read and not yet answered, node-wide."),
         "default.replication.factor": ("1", _T.INT, "Replication is the segment store's."),
         "offsets.topic.replication.factor": ("1", _T.SHORT, "Replication is the segment "
                                              "store's."),

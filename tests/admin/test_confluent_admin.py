@@ -114,6 +114,7 @@ def test_create_describe_and_alter_configs(tidegate: Tidegate) -> None:
     (entries,) = _wait(admin.describe_configs([broker])).values()
     assert entries["message.max.bytes"].value == "1048588"
     assert entries["message.max.bytes"].is_read_only
+    assert entries["queued.max.request.bytes"].value == str(128 * 1024 * 1024)
     broker = ConfigResource(ConfigResource.Type.BROKER, "0", set_config={"num.partitions": "3"})
     with pytest.warns(DeprecationWarning, match="alter_configs"):
         (future,) = admin.alter_configs([broker]).values()
