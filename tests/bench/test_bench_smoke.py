@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,19 +31,26 @@ TINY = [
 ]  # fmt: skip
 
 
-@pytest.mark.timeout(120)
-def test_bench_runs_both_systems(tmp_path: Path) -> None:
+def _run_bench(args: list[str], tmp_path: Path) -> dict[str, Any]:
+    """``python -m bench.run`` with ``args``, results and work under ``tmp_path``: it must
+    succeed and end with its ``RESULT`` line, whose JSON is returned."""
     repo = Path(__file__).resolve().parents[2]
-    results = tmp_path / "results"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.run", *TINY, "--results-dir", str(results),
+        [sys.executable, "-m", "bench.run", *args, "--results-dir", str(tmp_path / "results"),
          "--work-dir", str(tmp_path / "work")],
         cwd=repo, capture_output=True, text=True, timeout=110,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("RESULT "), last
-    result = json.loads(last.removeprefix("RESULT "))
+    result: dict[str, Any] = json.loads(last.removeprefix("RESULT "))
+    return result
+
+
+@pytest.mark.timeout(120)
+def test_bench_runs_both_systems(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    result = _run_bench(TINY, tmp_path)
     assert result["failures"] == 0
     assert set(result["versions"]) == {report.PEER, report.TIDEGATE}
     assert set(result["ratios"]["goals_met"]) == set(report.GOALS) | {report.RSS_GOAL}
@@ -96,13 +104,7 @@ def test_compare_runs_a_commit_beside_the_working_tree(tmp_path: Path) -> None:
             "--small-records", "0", "--partitions", "1", "--latency-mbps", "1",
             "--latency-seconds", "0.5", "--latency-warmup-seconds", "0.1", "--disk-mb", "4",
             "--loopback-mb", "4", "--phase-timeout-s", "40"]  # fmt: skip
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.run", *args, "--results-dir", str(results),
-         "--work-dir", str(tmp_path / "work")],
-        cwd=repo, capture_output=True, text=True, timeout=110,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1].removeprefix("RESULT "))
+    result = _run_bench(args, tmp_path)
     assert result["versions"]["tidegate@HEAD"] == f"tidegate {commit[:12]}"
     (out_dir,) = results.iterdir()
     med = json.loads((out_dir / "results.json").read_text())["medians"]
