@@ -4,10 +4,11 @@
 Each connection reads ahead up to ``max.in.flight.requests.per.connection`` requests;
 on its own that bounds a connection, not the node. A request frame read from any
 connection holds its size in a ``RequestBudget`` from the moment it is read until its
-handler is done (its answer is ready, or it failed or was dropped); while the budget
-is spent, connections stop taking new frames (their sockets fill and the clients
-wait). Waiters are served in arrival order. A frame larger than the whole budget is let in once nothing else holds
-any, so no request waits forever. A limit of 0 or less means no bound.
+handler is done (its answer is ready, or it failed or was dropped). While the budget
+is spent, a connection that has read a frame waits with it and reads no further (its
+socket fills and the client waits). Waiters are served in arrival order. A frame
+larger than the whole budget is let in once nothing else holds any, so no request
+waits forever. A limit of 0 or less means no bound.
 """
 
 from __future__ import annotations
