@@ -6,6 +6,8 @@ comes back, and the outputs (Markdown, JSON, PNG, the `RESULT` line) are there.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -119,3 +121,16 @@ def test_compare_runs_a_commit_beside_the_working_tree(tmp_path: Path) -> None:
         cwd=repo, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert bad.returncode == 2 and "not a commit of this repository" in bad.stderr
+
+
+def test_append_floor_measures_the_event_loop_alone() -> None:
+    """`python -m bench.append_floor` (issue 2's floor) at a small scale: every append
+    completes, and the figures are there."""
+    from bench.append_floor import main
+
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        main(["--writers", "8", "--appends-per-writer", "50"])
+    last = out.getvalue().strip().splitlines()[-1]
+    result = json.loads(last.removeprefix("RESULT "))
+    assert result["appends"] == 400
+    assert result["cpu_us_per_append"] > 0 and result["appends_per_s"] > 0
