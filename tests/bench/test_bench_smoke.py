@@ -18,6 +18,8 @@ import pytest
 
 from bench import report
 
+REPO = Path(__file__).resolve().parents[2]
+
 TINY = [
     "--runs", "1",
     "--large-mb", "2",
@@ -36,11 +38,10 @@ TINY = [
 def _run_bench(args: list[str], tmp_path: Path) -> dict[str, Any]:
     """``python -m bench.run`` with ``args``, results and work under ``tmp_path``: it must
     succeed and end with its ``RESULT`` line, whose JSON is returned."""
-    repo = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
         [sys.executable, "-m", "bench.run", *args, "--results-dir", str(tmp_path / "results"),
          "--work-dir", str(tmp_path / "work")],
-        cwd=repo, capture_output=True, text=True, timeout=110,
+        cwd=REPO, capture_output=True, text=True, timeout=110,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     last = proc.stdout.strip().splitlines()[-1]
@@ -80,11 +81,10 @@ def test_bench_runs_both_systems(tmp_path: Path) -> None:
 def test_segmentstore_bench_runs(tmp_path: Path) -> None:
     """`python -m bench.segmentstore` (issue 2's figures) end to end at a small scale (large
     enough for its replay case to catch Tier-2 writes made before the restart)."""
-    repo = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
         [sys.executable, "-m", "bench.segmentstore", "--scale", "0.05", "--disk-mb", "4",
          "--writers", "16", "--dir", str(tmp_path)],
-        cwd=repo, capture_output=True, text=True, timeout=110,
+        cwd=REPO, capture_output=True, text=True, timeout=110,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     last = proc.stdout.strip().splitlines()[-1]
@@ -97,9 +97,8 @@ def test_segmentstore_bench_runs(tmp_path: Path) -> None:
 def test_compare_runs_a_commit_beside_the_working_tree(tmp_path: Path) -> None:
     """`--compare REF` adds `tidegate@REF`, served from that commit's unpacked code and
     alternated with the working tree's; an unknown ref is refused before anything runs."""
-    repo = Path(__file__).resolve().parents[2]
     commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
+        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.strip()
     results = tmp_path / "results"
     args = ["--systems", "tidegate", "--compare", "HEAD", "--runs", "1", "--large-mb", "1",
@@ -113,12 +112,12 @@ def test_compare_runs_a_commit_beside_the_working_tree(tmp_path: Path) -> None:
     for system in ("tidegate", "tidegate@HEAD"):
         assert med[system]["produce-1024B-p1"]["records"] == 1024
     assert any(p.name.startswith("tidegate-HEAD-") for p in (out_dir / "logs").iterdir())
-    tree = repo / ".cache" / "bench" / "trees" / commit
+    tree = REPO / ".cache" / "bench" / "trees" / commit
     assert (tree / "gateway" / "cli.py").exists() and (tree / ".complete").exists()
 
     bad = subprocess.run(
         [sys.executable, "-m", "bench.run", "--compare", "no-such-ref"],
-        cwd=repo, capture_output=True, text=True, timeout=60,
+        cwd=REPO, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert bad.returncode == 2 and "not a commit of this repository" in bad.stderr
 
