@@ -192,10 +192,14 @@ class PartitionLog:
         # reach the segment in submission (offset) order. The view is read-only: the
         # bytes never change after submission, so the store keeps them without a copy.
         view = p.data.toreadonly()
-        fut = self._logs.store.append_future(name, view, event_count=max(records, 1))
+        # ``_on_done`` is called as the append completes, in the loop turn Tier-1 reports
+        # it (a done callback would wait one event-loop hop more), never before this
+        # returns.
+        self._logs.store.append_future(
+            name, view, event_count=max(records, 1), on_done=functools.partial(self._on_done, p)
+        )
         self._inflight += 1
         self._settled.clear()
-        fut.add_done_callback(functools.partial(self._on_done, p))
 
     def _on_done(self, p: PendingAppend, task: asyncio.Future[int]) -> None:
         self._inflight -= 1

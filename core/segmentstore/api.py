@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from core.segmentstore.callbacks import DoneCallback
+
 # ---------------------------------------------------------------------------------------
 # Errors
 
@@ -215,10 +217,14 @@ class SegmentStore(Protocol):
         expected_offset: int | None = None,
         attribute_updates: Sequence[AttributeUpdate] = (),
         event_count: int = 1,
+        on_done: DoneCallback | None = None,
     ) -> asyncio.Future[int]:
         """``append``, returning its future at once; the append is queued, in call order,
         before this returns, and every error arrives through the future. For callers
-        that chain a callback instead of awaiting (no task, one event-loop hop fewer)."""
+        that chain a callback instead of awaiting (no task, one event-loop hop fewer).
+        ``on_done(fut)``, if given, runs on the event loop once the future is done, never
+        before this returns: called by the store as it completes the future where it can
+        (no event-loop hop at all), else as a done callback."""
         ...
 
     async def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> None:

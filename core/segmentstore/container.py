@@ -37,6 +37,7 @@ from core.segmentstore.api import (
     TooLargeError,
 )
 from core.segmentstore.apply import Applier
+from core.segmentstore.callbacks import DoneCallback
 from core.segmentstore.config import SegmentStoreConfig
 from core.segmentstore.durablelog.frames import read_operations
 from core.segmentstore.durablelog.log import DurableLog
@@ -306,7 +307,10 @@ class SegmentContainer:
         expected_offset: int | None,
         attribute_updates: Sequence[AttributeUpdate],
         event_count: int,
+        on_done: DoneCallback | None = None,
     ) -> asyncio.Future[Any]:
+        """Queue an append; its future completes once it is durable, and ``on_done``
+        is called right after (by the durable log, no event-loop hop)."""
         if self.state != RUNNING:
             self._check(name)
         meta = self.md.by_name.get(name) or self.md.lookup(name)
@@ -341,6 +345,7 @@ class SegmentContainer:
         meta.p_ops += 1
         op = AppendOp(meta.id, name, offset, data, attrs, event_count)
         op.result = offset
+        op.on_done = on_done
         # _queue, inlined (the per-append hot path).
         md = self.md
         md.seq += 1

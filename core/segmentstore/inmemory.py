@@ -30,6 +30,7 @@ from core.segmentstore.api import (
     TableRemoval,
     TableUpdate,
 )
+from core.segmentstore.callbacks import DoneCallback, when_done
 
 
 @dataclass
@@ -110,16 +111,19 @@ class InMemorySegmentStore:
         expected_offset: int | None = None,
         attribute_updates: Sequence[AttributeUpdate] = (),
         event_count: int = 1,
+        on_done: DoneCallback | None = None,
     ) -> asyncio.Future[int]:
         # ``append`` changes the segment before its first suspension and tasks start in
         # creation order, so appends land in call order (subclasses overriding
         # ``append`` are honoured).
-        return asyncio.ensure_future(
+        fut = asyncio.ensure_future(
             self.append(
                 name, data, expected_offset=expected_offset,
                 attribute_updates=attribute_updates, event_count=event_count,
             )
         )
+        when_done(fut, on_done)
+        return fut
 
     async def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> None:
         seg = self._get(name)

@@ -34,6 +34,7 @@ import struct
 from enum import IntEnum
 from typing import Any
 
+from core.segmentstore.callbacks import DoneCallback
 from core.segmentstore.logs.api import LogAddress
 
 
@@ -68,7 +69,7 @@ class Operation:
     """One logged change. ``seq`` is assigned when the operation is queued; ``address``
     and ``frame_pos`` (where its first byte lies in Tier-1) once its frame is durable."""
 
-    __slots__ = ("seq", "segment_id", "name", "future", "address", "frame_pos", "result")
+    __slots__ = ("seq", "segment_id", "name", "future", "on_done", "address", "frame_pos", "result")
     kind: OpKind
 
     def __init__(self, segment_id: int, name: str) -> None:
@@ -76,6 +77,8 @@ class Operation:
         self.segment_id = segment_id
         self.name = name
         self.future: asyncio.Future[Any] | None = None
+        #: Called by the durable log right after it completes ``future`` (no loop hop).
+        self.on_done: DoneCallback | None = None
         self.address: LogAddress | None = None
         self.frame_pos = 0
         self.result: Any = None
@@ -143,6 +146,7 @@ class AppendOp(Operation):
         self.segment_id = segment_id
         self.name = name
         self.future = None
+        self.on_done = None
         self.address = None
         self.frame_pos = 0
         self.result = None

@@ -35,6 +35,7 @@ from core.segmentstore.api import (
     TableRemoval,
     TableUpdate,
 )
+from core.segmentstore.callbacks import DoneCallback, when_done
 from core.segmentstore.config import SegmentStoreConfig
 from core.segmentstore.container import RUNNING, SegmentContainer
 from core.segmentstore.logs.api import DurableDataLog
@@ -281,22 +282,29 @@ class StreamSegmentStore:
         expected_offset: int | None = None,
         attribute_updates: Sequence[AttributeUpdate] = (),
         event_count: int = 1,
+        on_done: DoneCallback | None = None,
     ) -> asyncio.Future[int]:
         """The container's own future when the storage writer is within its lag bound
         (checked now, not at completion as ``append`` does: the bound is approximate
-        either way); otherwise a task that also waits for the writer to catch up."""
+        either way), with ``on_done`` called by the durable log as it completes it;
+        otherwise a task that also waits for the writer to catch up, with ``on_done`` as
+        its done callback."""
         try:
             c = self._c(name)
+            behind = c.writer.behind
             fut: asyncio.Future[int] = c.queue_append(
-                name, data, expected_offset, attribute_updates, event_count
+                name, data, expected_offset, attribute_updates, event_count,
+                None if behind else on_done,
             )
         except SegmentStoreError as exc:
             failed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
             failed.set_exception(exc)
+            when_done(failed, on_done)
             return failed
-        writer = c.writer
-        if writer.behind:
-            return asyncio.ensure_future(_after_lag(fut, writer))
+        if behind:
+            lagged = asyncio.ensure_future(_after_lag(fut, c.writer))
+            when_done(lagged, on_done)
+            return lagged
         return fut
 
     async def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> None:

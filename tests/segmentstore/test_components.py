@@ -312,6 +312,7 @@ def test_tier1_index_after_close(tmp_path: Path) -> None:
 async def test_durable_log_joins_small_frames_and_passes_large_ones_as_parts() -> None:
     """Frames of small operations reach Tier-1 as one buffer; a frame holding a large
     append as its parts, the append's own buffer among them (not copied)."""
+    from core.segmentstore.callbacks import DoneCallback
     from core.segmentstore.durablelog.log import LARGE_OP_BYTES
     from core.segmentstore.logs.api import Entry, LogAddress
 
@@ -320,9 +321,11 @@ async def test_durable_log_joins_small_frames_and_passes_large_ones_as_parts() -
             super().__init__(InMemoryLogBacking())
             self.entries: list[Entry] = []
 
-        def append_future(self, entry: Entry) -> asyncio.Future[LogAddress]:
+        def append_future(
+            self, entry: Entry, on_done: DoneCallback | None = None
+        ) -> asyncio.Future[LogAddress]:
             self.entries.append(entry)
-            return super().append_future(entry)
+            return super().append_future(entry, on_done)
 
     log = Recording()
     await log.open()

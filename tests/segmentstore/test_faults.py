@@ -176,6 +176,26 @@ async def test_concurrent_failure_fails_every_later_call(tmp_path: Path) -> None
     await s.close()
 
 
+async def test_tier1_failure_calls_every_appends_on_done(tmp_path: Path) -> None:
+    """When Tier-1 fails, each queued append's ``on_done`` is still called, once, with
+    its future's outcome: a caller chaining on it (the gateway) is never left waiting."""
+
+    def factory(cid: int) -> DurableDataLog:
+        inner = InMemoryDurableDataLog(InMemoryLogBacking())
+        return FaultyDurableDataLog(inner, fail_after_appends=3)
+
+    s = StreamSegmentStore(tmp_path, SMALL, tier1_factory=factory, tier2=InMemoryStorage())
+    await s.start()
+    await s.create_segment("s")
+    seen: list[asyncio.Future[int]] = []
+    futs = [s.append_future("s", b"x" * 5000, on_done=seen.append) for _ in range(20)]
+    res = await asyncio.gather(*futs, return_exceptions=True)
+    await asyncio.sleep(0)
+    assert sorted(map(id, seen)) == sorted(map(id, futs))
+    assert any(isinstance(r, StoreShutdownError) for r in res)
+    await s.close()
+
+
 async def test_writer_failure_restarts_container_and_heals_tier2_from_tier1(tmp_path: Path) -> None:
     # Tier-2 loses a segment behind the store's back (an operator deleted it). The
     # writer finds Tier-2 shorter than what it had flushed: it cannot go on, the

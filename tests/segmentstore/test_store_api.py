@@ -338,3 +338,48 @@ async def test_append_buffer_kinds(store: StreamSegmentStore) -> None:
     assert await store.append("s", ro) == 4 + ints.itemsize * 2
     data = await read_all(store, "s")
     assert data == b"abcd" + ints.tobytes() + b"tail"
+
+
+async def test_append_on_done_runs_in_the_turn_tier1_completes(tmp_path: Path) -> None:
+    """``append_future``'s ``on_done`` is called from the Tier-1 completion itself: the
+    durable log and the container pass it on without an event-loop hop each. A refused
+    append calls it too (scheduled), with the error."""
+    from core.segmentstore.logs.filelog import FileDurableDataLog
+    from tests.segmentstore.helpers import SMALL
+    from tier2.inmemory import InMemoryStorage
+
+    inside: list[bool] = []
+
+    def tier1(cid: int) -> FileDurableDataLog:
+        log = FileDurableDataLog(tmp_path / f"t1-{cid}")
+        on_written = log._on_written
+
+        def tracked(*args: object) -> None:
+            inside.append(True)
+            try:
+                on_written(*args)  # type: ignore[arg-type]
+            finally:
+                inside.pop()
+
+        log._on_written = tracked  # type: ignore[method-assign]
+        return log
+
+    s = StreamSegmentStore(tmp_path / "store", SMALL, tier1_factory=tier1, tier2=InMemoryStorage())
+    await s.start()
+    try:
+        await s.create_segment("a")
+        calls: list[tuple[bool, object]] = []
+
+        def on_done(fut: asyncio.Future[int]) -> None:
+            calls.append((bool(inside), fut.exception() or fut.result()))
+
+        futs = [s.append_future("a", b"x" * 10, on_done=on_done) for _ in range(3)]
+        assert await asyncio.gather(*futs) == [0, 10, 20]
+        assert calls == [(True, 0), (True, 10), (True, 20)]
+        calls.clear()
+        with pytest.raises(SegmentNotFoundError):
+            await s.append_future("missing", b"x", on_done=on_done)
+        await asyncio.sleep(0)
+        assert len(calls) == 1 and isinstance(calls[0][1], SegmentNotFoundError)
+    finally:
+        await s.close()

@@ -211,3 +211,30 @@ async def test_entry_given_as_parts_is_one_entry(make_log: LogMaker) -> None:
     await check.open()
     assert await _read_all(check) == [(a, b"head-middle-tail"), (b, b"second"), (c, b"plain")]
     await check.close()
+
+
+async def test_on_done_follows_each_completion_once_in_order(make_log: LogMaker) -> None:
+    """``append_future(entry, on_done)`` calls ``on_done`` once per append, with its
+    future already done and never before ``append_future`` returned, in append order;
+    a refused append calls it too."""
+    log = make_log()
+    await log.open()
+    returned: set[int] = set()
+    calls: list[tuple[asyncio.Future[LogAddress], bool, bool]] = []
+
+    def on_done(fut: asyncio.Future[LogAddress]) -> None:
+        calls.append((fut, fut.done(), id(fut) in returned))
+
+    futs = []
+    for i in range(6):
+        fut = log.append_future(b"e%d" % i, on_done)
+        returned.add(id(fut))
+        futs.append(fut)
+    await asyncio.gather(*futs)
+    await log.close()
+    refused = log.append_future(b"closed", on_done)
+    returned.add(id(refused))
+    with pytest.raises(DataLogClosedError):
+        await refused
+    await asyncio.sleep(0)  # a log may schedule it as an ordinary done callback
+    assert calls == [(f, True, True) for f in [*futs, refused]]

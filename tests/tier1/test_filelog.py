@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -432,3 +433,51 @@ async def test_synced_bytes_leave_the_page_cache_in_steps(
         assert ranges[0][0] == 0 or ranges[0][0] == FILE_HEADER_BYTES
         for (o1, n1), (o2, _) in zip(ranges, ranges[1:], strict=False):
             assert o1 + n1 == o2
+
+
+async def test_on_done_is_called_by_the_completion_itself(tmp_path: Path) -> None:
+    """``on_done`` runs inside the completion the writer hands to the event loop (for a
+    written batch and for a failed one), not one event-loop hop later. One that raises is
+    reported to the loop's exception handler, and the batch's other appends still
+    complete and call theirs."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    reported: list[BaseException] = []
+    loop.set_exception_handler(lambda _loop, ctx: reported.append(ctx["exception"]))
+    log = FileDurableDataLog(tmp_path / "log")
+    await log.open()
+    inside: list[str] = []
+
+    def tracked(name: str, completion: Callable[..., None]) -> Callable[..., None]:
+        def run(*args: object) -> None:
+            inside.append(name)
+            try:
+                completion(*args)
+            finally:
+                inside.pop()
+
+        return run
+
+    log._on_written = tracked("written", log._on_written)  # type: ignore[method-assign]
+    log._on_failed = tracked("failed", log._on_failed)  # type: ignore[method-assign]
+    calls: list[tuple[list[str], bool]] = []
+
+    def on_done(fut: asyncio.Future[LogAddress]) -> None:
+        calls.append((list(inside), fut.exception() is None))
+        if len(calls) == 1:
+            raise RuntimeError("a callback's own bug")
+
+    futs = [log.append_future(b"x%d" % i, on_done) for i in range(4)]
+    await asyncio.gather(*futs)
+    assert calls == [(["written"], True)] * 4
+    assert [type(e) for e in reported] == [RuntimeError]
+
+    rival = FileDurableDataLog(tmp_path / "log")
+    await rival.open()  # fences ``log``: its next batch fails
+    calls.clear()
+    with pytest.raises(DataLogFencedError):
+        await log.append_future(b"late", on_done)
+    assert calls == [(["failed"], False)]
+    await log.close()
+    await rival.close()

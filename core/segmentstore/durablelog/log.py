@@ -6,7 +6,10 @@ at the end of the current event-loop iteration (so every operation queued in one
 iteration shares a frame), handed to ``DurableDataLog.append`` (up to
 ``frames_in_flight_max`` frames at a time; the log group-commits them), and once a frame
 is durable every operation whose last byte lies in it is committed (``on_commit``, in
-log order) and its caller's future resolved.
+log order) and its caller's future resolved (and the operation's ``on_done`` called).
+The log calls ``_on_frame_done`` right after it completes a frame, and the operations'
+``on_done`` are called right after their futures: a commit reaches the caller in the
+loop turn in which Tier-1 reported it.
 
 If a frame fails, it and every later frame fail: their callers get
 ``StoreShutdownError`` and ``on_failure`` stops the container. Nothing is rolled back in
@@ -20,6 +23,7 @@ from collections import deque
 from collections.abc import Callable
 
 from core.segmentstore.api import StoreShutdownError
+from core.segmentstore.callbacks import call_now
 from core.segmentstore.durablelog.frames import (
     FRAME_HEAD,
     FRAME_VERSION,
@@ -166,16 +170,14 @@ class DurableLog:
         while self._ready and len(self._inflight) < self._frames_in_flight_max:
             frame, data = self._ready.popleft()
             # The log queues each entry in call order; its future's callback commits.
-            fut = self._log.append_future(data)
-            fut.add_done_callback(self._on_frame_done)
+            fut = self._log.append_future(data, self._on_frame_done)
             self._inflight.append((frame, fut))
 
     # -- commit -------------------------------------------------------------------------
 
     def _on_frame_done(self, task: asyncio.Future[LogAddress]) -> None:
-        """Commit the durable prefix of the frames in flight, in log order. Runs as the
-        append future's done callback (no task in between: one event-loop hop from the
-        log's completion to the callers' futures)."""
+        """Commit the durable prefix of the frames in flight, in log order. Called by
+        the log as the frame's append completes (no task, no event-loop hop in between)."""
         if not task.cancelled():
             task.exception()  # retrieved here; a failure is handled below, in order
         if not self._running or self._failed is not None:
@@ -202,11 +204,13 @@ class DurableLog:
                 self._fail(exc)
                 return
             for op in frame.completes:
-                fut = op.future
+                fut, on_done = op.future, op.on_done
                 if fut is not None:
-                    op.future = None
+                    op.future = op.on_done = None
                     if not fut.done():
                         fut.set_result(op.result)
+                        if on_done is not None:
+                            call_now(on_done, fut)
         self._pump()
         if not inflight and not self._ready and not self._cur.size:
             self._idle.set()
@@ -219,9 +223,12 @@ class DurableLog:
         self._cur = _Frame()
         for frame in frames:
             for op in frame.completes:
-                fut = op.future
+                fut, on_done = op.future, op.on_done
                 if fut is not None and not fut.done():
+                    op.future = op.on_done = None
                     fut.set_exception(StoreShutdownError(op.name, f"durable log failed: {exc}"))
+                    if on_done is not None:
+                        call_now(on_done, fut)
         self._idle.set()
         self._on_failure(exc)
 

@@ -9,8 +9,12 @@ Contract, for every implementation:
 - ``append`` returns an awaitable that completes with the entry's address once the entry
   is durable; ``append_future`` is the same append returning its future at once (every
   error, even a refusal, arrives through the future), for callers that chain a callback
-  instead of awaiting (one event-loop hop and one task fewer per entry) (on local disk: written and ``fdatasync``ed). Completions happen in append
-  order. If an append is completed, all appends prior to it have also completed. If an
+  instead of awaiting (one event-loop hop and one task fewer per entry) (on local disk:
+  written and ``fdatasync``ed). Its ``on_done(fut)``, if given, runs on the event loop
+  once the future is done, never before ``append_future`` returns: called by the log
+  right after it completes the future where it can (no event-loop hop;
+  ``callbacks.call_now``), else as a done callback.
+  Completions happen in append order. If an append is completed, all appends prior to it have also completed. If an
   append fails, all subsequent appends fail and the log closes (``DataLogClosedError``).
 - Append order is the order of the ``append`` calls themselves: an entry takes its place
   in the log before the coroutine first suspends, so ``asyncio.ensure_future(log.append(a))``
@@ -46,6 +50,8 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from core.segmentstore.callbacks import DoneCallback
 
 
 class DataLogError(Exception):
@@ -86,7 +92,9 @@ class DurableDataLog(Protocol):
 
     async def append(self, entry: Entry) -> LogAddress: ...
 
-    def append_future(self, entry: Entry) -> asyncio.Future[LogAddress]: ...
+    def append_future(
+        self, entry: Entry, on_done: DoneCallback | None = None
+    ) -> asyncio.Future[LogAddress]: ...
 
     def read(self, start: LogAddress | None = None) -> AsyncIterator[tuple[LogAddress, EntryData]]:
         """Entries from ``start`` (or the first kept entry) to the end, in order."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+from core.segmentstore.callbacks import DoneCallback, when_done
 from core.segmentstore.logs.api import (
     DataLogClosedError,
     DataLogError,
@@ -52,8 +53,12 @@ class FaultyDurableDataLog:
             raise InjectedAppendError(f"injected failure of append #{self.appends}")
         return await self.inner.append(entry)
 
-    def append_future(self, entry: Entry) -> asyncio.Future[LogAddress]:
-        return asyncio.ensure_future(self.append(entry))
+    def append_future(
+        self, entry: Entry, on_done: DoneCallback | None = None
+    ) -> asyncio.Future[LogAddress]:
+        fut = asyncio.ensure_future(self.append(entry))
+        when_done(fut, on_done)
+        return fut
 
     def read(self, start: LogAddress | None = None) -> AsyncIterator[tuple[LogAddress, EntryData]]:
         return self.inner.read(start)

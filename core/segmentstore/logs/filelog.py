@@ -5,7 +5,8 @@ Format and directory layout: ``fileformat.py``. Behaviour:
 - Group commit. ``append`` queues the entry (no copy) and awaits. One writer thread
   takes every queued entry, writes them with ``os.pwritev`` (headers and payload
   memoryviews interleaved), calls ``os.fdatasync`` once, then completes the futures on
-  the event loop (``call_soon_threadsafe``) in append order. While it syncs, new appends
+  the event loop (``call_soon_threadsafe``) in append order, calling each entry's
+  ``on_done`` right after its future. While it syncs, new appends
   queue up for the next batch. Bytes handed to the writer and not yet synced are bounded
   by ``in_flight_bytes_max``; further appends wait, in order, in ``_pending``.
 - Rolling. A file is closed when the next entry would take it past ``file_bytes_max``
@@ -34,6 +35,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from core.segmentstore.callbacks import DoneCallback, call_now, when_done
 from core.segmentstore.logs.api import (
     DataLogClosedError,
     DataLogCorruptError,
@@ -69,8 +71,8 @@ from tier2.fileio import as_views, pwritev_all
 _READ_BATCH_BYTES = 4 * 1024 * 1024
 ENTRY_BYTES_MAX = 0xFFFFFFFF  # the u32 length field; refused without closing the log
 
-#: An entry (its parts, written back to back), its size, its future.
-_Item = tuple[list[memoryview], int, "asyncio.Future[LogAddress]"]
+#: An entry (its parts, written back to back), its size, its future, its ``on_done``.
+_Item = tuple[list[memoryview], int, "asyncio.Future[LogAddress]", DoneCallback | None]
 
 
 class FileDurableDataLog:
@@ -182,7 +184,9 @@ class FileDurableDataLog:
     async def append(self, entry: Entry) -> LogAddress:
         return await self.append_future(entry)
 
-    def append_future(self, entry: Entry) -> asyncio.Future[LogAddress]:
+    def append_future(
+        self, entry: Entry, on_done: DoneCallback | None = None
+    ) -> asyncio.Future[LogAddress]:
         fut: asyncio.Future[LogAddress] = (self._loop or asyncio.get_running_loop()).create_future()
         try:
             self._check_usable()
@@ -192,8 +196,9 @@ class FileDurableDataLog:
                 raise DataLogError(f"entry of {size} bytes exceeds {ENTRY_BYTES_MAX}")
         except DataLogError as exc:
             fut.set_exception(exc)
+            when_done(fut, on_done)
             return fut
-        self._pending.append((views, size, fut))
+        self._pending.append((views, size, fut, on_done))
         self._admit()
         return fut
 
@@ -211,28 +216,30 @@ class FileDurableDataLog:
                 self._cv.notify()
 
     def _on_written(self, batch: list[_Item], addrs: list[LogAddress]) -> None:
-        self._in_flight_bytes -= sum(size + ENTRY_HEADER_BYTES for _, size, _ in batch)
-        for (_, _, fut), addr in zip(batch, addrs, strict=True):
+        self._in_flight_bytes -= sum(size + ENTRY_HEADER_BYTES for _, size, _, _ in batch)
+        for (_, _, fut, on_done), addr in zip(batch, addrs, strict=True):
             if not fut.done():
                 fut.set_result(addr)
+                if on_done is not None:
+                    call_now(on_done, fut)
         if self._failed is None:
             self._admit()
 
     def _on_failed(self, exc: BaseException, batch: list[_Item]) -> None:
         self._failed = exc
         self._in_flight_bytes = 0
-        for _, _, fut in batch:
-            if not fut.done():
-                fut.set_exception(exc)
         closed = DataLogClosedError("log closed after a failed append")
         closed.__cause__ = exc
         with self._cv:
             rest, self._queue = self._queue, []
         rest.extend(self._pending)
         self._pending.clear()
-        for _, _, fut in rest:
-            if not fut.done():
-                fut.set_exception(closed)
+        for items, error in ((batch, exc), (rest, closed)):
+            for _, _, fut, on_done in items:
+                if not fut.done():
+                    fut.set_exception(error)
+                    if on_done is not None:
+                        call_now(on_done, fut)
 
     # ------------------------------------------------------------------ writer
 
@@ -269,7 +276,7 @@ class FileDurableDataLog:
             bufs: list[memoryview] = []
             start = pos = self._pos
             while i < len(batch):
-                views, size, _ = batch[i]
+                views, size, _, _ = batch[i]
                 size += ENTRY_HEADER_BYTES
                 if pos > start and pos + size > self._file_bytes_max:
                     break

@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from core.segmentstore.callbacks import DoneCallback, when_done
 from core.segmentstore.logs.api import (
     DataLogClosedError,
     DataLogError,
@@ -86,10 +87,14 @@ class InMemoryDurableDataLog:
     async def append(self, entry: Entry) -> LogAddress:
         return await self.append_future(entry)
 
-    def append_future(self, entry: Entry) -> asyncio.Future[LogAddress]:
+    def append_future(
+        self, entry: Entry, on_done: DoneCallback | None = None
+    ) -> asyncio.Future[LogAddress]:
         # The order of appends is the order of these calls: the entry joins ``_pending``
-        # at once and is admitted strictly from its head.
+        # at once and is admitted strictly from its head. ``on_done`` is an ordinary done
+        # callback here: this reference model does not save event-loop hops.
         fut: asyncio.Future[LogAddress] = asyncio.get_running_loop().create_future()
+        when_done(fut, on_done)
         try:
             self._check_usable()
         except DataLogError as exc:
