@@ -9,7 +9,10 @@ Per connection:
 - up to ``max.in.flight.requests.per.connection`` requests are read ahead and run
   concurrently, each starting once the previous one released (see
   ``gateway.handlers``); answers are written strictly in request order;
-- a request without an answer (acks=0 Produce) takes its turn and writes nothing.
+- a request without an answer (acks=0 Produce) takes its turn and writes nothing;
+- a small answer whose turn has come (the writer waits for just this request) is
+  written by the request's own task as it finishes, not one event-loop hop later by the
+  writer.
 Shutdown stops reading on every connection, answers what was accepted, then closes.
 """
 
@@ -49,6 +52,8 @@ class Connection:
         self._queue: asyncio.Queue[_Item | None] = asyncio.Queue()
         self._slots = asyncio.Semaphore(self._ctx.config.max_in_flight_requests_per_connection)
         self._read_task: asyncio.Task[None] | None = None
+        #: The request whose task the writer is waiting for: every earlier answer is out.
+        self._turn: RequestContext | None = None
 
     async def run(self) -> None:
         self._read_task = asyncio.create_task(self._read_loop())
@@ -123,15 +128,36 @@ class Connection:
         async def run() -> Any:
             await previous.wait()
             try:
-                return await coro
+                result = await coro
             finally:
                 req.release()
+            if result is not None and self._turn is req and self._wire.writable_now:
+                return self._answer_now(result, req, spec)
+            return result
 
         return asyncio.ensure_future(run()), req, spec
+
+    def _answer_now(self, result: Any, req: RequestContext, spec: ApiSpec) -> Any:
+        """Write a small answer at once and return None (nothing left for the writer);
+        else return what the writer needs: the encoded body, or ``result`` itself if it
+        does not encode (the writer then reports that and closes the connection)."""
+        try:
+            body = _encode_body(result, req, spec)
+        except Exception:
+            return result
+        header = encode_response_header(
+            req.correlation_id, spec.response_header_flexible(req.api_version)
+        )
+        size = len(header) + sum(len(b) for b in body)
+        if size >= _LARGE_BUFFER_BYTES:
+            return EncodedBody(body)
+        self._wire.write(b"".join([size_prefix(size), header, *body]))
+        return None
 
     async def _write_loop(self) -> None:
         while (item := await self._queue.get()) is not None:
             task, req, spec = item
+            self._turn = req
             try:
                 result = await task
             except Exception:
@@ -139,14 +165,12 @@ class Connection:
                 self._abort()
                 return
             finally:
+                self._turn = None
                 self._slots.release()
             if result is None:
                 continue
             try:
-                if isinstance(result, EncodedBody):
-                    body = list(result.buffers)
-                else:
-                    body = [spec.encode_response(result, req.api_version)]
+                body = _encode_body(result, req, spec)
             except Exception:
                 # A response the codec refuses is a bug of ours: close this connection
                 # only, as for a failed handler, instead of escaping the connection task.
@@ -217,6 +241,12 @@ async def _write_buffers(writer: KafkaWire, buffers: list[bytes | memoryview]) -
 
 async def _answer(value: Any) -> Any:
     return value
+
+
+def _encode_body(result: Any, req: RequestContext, spec: ApiSpec) -> list[bytes | memoryview]:
+    if isinstance(result, EncodedBody):
+        return list(result.buffers)
+    return [spec.encode_response(result, req.api_version)]
 
 
 class KafkaServer:

@@ -217,6 +217,15 @@ class KafkaWire(asyncio.BufferedProtocol):
 
     # -- writes -------------------------------------------------------------------------
 
+    @property
+    def writable_now(self) -> bool:
+        """Open and not paused for writing: a write now needs no ``drain`` first."""
+        return (
+            self.transport is not None
+            and not self.transport.is_closing()
+            and not self._write_paused
+        )
+
     def write(self, data: bytes | bytearray | memoryview) -> None:
         assert self.transport is not None
         self.transport.write(data)
