@@ -1,11 +1,12 @@
 """Completion callbacks called by the code that completes a future.
 
 ``fut.add_done_callback`` schedules its callback: one event-loop hop, which under load
-waits for the rest of a busy loop iteration. An acknowledged produce went through
-seven such hops, three of them only to pass a completion from one layer to the next
-(Tier-1 log → durable log → container append → partition). Where a component
-completes a future and is handed the waiter's callback with it, it calls the callback at
-once with ``call_now``: the next layer runs in the same loop turn.
+waits for the rest of a busy loop iteration. An acknowledged produce went through eight
+such hops between its frame arriving and its answer leaving; two of them only passed
+the completion from one layer to the next (Tier-1 log → durable log → the gateway's
+partition). Where a component completes a future and is handed the waiter's callback
+with it, it calls the callback at once with ``call_now``: the next layer runs in the
+same loop turn.
 
 A callback's exception is reported to the loop's exception handler, as a scheduled
 callback's would be, and never stops the completing code (which usually has further
