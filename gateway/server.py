@@ -145,13 +145,10 @@ class Connection:
             body = _encode_body(result, req, spec)
         except Exception:
             return result
-        header = encode_response_header(
-            req.correlation_id, spec.response_header_flexible(req.api_version)
-        )
-        size = len(header) + sum(len(b) for b in body)
-        if size >= _LARGE_BUFFER_BYTES:
+        framed = _framed(body, req, spec)
+        if sum(len(b) for b in framed) >= _LARGE_BUFFER_BYTES:
             return EncodedBody(body)
-        self._wire.write(b"".join([size_prefix(size), header, *body]))
+        self._wire.write(b"".join(framed))
         return None
 
     async def _write_loop(self) -> None:
@@ -182,12 +179,8 @@ class Connection:
                 )
                 self._abort()
                 return
-            header = encode_response_header(
-                req.correlation_id, spec.response_header_flexible(req.api_version)
-            )
-            size = len(header) + sum(len(b) for b in body)
             try:
-                await _write_buffers(self._wire, [size_prefix(size), header, *body])
+                await _write_buffers(self._wire, _framed(body, req, spec))
                 await self._wire.drain()
             except ConnectionError:
                 self._abort()
@@ -247,6 +240,16 @@ def _encode_body(result: Any, req: RequestContext, spec: ApiSpec) -> list[bytes 
     if isinstance(result, EncodedBody):
         return list(result.buffers)
     return [spec.encode_response(result, req.api_version)]
+
+
+def _framed(
+    body: list[bytes | memoryview], req: RequestContext, spec: ApiSpec
+) -> list[bytes | memoryview]:
+    """The answer's buffers on the wire: size prefix, response header, body."""
+    header = encode_response_header(
+        req.correlation_id, spec.response_header_flexible(req.api_version)
+    )
+    return [size_prefix(len(header) + sum(len(b) for b in body)), header, *body]
 
 
 class KafkaServer:

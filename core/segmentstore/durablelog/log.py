@@ -169,7 +169,8 @@ class DurableLog:
     def _pump(self) -> None:
         while self._ready and len(self._inflight) < self._frames_in_flight_max:
             frame, data = self._ready.popleft()
-            # The log queues each entry in call order; its future's callback commits.
+            # The log queues each entry in call order and commits it through
+            # ``_on_frame_done``, called as the entry completes.
             fut = self._log.append_future(data, self._on_frame_done)
             self._inflight.append((frame, fut))
 

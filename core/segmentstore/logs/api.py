@@ -13,9 +13,9 @@ Contract, for every implementation:
   written and ``fdatasync``ed). Its ``on_done(fut)``, if given, runs on the event loop
   once the future is done, never before ``append_future`` returns: called by the log
   right after it completes the future where it can (no event-loop hop;
-  ``callbacks.call_now``), else as a done callback.
-  Completions happen in append order. If an append is completed, all appends prior to it have also completed. If an
-  append fails, all subsequent appends fail and the log closes (``DataLogClosedError``).
+  ``callbacks.call_now``), else as a done callback. Completions happen in append order.
+  If an append is completed, all appends prior to it have also completed. If an append
+  fails, all subsequent appends fail and the log closes (``DataLogClosedError``).
 - Append order is the order of the ``append`` calls themselves: an entry takes its place
   in the log before the coroutine first suspends, so ``asyncio.ensure_future(log.append(a))``
   followed by ``log.append(b)`` puts ``a`` before ``b``. The caller must not mutate the

@@ -6,9 +6,9 @@ Format and directory layout: ``fileformat.py``. Behaviour:
   takes every queued entry, writes them with ``os.pwritev`` (headers and payload
   memoryviews interleaved), calls ``os.fdatasync`` once, then completes the futures on
   the event loop (``call_soon_threadsafe``) in append order, calling each entry's
-  ``on_done`` right after its future. While it syncs, new appends
-  queue up for the next batch. Bytes handed to the writer and not yet synced are bounded
-  by ``in_flight_bytes_max``; further appends wait, in order, in ``_pending``.
+  ``on_done`` right after its future. While it syncs, new appends queue up for the next
+  batch. Bytes handed to the writer and not yet synced are bounded by
+  ``in_flight_bytes_max``; further appends wait, in order, in ``_pending``.
 - Rolling. A file is closed when the next entry would take it past ``file_bytes_max``
   (a file always takes at least one entry): its end is recorded in the metadata, then the
   next file is made from a spare or else created with ``O_EXCL``. Truncation keeps up
