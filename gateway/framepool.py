@@ -28,6 +28,8 @@ is; until then its bytes are never touched.
   with odd sizes (the few smaller frames, one each) that no later frame fitted: with
   16 partitions, 1 GB of ~1 MB frames allocated 58-78 % of them afresh, each costing
   ~0.6 ms of zero-filled page faults on the event loop.
+- New buffers are anonymous mappings populated in one call (``_fresh``), not
+  ``bytearray``s zero-filled page fault by page fault.
 - While the pool holds buffers, a sweep every ``SWEEP_INTERVAL_S`` checks all lent ones
   and, after an interval with no large frame, frees the idle ones, so what large frames
   needed is given back when they stop.
@@ -36,6 +38,7 @@ is; until then its bytes are never touched.
 from __future__ import annotations
 
 import asyncio
+import mmap
 import sys
 from collections import OrderedDict, deque
 
@@ -56,6 +59,25 @@ SWEEP_INTERVAL_S = 0.5
 #: the call's own argument.
 _UNUSED = 2
 
+#: A pooled buffer: an anonymous mapping, or a ``bytearray`` where mappings cannot be
+#: populated at once.
+Buffer = mmap.mmap | bytearray
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+
+
+def _fresh(capacity: int) -> Buffer:
+    """A new buffer of ``capacity`` bytes (whole pages). An anonymous mapping made with
+    ``MAP_POPULATE`` has its pages faulted in by one ``mmap`` call, already zero, where
+    ``bytearray(capacity)`` got a mapping of its own too (above the malloc mmap
+    threshold) and then took a page fault per page as it zero-filled them: 305 against
+    518 µs of CPU per MiB here (300 allocations of 1 MiB, each then filled). While the
+    cache fills, every large frame is a fresh buffer: the first 256 MiB of 1 KB records
+    into one partition took 1.64 against 1.86 s of server CPU per GB (5 alternated runs)."""
+    if not _POPULATE:
+        return bytearray(capacity)
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _POPULATE
+    return mmap.mmap(-1, capacity, flags=flags)
+
 
 class FramePool:
     def __init__(
@@ -68,10 +90,10 @@ class FramePool:
         self._buffer_bytes_max = buffer_bytes_max
         self._idle_bytes_max = idle_bytes_max
         self._tracked_max = tracked_max
-        self._lent: deque[bytearray] = deque()
+        self._lent: deque[Buffer] = deque()
         # Free buffers by capacity, and all of them oldest first (keyed by ``id``).
-        self._idle: dict[int, dict[int, bytearray]] = {}
-        self._idle_order: OrderedDict[int, bytearray] = OrderedDict()
+        self._idle: dict[int, dict[int, Buffer]] = {}
+        self._idle_order: OrderedDict[int, Buffer] = OrderedDict()
         self.idle_bytes = 0
         #: Buffers allocated and buffers reused, for tests and stats.
         self.allocated = 0
@@ -92,7 +114,7 @@ class FramePool:
             self._reclaim(len(self._lent))
             buf = self._free(capacity)
         if buf is None:
-            buf = bytearray(capacity)
+            buf = _fresh(capacity)
             self.allocated += 1
         else:
             self.reused += 1
@@ -110,7 +132,7 @@ class FramePool:
                 self._sweep = loop.call_later(SWEEP_INTERVAL_S, self.sweep)
         return memoryview(buf)[:size]
 
-    def _free(self, capacity: int) -> bytearray | None:
+    def _free(self, capacity: int) -> Buffer | None:
         """A free buffer of ``capacity`` bytes or a little more, the most recently freed."""
         idle = self._idle
         for fit in range(capacity, capacity + (SLACK_GRANULES + 1) * GRANULE, GRANULE):

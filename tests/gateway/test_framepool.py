@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import gc
+import mmap
 
 from gateway.framepool import GRANULE, FramePool
 
@@ -20,6 +21,34 @@ def test_a_released_buffer_is_reused_for_a_frame_of_a_nearby_size() -> None:
     other = pool.take(3 * GRANULE + 1)  # another size class: a new buffer
     assert (pool.allocated, pool.reused) == (2, 1)
     assert len(other) == 3 * GRANULE + 1
+
+
+def test_new_buffers_are_populated_mappings_and_start_zeroed() -> None:
+    """A new buffer is an anonymous mapping whose pages one ``mmap`` call faulted in
+    (``MAP_POPULATE``), not a ``bytearray`` zero-filled a page fault at a time; all of
+    its pages are resident, and zero, before anything is received into it."""
+    pool = FramePool()
+    frame = pool.take(1_000_000)
+    assert isinstance(frame.obj, mmap.mmap)
+    assert _resident_bytes(frame) >= 1_000_000  # before anything touched it
+    assert bytes(frame) == bytes(1_000_000)
+
+
+def _resident_bytes(view: memoryview) -> int:
+    """The resident bytes (``Rss``) of the mapping holding ``view``, from smaps."""
+    import ctypes
+
+    address = ctypes.addressof(ctypes.c_char.from_buffer(view))
+    with open("/proc/self/smaps") as f:
+        inside = False
+        for line in f:
+            first = line.split(" ", 1)[0]
+            if "-" in first and not first.endswith(":"):
+                low, high = (int(x, 16) for x in first.split("-"))
+                inside = low <= address < high
+            elif inside and line.startswith("Rss:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("mapping not found in smaps")
 
 
 def test_any_view_of_a_buffer_keeps_it_from_reuse() -> None:
