@@ -60,7 +60,14 @@ def test_bench_runs_both_systems(tmp_path: Path) -> None:
 
     (out_dir,) = results.iterdir()
     doc = json.loads((out_dir / "results.json").read_text())
-    assert (out_dir / "results.md").read_text().startswith("# tidegate benchmark")
+    markdown = (out_dir / "results.md").read_text()
+    assert markdown.startswith("# tidegate benchmark")
+    disk_rounds = [
+        report._fmt(m["mb_per_s"])
+        for m in sorted(doc["measurements"], key=lambda m: m["run"])
+        if m["workload"] == "disk-fdatasync-1MiB"
+    ]
+    assert f" | {', '.join(disk_rounds)} |" in markdown  # every round's baseline shown
     assert (out_dir / "throughput_latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     med = doc["medians"]
     for system in (report.PEER, report.TIDEGATE):
