@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import mmap
 
@@ -36,8 +37,6 @@ def test_new_buffers_are_populated_mappings_and_start_zeroed() -> None:
 
 def _resident_bytes(view: memoryview) -> int:
     """The resident bytes (``Rss``) of the mapping holding ``view``, from smaps."""
-    import ctypes
-
     address = ctypes.addressof(ctypes.c_char.from_buffer(view))
     with open("/proc/self/smaps") as f:
         inside = False
