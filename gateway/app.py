@@ -12,6 +12,7 @@ from core.controller.api import Controller
 from core.segmentstore.api import SegmentStore
 from gateway.config import GatewayConfig
 from gateway.handlers import HandlerContext, Registry, default_registry
+from gateway.metrics import Metrics
 from gateway.offset_index import OffsetIndex
 from gateway.partitions import PartitionLogs
 from gateway.producer_ids import ProducerIdAllocator
@@ -36,6 +37,8 @@ class Gateway:
         self.store = store
         self.controller = controller
         self.registry = registry or default_registry()
+        #: Served at the admin REST API's ``/metrics`` (``gateway.metrics``).
+        self.metrics = Metrics(store)
         self.clock_ms = clock_ms
         self.ctx: HandlerContext | None = None
         self.server: KafkaServer | None = None
@@ -74,7 +77,7 @@ class Gateway:
         follower = RetentionFollower(self.ctx)
         follower.start()
         self.ctx.extensions[RetentionFollower.EXTENSION_KEY] = follower
-        self.server = KafkaServer(self.ctx)
+        self.server = KafkaServer(self.ctx, self.metrics)
         try:
             self.address = await self.server.start()
         except OSError:  # the listen address is taken: leave nothing open behind

@@ -68,7 +68,7 @@ async def serve(config: GatewayConfig) -> None:
             from gateway.rest import create_app, serve_rest
 
             rhost, rport = parse_host_port(config.rest)
-            rest = await serve_rest(create_app(controller), rhost, rport)
+            rest = await serve_rest(create_app(controller, metrics=gateway.metrics), rhost, rport)
         if _enabled(config.grpc):
             from gateway.grpc_service import start_grpc_server
 

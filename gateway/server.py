@@ -12,7 +12,9 @@ Per connection:
 - a request without an answer (acks=0 Produce) takes its turn and writes nothing;
 - a small answer whose turn has come (the writer waits for just this request) is
   written by the request's own task as it finishes, not one event-loop hop later by the
-  writer.
+  writer;
+- each request's time from its frame read to its answer handed to the socket goes to
+  the node's metrics (``gateway.metrics``).
 Shutdown stops reading on every connection, answers what was accepted, then closes.
 """
 
@@ -21,11 +23,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 from gateway.framepool import FramePool
 from gateway.handlers import EncodedBody, HandlerContext, RequestContext
 from gateway.handlers import api_versions as api_versions_handler
+from gateway.metrics import Metrics
 from gateway.request_budget import RequestBudget
 from gateway.wire import Frame, FrameTooLargeError, KafkaWire
 from protocol.apis import API_VERSIONS_KEY, ApiSpec
@@ -111,7 +115,10 @@ class Connection:
             raise KafkaProtocolError(f"unknown API key {key}")
         spec = api.spec
         header = parse_request_header(frame, spec.request_header_flexible(version))
-        req = RequestContext(key, version, correlation_id, header.client_id, peer=self.peer)
+        req = RequestContext(
+            key, version, correlation_id, header.client_id, peer=self.peer,
+            received=time.monotonic(),
+        )
         if not spec.supports(version):
             if key != API_VERSIONS_KEY:
                 raise KafkaProtocolError(f"{spec.name} v{version} is not supported")
@@ -132,7 +139,9 @@ class Connection:
             finally:
                 req.release()
             if result is not None and self._turn is req and self._wire.writable_now:
-                return self._answer_now(result, req, spec)
+                result = self._answer_now(result, req, spec)
+            if result is None:  # answered just now, or nothing to answer (acks=0)
+                self._server.metrics.observe_request(spec.name, time.monotonic() - req.received)
             return result
 
         return asyncio.ensure_future(run()), req, spec
@@ -181,6 +190,7 @@ class Connection:
                 return
             try:
                 await _write_buffers(self._wire, _framed(body, req, spec))
+                self._server.metrics.observe_request(spec.name, time.monotonic() - req.received)
                 await self._wire.drain()
             except ConnectionError:
                 self._abort()
@@ -253,8 +263,9 @@ def _framed(
 
 
 class KafkaServer:
-    def __init__(self, ctx: HandlerContext) -> None:
+    def __init__(self, ctx: HandlerContext, metrics: Metrics | None = None) -> None:
         self.ctx = ctx
+        self.metrics = metrics if metrics is not None else Metrics(ctx.store)
         self._server: asyncio.Server | None = None
         self._connections: dict[Connection, asyncio.Task[None]] = {}
         #: Large request frames' buffers, shared by every connection.

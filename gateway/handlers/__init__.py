@@ -62,6 +62,8 @@ class RequestContext:
     #: Set when the next request on the connection may start.
     released: asyncio.Event = field(default_factory=asyncio.Event)
     peer: str = ""
+    #: ``time.monotonic()`` when its whole frame had been read (request metrics).
+    received: float = 0.0
 
     def release(self) -> None:
         self.released.set()

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Path, Query, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.controller.api import Controller, KeyRange, StreamNotFoundError
+from gateway.metrics import CONTENT_TYPE, Metrics
 from gateway.rest import errors
 from gateway.rest.errors import BadRequest, NotReady
 from gateway.rest.models import (
@@ -67,9 +68,11 @@ def create_app(
     *,
     ready: Callable[[], bool] = lambda: True,
     limits: RestLimits = RestLimits(),
+    metrics: Metrics | None = None,
 ) -> FastAPI:
     """The admin REST app over ``controller``. ``ready()`` is false until the controller
-    has started: ``/health`` answers 503 and every ``/v1`` call 503 until then."""
+    has started: ``/health`` answers 503 and every ``/v1`` call 503 until then. With
+    ``metrics``, ``/metrics`` serves them in Prometheus' text format."""
     app = FastAPI(
         title="tidegate controller admin API",
         version="1",
@@ -88,6 +91,13 @@ def create_app(
         if ready():
             return Health(status="ready")
         return JSONResponse({"status": "starting"}, status_code=503)
+
+    if metrics is not None:
+
+        @app.get("/metrics", response_class=PlainTextResponse, tags=["health"])
+        async def metrics_text() -> Response:
+            """The node's Prometheus metrics (``gateway/metrics.py`` names them)."""
+            return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     async def _require_ready() -> None:
         if not ready():

@@ -29,6 +29,7 @@ class Served:
     process: subprocess.Popen[str]
     rest_port: int
     grpc_port: int
+    kafka_port: int
 
 
 @pytest.fixture
@@ -52,7 +53,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
     )
     try:
         _wait_ready(process, rest_port)
-        yield Served(process, rest_port, grpc_port)
+        yield Served(process, rest_port, grpc_port, kafka_port)
     finally:
         if process.poll() is None:
             process.kill()
@@ -160,3 +161,40 @@ def test_scenario_over_rest_and_grpc(served: Served) -> None:
     with httpx.Client(base_url=f"http://127.0.0.1:{served.rest_port}", timeout=10) as c:
         assert c.get(f"{streams}/g").json()["streamState"] == "ACTIVE"
     _stop(served)
+
+
+def test_metrics_count_produce_requests_and_tier1_syncs(served: Served) -> None:
+    """``/metrics``: acknowledged produces show up as Produce requests and as Tier-1
+    write+sync batches, in histograms whose buckets only grow; store gauges are there."""
+    from confluent_kafka import Producer
+    from prometheus_client.parser import text_string_to_metric_families
+
+    producer = Producer(
+        {"bootstrap.servers": f"127.0.0.1:{served.kafka_port}", "acks": "all", "linger.ms": 0}
+    )
+    for i in range(50):
+        producer.produce("metered", b"%d" % i)
+        producer.flush(10)  # one request each
+    assert producer.flush(10) == 0
+
+    answer = httpx.get(f"http://127.0.0.1:{served.rest_port}/metrics", timeout=5)
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(answer.text)}
+
+    def histogram(name: str, **labels: str) -> tuple[list[float], float]:
+        samples = [s for s in families[name].samples if labels.items() <= s.labels.items()]
+        buckets = [s.value for s in samples if s.name == f"{name}_bucket"]
+        (count,) = [s.value for s in samples if s.name == f"{name}_count"]
+        return buckets, count
+
+    buckets, produced = histogram("tidegate_request_seconds", api="Produce")
+    assert produced >= 50
+    assert buckets == sorted(buckets) and buckets[-1] == produced
+    syncs = 0.0
+    for sample in families["tidegate_tier1_write_sync_seconds"].samples:
+        if sample.name.endswith("_count"):
+            syncs += sample.value
+    assert syncs >= 50  # each produce waited for its own sync
+    assert families["tidegate_cache_bytes_max"].samples[0].value > 0
+    assert {s.labels["container"] for s in families["tidegate_writer_lag_bytes"].samples}

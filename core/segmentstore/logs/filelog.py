@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -66,6 +67,7 @@ from core.segmentstore.logs.fileformat import (
     write_epoch,
     write_meta,
 )
+from core.segmentstore.logs.timing import LatencyCounts
 from tier2.fileio import as_views, pwritev_all
 
 _READ_BATCH_BYTES = 4 * 1024 * 1024
@@ -112,6 +114,9 @@ class FileDurableDataLog:
         self._drop_from = 0  # synced bytes of the current file before this were dropped
         self._synced = LogAddress(0, 0)
         self.syncs = 0  # fdatasync calls made by the writer, for benchmarks and tests
+        #: Each ``pwritev`` + ``fdatasync`` of a batch, in seconds (writer thread only):
+        #: how long the disk held acknowledgements back (exported as metrics).
+        self.write_sync_seconds = LatencyCounts()
 
     @property
     def epoch(self) -> int:
@@ -286,8 +291,10 @@ class FileDurableDataLog:
                 addrs.append(LogAddress(self._file_id, pos))
                 pos += size
                 i += 1
+            began = time.monotonic()
             pwritev_all(self._fd, bufs, start)
             os.fdatasync(self._fd)
+            self.write_sync_seconds.observe(time.monotonic() - began)
             self.syncs += 1
             self._pos = pos
             self._synced = LogAddress(self._file_id, pos)
