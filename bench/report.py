@@ -129,6 +129,10 @@ def goal_ratios(
     return ratios
 
 
+def _bound(ms: float | None) -> str:
+    return "–" if ms is None else f"≤ {ms:g}"
+
+
 def _fmt(v: float | None, digits: int = 1) -> str:
     if v is None:
         return "–"
@@ -193,8 +197,9 @@ def markdown(doc: dict[str, Any]) -> str:
         "## Latency at a fixed rate (ms)",
         "",
         "| system | offered MB/s | achieved MB/s | produce p50 | p99 | p99.9 | "
-        "end-to-end p50 | p99 | p99.9 | server cores | machine busy % (steal) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "end-to-end p50 | p99 | p99.9 | server's produce p99 | Tier-1 sync p99 | "
+        "server cores | machine busy % (steal) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in systems:
         for w, row in med[s].items():
@@ -213,10 +218,18 @@ def markdown(doc: dict[str, Any]) -> str:
                             "e2e_p99.9_ms",
                         )
                     )
+                    + f" | {_bound(row.get('server_produce_p99_ms'))}"
+                    + f" | {_bound(row.get('tier1_sync_p99_ms'))}"
                     + f" | {_fmt(row.get('server_cores'), 2)} | {_busy(row)} |"
                 )
     lines += [
         "",
+        "Server's produce p99 and Tier-1 sync p99: tidegate's own view from its /metrics "
+        "over the phase (warm-up included), as the bound of the histogram bucket the p99 "
+        "falls in (the median of the rounds' bounds): a Produce request from its frame "
+        "read to its answer handed to the socket, and each Tier-1 batch's write + "
+        "fdatasync. What the client measures beyond the first is the client, the network "
+        "and the scheduler. "
         "Server cores: the server's CPU seconds per second of the phase (tidegate's event "
         "loop, which every request passes through, runs on one of them).",
         "",

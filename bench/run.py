@@ -34,7 +34,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from bench import report, systems, workloads
+from bench import report, server_metrics, systems, workloads
 from bench.procstat import peak_rss_bytes
 from bench.profile import PySpy, summarize
 from bench.workloads import ClientTuning
@@ -361,6 +361,8 @@ class Bench:
 
         def measure() -> dict[str, float]:
             workloads.create_topic(server.bootstrap, topic, 1, self.args.ready_timeout_s)
+            url = server.metrics_url
+            before = server_metrics.scrape(url) if url else None
             r = workloads.run_latency(
                 server.bootstrap,
                 self.tuning,
@@ -372,7 +374,8 @@ class Bench:
                 server.pid,
                 self.args.phase_timeout_s,
             )
-            figures = {
+            after = server_metrics.scrape(url) if url else None
+            figures: dict[str, float] = {
                 "offered_mb_per_s": r.offered_mb_per_s,
                 "achieved_mb_per_s": r.achieved_mb_per_s,
                 "server_cpu_s": r.server_cpu_s,
@@ -383,6 +386,15 @@ class Bench:
             }
             figures.update({f"produce_{k}_ms": v for k, v in r.produce_ms.items()})
             figures.update({f"e2e_{k}_ms": v for k, v in r.end_to_end_ms.items()})
+            # The server's own share (warm-up included): its Produce requests and the
+            # Tier-1 write+sync batches under them, as bucket bounds.
+            for key, histogram, labels in (
+                ("server_produce_p99_ms", "tidegate_request_seconds", {"api": "Produce"}),
+                ("tier1_sync_p99_ms", "tidegate_tier1_write_sync_seconds", None),
+            ):
+                bound = server_metrics.quantile_s(before, after, histogram, 0.99, labels)
+                if bound is not None:
+                    figures[key] = bound * 1000
             return figures
 
         try:

@@ -133,6 +133,8 @@ class Server:
     version: str
     host: str = "127.0.0.1"
     env: dict[str, str] | None = None
+    #: Where the server serves Prometheus metrics, if it does (tidegate).
+    metrics_url: str | None = None
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -294,4 +296,5 @@ def tidegate_server(
         log_path=log_dir / f"{name.replace('@', '-')}-{port}.log",
         version=version or tidegate_version(),
         env=env,
+        metrics_url=f"http://127.0.0.1:{rest}/metrics",
     )

@@ -79,6 +79,11 @@ def test_bench_runs_both_systems(tmp_path: Path) -> None:
                 assert consumed["payload_bytes"] == records * size
         assert med[system]["latency-1024B-p1"]["produce_p99_ms"] > 0
         assert med[system]["server"]["peak_rss_mb"] > 0
+    # tidegate's own share of the latency, from its /metrics; Tansu serves none.
+    assert med[report.TIDEGATE]["latency-1024B-p1"]["server_produce_p99_ms"] > 0
+    assert med[report.TIDEGATE]["latency-1024B-p1"]["tier1_sync_p99_ms"] > 0
+    assert "server_produce_p99_ms" not in med[report.PEER]["latency-1024B-p1"]
+    assert "| server's produce p99 | Tier-1 sync p99 |" in markdown
     assert med["baseline"]["disk-fdatasync-1MiB"]["mb_per_s"] > 0
     assert med["baseline"]["loopback-tcp"]["mb_per_s"] > 0
     assert any("tansu-postgres" in note for note in doc["skipped"])
