@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -25,11 +25,12 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from core.segmentstore.logs.timing import LATENCY_BOUNDS_S, LatencyCounts
 
 #: The media type of the text format ``generate_latest`` writes.
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 class Metrics:
@@ -73,7 +74,7 @@ class _StoreCollector(Collector):
                 cumulative = counts.cumulative()
                 sync.add_metric(
                     [str(cid)],
-                    [(_le(bound), n) for bound, n in cumulative],
+                    [(floatToGoString(bound), n) for bound, n in cumulative],
                     counts.sum_s,
                 )
         yield sync
@@ -88,11 +89,13 @@ class _StoreCollector(Collector):
         ):
             yield GaugeMetricFamily(f"tidegate_{key}", doc, value=stats[key])
         lag = GaugeMetricFamily(
-            "tidegate_writer_lag_bytes", "bytes the storage writer has yet to move to Tier-2",
+            "tidegate_writer_lag_bytes",
+            "bytes the storage writer has yet to move to Tier-2",
             labels=["container"],
         )
         writes = CounterMetricFamily(
-            "tidegate_tier2_writes", "durable Tier-2 writes of the storage writer",
+            "tidegate_tier2_writes",
+            "durable Tier-2 writes of the storage writer",
             labels=["container"],
         )
         for cid, c in stats["containers"].items():
@@ -100,7 +103,3 @@ class _StoreCollector(Collector):
             writes.add_metric([str(cid)], c["tier2_writes"])
         yield lag
         yield writes
-
-
-def _le(bound: float) -> str:
-    return "+Inf" if bound == float("inf") else repr(bound)

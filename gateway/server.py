@@ -263,9 +263,9 @@ def _framed(
 
 
 class KafkaServer:
-    def __init__(self, ctx: HandlerContext, metrics: Metrics | None = None) -> None:
+    def __init__(self, ctx: HandlerContext, metrics: Metrics) -> None:
         self.ctx = ctx
-        self.metrics = metrics if metrics is not None else Metrics(ctx.store)
+        self.metrics = metrics
         self._server: asyncio.Server | None = None
         self._connections: dict[Connection, asyncio.Task[None]] = {}
         #: Large request frames' buffers, shared by every connection.

@@ -113,10 +113,14 @@ class FileDurableDataLog:
         self._pos = 0
         self._drop_from = 0  # synced bytes of the current file before this were dropped
         self._synced = LogAddress(0, 0)
-        self.syncs = 0  # fdatasync calls made by the writer, for benchmarks and tests
         #: Each ``pwritev`` + ``fdatasync`` of a batch, in seconds (writer thread only):
         #: how long the disk held acknowledgements back (exported as metrics).
         self.write_sync_seconds = LatencyCounts()
+
+    @property
+    def syncs(self) -> int:
+        """``fdatasync`` calls the writer made, for benchmarks and tests."""
+        return sum(self.write_sync_seconds.counts)
 
     @property
     def epoch(self) -> int:
@@ -295,7 +299,6 @@ class FileDurableDataLog:
             pwritev_all(self._fd, bufs, start)
             os.fdatasync(self._fd)
             self.write_sync_seconds.observe(time.monotonic() - began)
-            self.syncs += 1
             self._pos = pos
             self._synced = LogAddress(self._file_id, pos)
         return addrs
