@@ -75,6 +75,33 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b == 0 else a / b
 
 
+def cpu_ceiling_mb_per_s(cpus: int, server_s_per_gb: float, client_s_per_gb: float) -> float:
+    """The most a phase could move if all ``cpus`` ran nothing but its server and its
+    clients, each at the CPU per byte it used: cpus / (server + clients s/GB). A bound
+    from above: the kernel's work outside the processes (write-back, the journal, some
+    of loopback's) is not counted."""
+    per_gb = server_s_per_gb + client_s_per_gb
+    return float("inf") if per_gb <= 0 else cpus / per_gb * 1e3
+
+
+def _disk_goal_budget(
+    med: dict[str, Any], workload: str, disk_mb_per_s: float | None, cpus: int | None
+) -> dict[str, float | None]:
+    """For the goal against the disk: the phase's CPU ceiling against the disk, and the
+    server CPU per GB left for reaching the goal beside the same clients on the same
+    cores (negative: the clients alone could not)."""
+    ceiling = _metric(med, TIDEGATE, workload, "cpu_ceiling_mb_per_s")
+    clients = _metric(med, TIDEGATE, workload, "client_cpu_s_per_gb")
+    budget = None
+    if cpus and clients is not None and disk_mb_per_s:
+        goal_gb_per_s = GOALS["produce_1k_vs_disk_fdatasync"][1] * disk_mb_per_s / 1e3
+        budget = cpus / goal_gb_per_s - clients
+    return {
+        "produce_1k_cpu_ceiling_vs_disk": _ratio(ceiling, disk_mb_per_s),
+        "server_s_per_gb_for_disk_goal": budget,
+    }
+
+
 def goal_ratios(
     med: dict[str, Any],
     large: int,
@@ -83,20 +110,23 @@ def goal_ratios(
     latency_workload: str,
     measurements: list[dict[str, Any]] | None = None,
     rss_limit_mb: float | None = None,
+    cpus: int | None = None,
 ) -> dict[str, Any]:
     """The figures the issue's goals are stated in (None where a side is missing).
 
     The memory goal is judged on the largest peak RSS of any tidegate instance (not the
     median) against `rss_limit_mb`, the configured cache plus the allowed fixed overhead.
+    Beside the goal against the disk, two figures that are not goals: the 1 KB produce
+    phase's CPU ceiling on `cpus` against the disk, and the server CPU per GB that would
+    reach the goal beside the clients as measured (`_disk_goal_budget`).
     """
     p1k, p100 = f"produce-{large}B-p{partitions}", f"produce-{small}B-p{partitions}"
     c1k = f"consume-{large}B-p{partitions}"
     tg_1k = _metric(med, TIDEGATE, p1k, "mb_per_s")
+    disk = _metric(med, "baseline", "disk-fdatasync-1MiB", "mb_per_s")
     ratios: dict[str, Any] = {
         "produce_1k_vs_tansu_memory": _ratio(tg_1k, _metric(med, PEER, p1k, "mb_per_s")),
-        "produce_1k_vs_disk_fdatasync": _ratio(
-            tg_1k, _metric(med, "baseline", "disk-fdatasync-1MiB", "mb_per_s")
-        ),
+        "produce_1k_vs_disk_fdatasync": _ratio(tg_1k, disk),
         "produce_100b_records_per_s": _metric(med, TIDEGATE, p100, "records_per_s"),
         "consume_vs_tansu_memory": _ratio(
             _metric(med, TIDEGATE, c1k, "mb_per_s"), _metric(med, PEER, c1k, "mb_per_s")
@@ -104,6 +134,7 @@ def goal_ratios(
         "produce_p99_ms_at_rate": _metric(med, TIDEGATE, latency_workload, "produce_p99_ms"),
         "tidegate_peak_rss_mb": _metric(med, TIDEGATE, "server", "peak_rss_mb"),
         "tidegate_mb_through_per_instance": _metric(med, TIDEGATE, "server", "mb_through"),
+        **_disk_goal_budget(med, p1k, disk, cpus),
     }
     rss = [
         float(m["peak_rss_mb"])
@@ -164,12 +195,12 @@ def markdown(doc: dict[str, Any]) -> str:
         "",
         "| workload | "
         + " | ".join(
-            f"{s} MB/s | rec/s | server CPU s/GB | client cores | machine busy % (steal) "
-            "| disk written / read per byte"
+            f"{s} MB/s | rec/s | server CPU s/GB | client cores | CPU ceiling MB/s "
+            "| machine busy % (steal) | disk written / read per byte"
             for s in systems
         )
         + " |",
-        "|---|" + "---|" * (6 * len(systems)),
+        "|---|" + "---|" * (7 * len(systems)),
     ]
     for w in workloads:
         cells = []
@@ -180,6 +211,7 @@ def markdown(doc: dict[str, Any]) -> str:
                 _fmt(row.get("records_per_s"), 0),
                 _fmt(row.get("cpu_s_per_gb")),
                 _fmt(row.get("client_cores"), 2),
+                _fmt(row.get("cpu_ceiling_mb_per_s")),
                 _busy(row),
                 _disk(row),
             ]
@@ -187,7 +219,10 @@ def markdown(doc: dict[str, Any]) -> str:
     lines += [
         "",
         "Client cores: CPU seconds of the client processes per second of the phase; near "
-        "the process count means the clients, not the server, set the pace. Machine busy: "
+        "the process count means the clients, not the server, set the pace. CPU ceiling: "
+        "the most the phase could move if the machine's cores ran only its server and its "
+        "clients at the CPU per byte each used (cores / (server + clients s/GB)); a figure "
+        "near it is bound by the CPU, not the disk or the network. Machine busy: "
         "the share of all CPUs' time not idle during the phase (server, clients, kernel, "
         "and in brackets the share the hypervisor stole); near 100 the machine sets it. "
         "Disk written / read per byte: what the machine's disks wrote and read during the "
@@ -262,6 +297,7 @@ def markdown(doc: dict[str, Any]) -> str:
             f"| {key} | {_fmt(ratios[key], 2)} | {ratios['targets'][key]} | "
             f"{'–' if met is None else ('yes' if met else 'no')} |"
         )
+    lines += _disk_goal_lines(doc)
     if RSS_GOAL not in ratios["goals_met"]:
         lines.append(f"| {RSS_GOAL} | {_fmt(ratios[RSS_GOAL])} | cache size unknown | – |")
     lines.append(
@@ -289,6 +325,34 @@ def markdown(doc: dict[str, Any]) -> str:
             f"- run {f['run']} {f['system']} {f['workload']}: {f['error']}" for f in doc["failures"]
         ]
     return "\n".join(lines) + "\n"
+
+
+def _disk_goal_lines(doc: dict[str, Any]) -> list[str]:
+    """Where the goal against the disk is missed: whether the cores could have reached it."""
+    ratios, med = doc["ratios"], doc["medians"]
+    workload = ratios["basis"]["produce"]
+    ceiling_vs_disk = ratios.get("produce_1k_cpu_ceiling_vs_disk")
+    budget = ratios.get("server_s_per_gb_for_disk_goal")
+    row = med.get(TIDEGATE, {}).get(workload, {})
+    if ratios["goals_met"].get("produce_1k_vs_disk_fdatasync") is not False or budget is None:
+        return []
+    if ceiling_vs_disk is None or "cpu_s_per_gb" not in row:
+        return []
+    target = GOALS["produce_1k_vs_disk_fdatasync"][1]
+    text = (
+        f"\n{workload} against the disk: at the CPU it used per GB (server "
+        f"{row['cpu_s_per_gb']:.2f} s, producers {row['client_cpu_s_per_gb']:.2f} s), "
+        f"this machine's cores could move at most {row['cpu_ceiling_mb_per_s']:.0f} MB/s, "
+        f"{ceiling_vs_disk:.2f} × the disk baseline. "
+    )
+    if budget > 0:
+        text += (
+            f"{target:g} × the disk beside the same producers needs the server at "
+            f"≤ {budget:.2f} s/GB."
+        )
+    else:
+        text += f"The producers alone, at their CPU per GB, could not reach {target:g} × the disk."
+    return [text]
 
 
 def plot(doc: dict[str, Any], path: Path) -> None:

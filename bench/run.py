@@ -42,6 +42,8 @@ from bench.workloads import ClientTuning
 RESULTS_DIR = systems.REPO_ROOT / "bench" / "results"
 ALL_SYSTEMS = (report.PEER, report.TIDEGATE)
 MIB = 1024 * 1024
+#: The CPUs this run's processes may use (the server's and the clients' share them).
+MACHINE_CPUS = len(os.sched_getaffinity(0))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -429,6 +431,10 @@ class Bench:
             records=r.records,
             payload_bytes=r.payload_bytes,
             client_cores=r.client_cpu_s / r.wall_s,
+            client_cpu_s_per_gb=r.client_cpu_s_per_gb,
+            cpu_ceiling_mb_per_s=report.cpu_ceiling_mb_per_s(
+                MACHINE_CPUS, r.cpu_s_per_gb, r.client_cpu_s_per_gb
+            ),
             machine_busy=r.machine_busy,
             machine_steal=r.machine_steal,
             disk_written_per_byte=r.disk_written_bytes / max(r.payload_bytes, 1),
@@ -481,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "systems": args.system_list,
         "versions": bench.versions,
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus, "
+        "machine": f"{platform.node()} {platform.machine()} {MACHINE_CPUS} cpus, "
         f"load average {load_at_start:.1f} at start, {os.getloadavg()[0]:.1f} at end, "
         f"python {platform.python_version()}",
         "client": _client_version(),
@@ -505,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         bench.latency_workload,
         measurements=bench.measurements,
         rss_limit_mb=rss_limit_mb,
+        cpus=MACHINE_CPUS,
     )
     paths = report.write_outputs(doc, out_dir)
     print(report.markdown(doc))

@@ -94,6 +94,10 @@ class PhaseResult:
     def cpu_s_per_gb(self) -> float:
         return self.server_cpu_s / (self.payload_bytes / 1e9)
 
+    @property
+    def client_cpu_s_per_gb(self) -> float:
+        return self.client_cpu_s / (self.payload_bytes / 1e9)
+
 
 # Consumers start at offset 0, not at OFFSET_BEGINNING: every topic here is new, and
 # Tansu 0.6.0's ListOffsets(earliest) was seen answering 967 for a fresh topic whose

@@ -56,6 +56,38 @@ def test_goal_ratios_against_peer_and_disk() -> None:
     }
 
 
+def test_disk_goal_shows_the_cpu_ceiling_and_the_server_budget() -> None:
+    # 2 cores; server 2.0 + producers 2.0 s/GB: at most 500 MB/s, half the 1,000 MB/s
+    # disk. 0.75 x the disk (0.75 GB/s) on 2 cores allows 2.67 s/GB in all: 0.67 for
+    # the server beside producers at 2.0.
+    ceiling = report.cpu_ceiling_mb_per_s(2, 2.0, 2.0)
+    assert ceiling == 500.0
+    ms = [
+        _m(0, "tidegate", "produce-1024B-p16", mb_per_s=450.0, cpu_s_per_gb=2.0,
+           client_cpu_s_per_gb=2.0, cpu_ceiling_mb_per_s=ceiling),
+        _m(0, "baseline", "disk-fdatasync-1MiB", mb_per_s=1000.0),
+    ]  # fmt: skip
+    med = report.medians(ms)
+    r = report.goal_ratios(med, 1024, 100, 16, "latency-1024B-p1", cpus=2)
+    assert r["produce_1k_cpu_ceiling_vs_disk"] == 0.5
+    assert round(r["server_s_per_gb_for_disk_goal"], 2) == 0.67
+    doc = {
+        "medians": med, "systems": ["tidegate"], "started_utc": "t", "versions": {},
+        "args": {"runs": 1, "producers": 2}, "machine": "m", "skipped": [], "failures": [],
+        "ratios": r,
+    }  # fmt: skip
+    text = report.markdown(doc)
+    assert "could move at most 500 MB/s, 0.50 × the disk baseline" in text
+    assert "needs the server at ≤ 0.67 s/GB" in text
+    row = next(line for line in text.splitlines() if line.startswith("| produce-1024B-p16"))
+    assert "| 500.0 |" in row
+    # Producers that alone need more than the cores have: no budget to give.
+    r = report.goal_ratios(med, 1024, 100, 16, "latency-1024B-p1", cpus=1)
+    assert r["server_s_per_gb_for_disk_goal"] < 0
+    doc["ratios"] = r
+    assert "The producers alone, at their CPU per GB, could not reach" in report.markdown(doc)
+
+
 def test_memory_goal_uses_the_largest_instance() -> None:
     ms = [
         _m(0, "tidegate", "server", peak_rss_mb=300.0),
@@ -82,8 +114,11 @@ def test_percentiles_nearest_rank() -> None:
 
 
 def test_phase_result_units() -> None:
-    r = PhaseResult(records=1000, payload_bytes=2_000_000, wall_s=2.0, server_cpu_s=0.5)
+    r = PhaseResult(
+        records=1000, payload_bytes=2_000_000, wall_s=2.0, server_cpu_s=0.5, client_cpu_s=1.0
+    )
     assert (r.mb_per_s, r.records_per_s, r.cpu_s_per_gb) == (1.0, 500.0, 250.0)
+    assert r.client_cpu_s_per_gb == 500.0
 
 
 def test_proc_readers_see_this_process() -> None:
