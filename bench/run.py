@@ -43,7 +43,9 @@ RESULTS_DIR = systems.REPO_ROOT / "bench" / "results"
 ALL_SYSTEMS = (report.PEER, report.TIDEGATE)
 MIB = 1024 * 1024
 #: The CPUs this run's processes may use (the server's and the clients' share them).
-MACHINE_CPUS = len(os.sched_getaffinity(0))
+MACHINE_CPUS = (
+    len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
