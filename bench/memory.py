@@ -78,7 +78,7 @@ def main() -> None:
         config.write_text(f"[store]\ncache_bytes_max = {args.cache_mib * 1024 * 1024}\n")
         port = free_port()
         argv = [
-            sys.executable, "-m", "gateway.cli", "serve",
+            sys.executable, "-m", "tidegate.gateway.cli", "serve",
             "--data-dir", str(work / "data"),
             "--listen", f"127.0.0.1:{port}",
             "--rest", "off", "--grpc", "off",

@@ -257,7 +257,7 @@ class Bench:
             store = tomllib.load(f).get("store", {})
         if "cache_bytes_max" in store:
             return int(store["cache_bytes_max"])
-        from core.segmentstore.config import SegmentStoreConfig
+        from tidegate.core.segmentstore.config import SegmentStoreConfig
 
         return SegmentStoreConfig().cache_bytes_max
 

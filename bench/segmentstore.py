@@ -25,9 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tidegate.core.segmentstore.config import SegmentStoreConfig
+from tidegate.core.segmentstore.service import StreamSegmentStore
+
 from bench.baselines import MIB, disk_fdatasync_bandwidth
-from core.segmentstore.config import SegmentStoreConfig
-from core.segmentstore.service import StreamSegmentStore
 
 SIZES = (100, 1024, 65536)
 SEGMENTS = (1, 16, 1000)

@@ -1,4 +1,4 @@
-"""tidegate's own view of a phase, from its ``/metrics`` (``gateway/metrics.py``) read
+"""tidegate's own view of a phase, from its ``/metrics`` (``gateway/admin/metrics.py``) read
 before and after: quantiles of the histograms' growth in between.
 
 A quantile is given as the upper bound of the bucket it falls in (``<=`` that many

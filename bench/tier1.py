@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tidegate.core.segmentstore.tier1.filelog import FileDurableDataLog
+
 from bench.baselines import MIB, disk_fdatasync_bandwidth
-from core.segmentstore.logs.filelog import FileDurableDataLog
 
 
 async def measure(

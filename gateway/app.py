@@ -8,17 +8,17 @@ import logging
 import time
 from collections.abc import Callable
 
-from core.controller.api import Controller
-from core.segmentstore.api import SegmentStore
-from gateway.config import GatewayConfig
-from gateway.handlers import HandlerContext, Registry, default_registry
-from gateway.metrics import Metrics
-from gateway.offset_index import OffsetIndex
-from gateway.partitions import PartitionLogs
-from gateway.producer_ids import ProducerIdAllocator
-from gateway.producer_state import ProducerStates
-from gateway.server import KafkaServer
-from gateway.topics import TopicRegistry
+from tidegate.core.controller.api import Controller
+from tidegate.core.segmentstore.api import SegmentStore
+from tidegate.gateway.admin.metrics import Metrics
+from tidegate.gateway.config import GatewayConfig
+from tidegate.gateway.handlers import HandlerContext, Registry, default_registry
+from tidegate.gateway.log.offset_index import OffsetIndex
+from tidegate.gateway.log.partitions import PartitionLogs
+from tidegate.gateway.log.producer_ids import ProducerIdAllocator
+from tidegate.gateway.log.producer_state import ProducerStates
+from tidegate.gateway.log.topics import TopicRegistry
+from tidegate.gateway.net.server import KafkaServer
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class Gateway:
         self.store = store
         self.controller = controller
         self.registry = registry or default_registry()
-        #: Served at the admin REST API's ``/metrics`` (``gateway.metrics``).
+        #: Served at the admin REST API's ``/metrics`` (``gateway.admin.metrics``).
         self.metrics = Metrics(store)
         self.clock_ms = clock_ms
         self.ctx: HandlerContext | None = None
@@ -65,14 +65,14 @@ class Gateway:
             registry=self.registry, clock_ms=self.clock_ms,
         )
         # Consumer groups (gateway/groups): coordinator state from its table segment.
-        from gateway.groups import GroupConfig, GroupCoordinator
-        from gateway.groups.wiring import EXTENSION_KEY
+        from tidegate.gateway.groups import GroupConfig, GroupCoordinator
+        from tidegate.gateway.groups.wiring import EXTENSION_KEY
 
         groups = GroupCoordinator(self.store, GroupConfig.from_table(self.config.groups))
         await groups.start()
         self.ctx.extensions[EXTENSION_KEY] = groups
-        # Log starts follow the controller's retention truncation (gateway/log_start.py).
-        from gateway.log_start import RetentionFollower
+        # Log starts follow the controller's retention truncation (gateway/log/log_start.py).
+        from tidegate.gateway.log.log_start import RetentionFollower
 
         follower = RetentionFollower(self.ctx)
         follower.start()
@@ -93,7 +93,7 @@ class Gateway:
         if self.ctx is None:
             return
         self.ctx.stop()
-        follower = self.ctx.extensions.pop("log_start", None)  # gateway/log_start.py
+        follower = self.ctx.extensions.pop("log_start", None)  # gateway/log/log_start.py
         if follower is not None:
             await follower.close()
         if self.server is not None:

@@ -19,13 +19,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gateway.config import GatewayConfig, load_config, parse_host_port
+from tidegate.gateway.config import GatewayConfig, load_config, parse_host_port
 
 log = logging.getLogger("tidegate")
 
 
 def _parser() -> argparse.ArgumentParser:
+    from tidegate import __version__
+
     parser = argparse.ArgumentParser(prog="tidegate")
+    parser.add_argument("--version", action="version", version=f"tidegate {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the embedded node")
     serve.add_argument("--data-dir", help="data directory (default ./tidegate-data)")
@@ -34,7 +37,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--rest", help="admin REST HOST:PORT (default 127.0.0.1:9080; off)")
     serve.add_argument("--grpc", help="controller gRPC HOST:PORT (default 127.0.0.1:9090; off)")
     serve.add_argument("--config", type=Path, help="TOML file; every flag is also a key")
-    serve.add_argument("--log-level", default="INFO")
+    serve.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+        help="least severe log lines printed on stderr (default INFO)",
+    )
     return parser
 
 
@@ -43,11 +52,11 @@ def _enabled(address: str) -> bool:
 
 
 async def serve(config: GatewayConfig) -> None:
-    from core.controller.config import ControllerConfig
-    from core.controller.controller import StreamController
-    from core.segmentstore.config import SegmentStoreConfig
-    from core.segmentstore.service import StreamSegmentStore
-    from gateway.app import Gateway
+    from tidegate.core.controller.config import ControllerConfig
+    from tidegate.core.controller.controller import StreamController
+    from tidegate.core.segmentstore.config import SegmentStoreConfig
+    from tidegate.core.segmentstore.service import StreamSegmentStore
+    from tidegate.gateway.app import Gateway
 
     config.data_dir.mkdir(parents=True, exist_ok=True)
     stop = asyncio.Event()
@@ -65,12 +74,12 @@ async def serve(config: GatewayConfig) -> None:
     try:
         host, port = await gateway.start()
         if _enabled(config.rest):
-            from gateway.rest import create_app, serve_rest
+            from tidegate.gateway.admin.rest import create_app, serve_rest
 
             rhost, rport = parse_host_port(config.rest)
             rest = await serve_rest(create_app(controller, metrics=gateway.metrics), rhost, rport)
         if _enabled(config.grpc):
-            from gateway.grpc_service import start_grpc_server
+            from tidegate.gateway.admin.grpc_service import start_grpc_server
 
             ghost, gport = parse_host_port(config.grpc)
             grpc_server = await start_grpc_server(controller, ghost, gport)
@@ -95,7 +104,7 @@ async def serve(config: GatewayConfig) -> None:
         if grpc_server is not None:
             await grpc_server.stop(2)
         if rest is not None:
-            from gateway.rest import stop_rest
+            from tidegate.gateway.admin.rest import stop_rest
 
             with contextlib.suppress(Exception):
                 await stop_rest(*rest)
@@ -123,7 +132,7 @@ def _set_malloc_mmap_threshold(threshold_bytes: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
-        level=args.log_level.upper(),
+        level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     overrides = {

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.errors import KafkaProtocolError
+from tidegate.protocol.errors import KafkaProtocolError
 
 
 @dataclass(frozen=True, slots=True)

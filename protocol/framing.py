@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from protocol.errors import KafkaProtocolError
+from tidegate.protocol.errors import KafkaProtocolError
 
 SIZE_PREFIX_BYTES = 4
 _SIZE = struct.Struct(">i")

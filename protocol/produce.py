@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from protocol.errors import KafkaProtocolError
+from tidegate.protocol.errors import KafkaProtocolError
 
 MAX_VERSION = 12
 FIRST_FLEXIBLE = 9

@@ -15,7 +15,7 @@ import random
 import threading
 from collections.abc import Iterator
 
-from tier2.api import SegmentInfo, Storage, StorageError, WriteData
+from tidegate.tier2.api import SegmentInfo, Storage, StorageError, WriteData
 
 
 class InjectedStorageError(StorageError):

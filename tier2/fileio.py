@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from tier2.api import WriteData
+from tidegate.tier2.api import WriteData
 
 
 def as_views(data: WriteData) -> list[memoryview]:

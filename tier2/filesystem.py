@@ -63,7 +63,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tier2.api import (
+from tidegate.tier2.api import (
     BadOffsetError,
     DataMissingError,
     SegmentExistsError,
@@ -75,8 +75,8 @@ from tier2.api import (
     WriteData,
     check_read_range,
 )
-from tier2.fileio import as_views, split_views
-from tier2.fschunks import (
+from tidegate.tier2.fileio import as_views, split_views
+from tidegate.tier2.fschunks import (
     append_to_chunk,
     create_empty_chunk,
     cut_back_chunk,
@@ -84,7 +84,7 @@ from tier2.fschunks import (
     remove_unlisted_chunks,
     sync_chunk,
 )
-from tier2.fsmeta import (
+from tidegate.tier2.fsmeta import (
     META,
     META_NEXT,
     TRASH_PREFIX,

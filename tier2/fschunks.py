@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tier2.api import DataMissingError, StorageError
-from tier2.fileio import pwritev_all
-from tier2.fsmeta import chunk_file_name, fsync_dir, parse_chunk_file_name
+from tidegate.tier2.api import DataMissingError, StorageError
+from tidegate.tier2.fileio import pwritev_all
+from tidegate.tier2.fsmeta import chunk_file_name, fsync_dir, parse_chunk_file_name
 
 
 def create_empty_chunk(d: Path, start: int) -> None:

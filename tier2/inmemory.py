@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from tier2.api import (
+from tidegate.tier2.api import (
     BadOffsetError,
     SegmentExistsError,
     SegmentInfo,
@@ -22,7 +22,7 @@ from tier2.api import (
     WriteData,
     check_read_range,
 )
-from tier2.fileio import as_views
+from tidegate.tier2.fileio import as_views
 
 
 @dataclass

@@ -16,8 +16,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 
-from core.controller import recovery
-from core.controller.api import (
+from tidegate.core.controller import recovery
+from tidegate.core.controller.api import (
     ConflictError,
     Controller,
     EpochRecord,
@@ -34,25 +34,30 @@ from core.controller.api import (
     TransactionInfo,
     qualified_segment_name,
 )
-from core.controller.config import ControllerConfig
-from core.controller.history import History, head_cut
-from core.controller.keyspace import equal_cover
-from core.controller.kvtables import KeyValueTables
-from core.controller.metadata import MetadataStore, StreamMeta
-from core.controller.policies.autoscale import AutoScaler, KeyPoints
-from core.controller.policies.retention import RetentionManager
-from core.controller.readergroups import ReaderGroups
-from core.controller.transactions import TransactionManager
-from core.controller.validation import (
+from tidegate.core.controller.config import ControllerConfig
+from tidegate.core.controller.history import History, head_cut
+from tidegate.core.controller.keyspace import equal_cover
+from tidegate.core.controller.kvtables import KeyValueTables
+from tidegate.core.controller.metadata import MetadataStore, StreamMeta
+from tidegate.core.controller.policies.autoscale import AutoScaler, KeyPoints
+from tidegate.core.controller.policies.retention import RetentionManager
+from tidegate.core.controller.readergroups import ReaderGroups
+from tidegate.core.controller.transactions import TransactionManager
+from tidegate.core.controller.validation import (
     RESERVED_SCOPES,
     check_config,
     check_initial_ranges,
     check_name,
 )
-from core.controller.watermarks import Watermarks
-from core.controller.workflows import create, delete, scale, seal, truncate, update
-from core.controller.workflows.base import Context, txn_segment_name
-from core.segmentstore.api import NOT_EXISTS, SegmentNotFoundError, SegmentStore, SegmentTraffic
+from tidegate.core.controller.watermarks import Watermarks
+from tidegate.core.controller.workflows import create, delete, scale, seal, truncate, update
+from tidegate.core.controller.workflows.base import Context, txn_segment_name
+from tidegate.core.segmentstore.api import (
+    NOT_EXISTS,
+    SegmentNotFoundError,
+    SegmentStore,
+    SegmentTraffic,
+)
 
 log = logging.getLogger(__name__)
 

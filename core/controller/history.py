@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from core.controller.api import (
+from tidegate.core.controller.api import (
     ConflictError,
     EpochRecord,
     InvalidArgumentError,
@@ -25,7 +25,7 @@ from core.controller.api import (
     SegmentRecord,
     StreamCut,
 )
-from core.controller.keyspace import check_cover
+from tidegate.core.controller.keyspace import check_cover
 
 
 def _overlap(a: SegmentRecord, b: SegmentRecord) -> bool:

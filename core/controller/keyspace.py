@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from core.controller.api import InvalidArgumentError, KeyRange
+from tidegate.core.controller.api import InvalidArgumentError, KeyRange
 
 Interval = tuple[float, float]
 

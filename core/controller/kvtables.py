@@ -12,19 +12,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from core.controller.api import (
+from tidegate.core.controller.api import (
     ConflictError,
     InvalidArgumentError,
     KeyValueTableExistsError,
     KeyValueTableInfo,
     KeyValueTableNotFoundError,
 )
-from core.controller.records import Json
-from core.controller.validation import check_name
-from core.segmentstore.api import NOT_EXISTS, SegmentExistsError, SegmentNotFoundError
+from tidegate.core.controller.records import Json
+from tidegate.core.controller.validation import check_name
+from tidegate.core.segmentstore.api import NOT_EXISTS, SegmentExistsError, SegmentNotFoundError
 
 if TYPE_CHECKING:
-    from core.controller.controller import StreamController
+    from tidegate.core.controller.controller import StreamController
 
 CREATING, ACTIVE, DELETING = "CREATING", "ACTIVE", "DELETING"
 

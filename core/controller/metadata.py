@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from core.controller.api import ConflictError, EpochRecord, StreamConfig, StreamState
-from core.controller.records import (
+from tidegate.core.controller.api import ConflictError, EpochRecord, StreamConfig, StreamState
+from tidegate.core.controller.records import (
     Json,
     SealedRecord,
     TruncationRecord,
@@ -32,7 +32,7 @@ from core.controller.records import (
     epoch_from_json,
     loads,
 )
-from core.segmentstore.api import (
+from tidegate.core.segmentstore.api import (
     BadKeyVersionError,
     SegmentExistsError,
     SegmentNotFoundError,

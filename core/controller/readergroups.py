@@ -18,7 +18,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
-from core.controller.api import (
+from tidegate.core.controller.api import (
     ConflictError,
     InvalidArgumentError,
     ReaderGroupConfig,
@@ -29,14 +29,14 @@ from core.controller.api import (
     StreamCut,
     StreamNotFoundError,
 )
-from core.controller.history import head_cut
-from core.controller.metadata import StreamMeta
-from core.controller.records import Json, cut_from_json, cut_to_json
-from core.controller.validation import check_name
-from core.segmentstore.api import NOT_EXISTS, SegmentNotFoundError
+from tidegate.core.controller.history import head_cut
+from tidegate.core.controller.metadata import StreamMeta
+from tidegate.core.controller.records import Json, cut_from_json, cut_to_json
+from tidegate.core.controller.validation import check_name
+from tidegate.core.segmentstore.api import NOT_EXISTS, SegmentNotFoundError
 
 if TYPE_CHECKING:
-    from core.controller.controller import StreamController
+    from tidegate.core.controller.controller import StreamController
 
 ACTIVE, DELETING = "ACTIVE", "DELETING"
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.controller.api import (
+from tidegate.core.controller.api import (
     EpochRecord,
     RetentionPolicy,
     RetentionType,

@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from core.controller.metadata import StreamMeta
-from core.controller.records import Json
-from core.controller.workflows import commit, create, delete, scale, seal, truncate, update
+from tidegate.core.controller.metadata import StreamMeta
+from tidegate.core.controller.records import Json
+from tidegate.core.controller.workflows import commit, create, delete, scale, seal, truncate, update
 
 if TYPE_CHECKING:
-    from core.controller.controller import StreamController
+    from tidegate.core.controller.controller import StreamController
 
 log = logging.getLogger(__name__)
 

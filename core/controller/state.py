@@ -8,7 +8,7 @@ resumed workflow can repeat the transition it already made.
 
 from __future__ import annotations
 
-from core.controller.api import ConflictError, StreamState
+from tidegate.core.controller.api import ConflictError, StreamState
 
 S = StreamState
 

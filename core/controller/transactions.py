@@ -18,7 +18,7 @@ import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from core.controller.api import (
+from tidegate.core.controller.api import (
     ConflictError,
     InvalidArgumentError,
     SegmentRecord,
@@ -26,14 +26,14 @@ from core.controller.api import (
     TransactionInfo,
     TransactionNotFoundError,
 )
-from core.controller.metadata import StreamMeta
-from core.controller.records import TxnRecord, TxnState
-from core.controller.workflows import abort, commit
-from core.controller.workflows.base import create_segment, each, txn_segment_name
-from core.segmentstore.api import NOT_EXISTS, SegmentNotFoundError
+from tidegate.core.controller.metadata import StreamMeta
+from tidegate.core.controller.records import TxnRecord, TxnState
+from tidegate.core.controller.workflows import abort, commit
+from tidegate.core.controller.workflows.base import create_segment, each, txn_segment_name
+from tidegate.core.segmentstore.api import NOT_EXISTS, SegmentNotFoundError
 
 if TYPE_CHECKING:
-    from core.controller.controller import StreamController
+    from tidegate.core.controller.controller import StreamController
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from core.controller.api import (
+from tidegate.core.controller.api import (
     InvalidArgumentError,
     KeyRange,
     RetentionPolicy,
@@ -15,8 +15,8 @@ from core.controller.api import (
     ScalingType,
     StreamConfig,
 )
-from core.controller.config import ControllerConfig
-from core.controller.keyspace import check_cover
+from tidegate.core.controller.config import ControllerConfig
+from tidegate.core.controller.keyspace import check_cover
 
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
 

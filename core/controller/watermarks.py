@@ -20,12 +20,12 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from core.controller.api import ConflictError, InvalidArgumentError, StreamState, Watermark
-from core.controller.metadata import StreamMeta, time_key
-from core.controller.records import Json, cut_from_json, cut_to_json
+from tidegate.core.controller.api import ConflictError, InvalidArgumentError, StreamState, Watermark
+from tidegate.core.controller.metadata import StreamMeta, time_key
+from tidegate.core.controller.records import Json, cut_from_json, cut_to_json
 
 if TYPE_CHECKING:
-    from core.controller.controller import StreamController
+    from tidegate.core.controller.controller import StreamController
 
 log = logging.getLogger(__name__)
 

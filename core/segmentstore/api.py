@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from core.segmentstore.callbacks import DoneCallback
+from tidegate.core.segmentstore.callbacks import DoneCallback
 
 # ---------------------------------------------------------------------------------------
 # Errors

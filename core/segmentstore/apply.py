@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from core.segmentstore.logs.api import LogAddress
-from core.segmentstore.metadata import SegmentMeta, decode_segment
-from core.segmentstore.operations import (
+from tidegate.core.segmentstore.metadata import SegmentMeta, decode_segment
+from tidegate.core.segmentstore.operations import (
     AppendOp,
     AttrsOp,
     CreateOp,
@@ -25,11 +24,12 @@ from core.segmentstore.operations import (
     TableWriteOp,
     TruncateOp,
 )
-from core.segmentstore.reading.index import SegmentReadIndex
-from core.segmentstore.tables import TableIndex
+from tidegate.core.segmentstore.reading.index import SegmentReadIndex
+from tidegate.core.segmentstore.tables import TableIndex
+from tidegate.core.segmentstore.tier1.api import LogAddress
 
 if TYPE_CHECKING:
-    from core.segmentstore.container import SegmentContainer
+    from tidegate.core.segmentstore.container import SegmentContainer
 
 _APPEND = OpKind.APPEND
 #: Appends up to this size committed together are joined into one cache entry (a copy

@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from core.segmentstore.api import (
+from tidegate.core.segmentstore.api import (
     NOT_EXISTS,
     AttributeUpdate,
     BadAttributeUpdateError,
@@ -36,21 +36,20 @@ from core.segmentstore.api import (
     TableUpdate,
     TooLargeError,
 )
-from core.segmentstore.apply import Applier
-from core.segmentstore.callbacks import DoneCallback
-from core.segmentstore.config import SegmentStoreConfig
-from core.segmentstore.durablelog.frames import read_operations
-from core.segmentstore.durablelog.log import DurableLog
-from core.segmentstore.logs.api import DurableDataLog, LogAddress
-from core.segmentstore.metadata import (
+from tidegate.core.segmentstore.apply import Applier
+from tidegate.core.segmentstore.callbacks import DoneCallback
+from tidegate.core.segmentstore.config import SegmentStoreConfig
+from tidegate.core.segmentstore.durablelog.frames import read_operations
+from tidegate.core.segmentstore.durablelog.log import DurableLog
+from tidegate.core.segmentstore.metadata import (
     ContainerMetadata,
     SegmentMeta,
     decode_segment,
     durable_view,
     encode_segment,
 )
-from core.segmentstore.metastore import InactiveSegments
-from core.segmentstore.operations import (
+from tidegate.core.segmentstore.metastore import InactiveSegments
+from tidegate.core.segmentstore.operations import (
     AppendOp,
     AttrsOp,
     CheckpointOp,
@@ -64,13 +63,14 @@ from core.segmentstore.operations import (
     TableWriteOp,
     TruncateOp,
 )
-from core.segmentstore.reading.cache import Cache
-from core.segmentstore.reading.index import ReadIndex
-from core.segmentstore.recovery import recover
-from core.segmentstore.tables import PUT, REMOVE, TableIndex, encode
-from core.segmentstore.traffic import Traffic
-from core.segmentstore.writer.writer import StorageWriter
-from tier2.api import Storage
+from tidegate.core.segmentstore.reading.cache import Cache
+from tidegate.core.segmentstore.reading.index import ReadIndex
+from tidegate.core.segmentstore.recovery import recover
+from tidegate.core.segmentstore.tables import PUT, REMOVE, TableIndex, encode
+from tidegate.core.segmentstore.tier1.api import DurableDataLog, LogAddress
+from tidegate.core.segmentstore.traffic import Traffic
+from tidegate.core.segmentstore.writer.writer import StorageWriter
+from tidegate.tier2.api import Storage
 
 STOPPED, STARTING, RUNNING, STOPPING, FAILED = "stopped", "starting", "running", "stopping", "failed"
 

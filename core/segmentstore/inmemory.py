@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from core.segmentstore.api import (
+from tidegate.core.segmentstore.api import (
     NOT_EXISTS,
     AttributeUpdate,
     BadAttributeUpdateError,
@@ -30,7 +30,7 @@ from core.segmentstore.api import (
     TableRemoval,
     TableUpdate,
 )
-from core.segmentstore.callbacks import DoneCallback, when_done
+from tidegate.core.segmentstore.callbacks import DoneCallback, when_done
 
 
 @dataclass

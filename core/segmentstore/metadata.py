@@ -19,8 +19,8 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core.segmentstore.api import SegmentNotFoundError
-from core.segmentstore.operations import _attrs, _read_attrs
+from tidegate.core.segmentstore.api import SegmentNotFoundError
+from tidegate.core.segmentstore.operations import _attrs, _read_attrs
 
 
 class SegmentMeta:

@@ -34,8 +34,8 @@ import struct
 from enum import IntEnum
 from typing import Any
 
-from core.segmentstore.callbacks import DoneCallback
-from core.segmentstore.logs.api import LogAddress
+from tidegate.core.segmentstore.callbacks import DoneCallback
+from tidegate.core.segmentstore.tier1.api import LogAddress
 
 
 class OpKind(IntEnum):

@@ -18,16 +18,16 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from core.segmentstore.durablelog.frames import read_operation_batches
-from core.segmentstore.metastore import InactiveSegments
-from core.segmentstore.operations import CheckpointOp, Operation, PlainAppend
-from core.segmentstore.reading.tier1index import Tier1Index
-from core.segmentstore.tables import TableIndex
-from tier2.api import SegmentInfo, StorageError
-from tier2.api import SegmentNotFoundError as Tier2NotFound
+from tidegate.core.segmentstore.durablelog.frames import read_operation_batches
+from tidegate.core.segmentstore.metastore import InactiveSegments
+from tidegate.core.segmentstore.operations import CheckpointOp, Operation, PlainAppend
+from tidegate.core.segmentstore.reading.tier1index import Tier1Index
+from tidegate.core.segmentstore.tables import TableIndex
+from tidegate.tier2.api import SegmentInfo, StorageError
+from tidegate.tier2.api import SegmentNotFoundError as Tier2NotFound
 
 if TYPE_CHECKING:
-    from core.segmentstore.container import SegmentContainer
+    from tidegate.core.segmentstore.container import SegmentContainer
 
 
 async def recover(c: SegmentContainer) -> None:
@@ -101,7 +101,7 @@ async def _get_info(c: SegmentContainer, name: str) -> SegmentInfo:
 def _whole_entries(data: bytes) -> int:
     """Bytes of ``data`` that hold whole table entries (batches are never split in the
     segment, but a read window may cut one)."""
-    from core.segmentstore.tables import _ENTRY
+    from tidegate.core.segmentstore.tables import _ENTRY
 
     pos = 0
     n = len(data)

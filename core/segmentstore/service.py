@@ -21,8 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import crc32c
-
-from core.segmentstore.api import (
+from tidegate.core.segmentstore.api import (
     AttributeUpdate,
     ContainerNotOwnedError,
     ReadResult,
@@ -35,14 +34,14 @@ from core.segmentstore.api import (
     TableRemoval,
     TableUpdate,
 )
-from core.segmentstore.callbacks import DoneCallback, when_done
-from core.segmentstore.config import SegmentStoreConfig
-from core.segmentstore.container import RUNNING, SegmentContainer
-from core.segmentstore.logs.api import DurableDataLog
-from core.segmentstore.reading.cache import Cache
-from core.segmentstore.traffic import Traffic
-from core.segmentstore.writer.writer import StorageWriter
-from tier2.api import Storage
+from tidegate.core.segmentstore.callbacks import DoneCallback, when_done
+from tidegate.core.segmentstore.config import SegmentStoreConfig
+from tidegate.core.segmentstore.container import RUNNING, SegmentContainer
+from tidegate.core.segmentstore.reading.cache import Cache
+from tidegate.core.segmentstore.tier1.api import DurableDataLog
+from tidegate.core.segmentstore.traffic import Traffic
+from tidegate.core.segmentstore.writer.writer import StorageWriter
+from tidegate.tier2.api import Storage
 
 Tier1Factory = Callable[[int], DurableDataLog]
 
@@ -82,7 +81,7 @@ class StreamSegmentStore:
         self._wall_clock = wall_clock
         self._tier1_factory = tier1_factory or self._file_log
         if tier2 is None:
-            from tier2.filesystem import FileSystemStorage
+            from tidegate.tier2.filesystem import FileSystemStorage
 
             tier2 = FileSystemStorage(
                 Path(config.tier2_dir) if config.tier2_dir else self.data_dir / "tier2",
@@ -102,7 +101,7 @@ class StreamSegmentStore:
         self._cids: dict[str, int] = {}  # memo of container_of
 
     def _file_log(self, container_id: int) -> DurableDataLog:
-        from core.segmentstore.logs.filelog import FileDurableDataLog
+        from tidegate.core.segmentstore.tier1.filelog import FileDurableDataLog
 
         directory = self.data_dir / "tier1" / f"container-{container_id}"
         log: DurableDataLog = FileDurableDataLog(

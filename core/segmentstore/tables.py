@@ -21,7 +21,7 @@ import bisect
 import struct
 from collections.abc import Iterator
 
-from core.segmentstore.api import NOT_EXISTS, TableEntry
+from tidegate.core.segmentstore.api import NOT_EXISTS, TableEntry
 
 _ENTRY = struct.Struct("<BIIq")
 PUT = 0

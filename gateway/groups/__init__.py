@@ -5,15 +5,15 @@ call; its state machine lives in ``model.py`` and ``membership.py``, its storage
 table segment) in ``store.py``.
 """
 
-from gateway.groups.config import GroupConfig
-from gateway.groups.coordinator import (
+from tidegate.gateway.groups.config import GroupConfig
+from tidegate.gateway.groups.coordinator import (
     GroupCoordinator,
     GroupDescription,
     MemberDescription,
     OffsetCommit,
 )
-from gateway.groups.membership import JoinRequest
-from gateway.groups.model import CommittedOffset, GroupState, JoinResult, SyncResult
+from tidegate.gateway.groups.membership import JoinRequest
+from tidegate.gateway.groups.model import CommittedOffset, GroupState, JoinResult, SyncResult
 
 __all__ = [
     "CommittedOffset",

@@ -18,17 +18,17 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from core.segmentstore.api import SegmentStore
-from gateway.groups.config import GroupConfig
-from gateway.groups.errors import (
+from tidegate.core.segmentstore.api import SegmentStore
+from tidegate.gateway.groups.config import GroupConfig
+from tidegate.gateway.groups.errors import (
     GROUP_SUBSCRIBED_TO_TOPIC,
     NON_EMPTY_GROUP,
     OFFSET_METADATA_TOO_LARGE,
 )
-from gateway.groups.errors import ErrorCode as E
-from gateway.groups.membership import Membership
-from gateway.groups.model import CommittedOffset, Group, GroupState
-from gateway.groups.store import (
+from tidegate.gateway.groups.errors import ErrorCode as E
+from tidegate.gateway.groups.membership import Membership
+from tidegate.gateway.groups.model import CommittedOffset, Group, GroupState
+from tidegate.gateway.groups.store import (
     GroupStore,
     decode_group,
     decode_offset,

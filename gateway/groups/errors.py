@@ -6,7 +6,7 @@ codes that module does not list.
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
+from tidegate.protocol.errors import ErrorCode
 
 OFFSET_METADATA_TOO_LARGE = 12
 NON_EMPTY_GROUP = 68

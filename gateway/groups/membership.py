@@ -23,10 +23,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gateway.groups.config import GroupConfig
-from gateway.groups.errors import ErrorCode as E
-from gateway.groups.model import Group, GroupState, JoinResult, Member, SyncResult
-from gateway.groups.store import GroupStore
+from tidegate.gateway.groups.config import GroupConfig
+from tidegate.gateway.groups.errors import ErrorCode as E
+from tidegate.gateway.groups.model import Group, GroupState, JoinResult, Member, SyncResult
+from tidegate.gateway.groups.store import GroupStore
 
 S = GroupState
 log = logging.getLogger(__name__)

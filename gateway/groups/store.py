@@ -25,14 +25,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core.segmentstore.api import (
+from tidegate.core.segmentstore.api import (
     SegmentExistsError,
     SegmentStore,
     TableEntry,
     TableRemoval,
     TableUpdate,
 )
-from gateway.groups.model import CommittedOffset, Group, GroupState, Member
+from tidegate.gateway.groups.model import CommittedOffset, Group, GroupState, Member
 
 _GROUP = b"g"
 _OFFSET = b"o"

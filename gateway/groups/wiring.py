@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.groups.coordinator import GroupCoordinator
+from tidegate.gateway.groups.coordinator import GroupCoordinator
 
 EXTENSION_KEY = "groups"
 

@@ -40,17 +40,17 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from protocol.apis import ApiSpec
+from tidegate.protocol.apis import ApiSpec
 
 if TYPE_CHECKING:
-    from core.controller.api import Controller
-    from core.segmentstore.api import SegmentStore
-    from gateway.config import GatewayConfig
-    from gateway.offset_index import OffsetIndex
-    from gateway.partitions import PartitionLogs
-    from gateway.producer_ids import ProducerIdAllocator
-    from gateway.producer_state import ProducerStates
-    from gateway.topics import TopicRegistry
+    from tidegate.core.controller.api import Controller
+    from tidegate.core.segmentstore.api import SegmentStore
+    from tidegate.gateway.config import GatewayConfig
+    from tidegate.gateway.log.offset_index import OffsetIndex
+    from tidegate.gateway.log.partitions import PartitionLogs
+    from tidegate.gateway.log.producer_ids import ProducerIdAllocator
+    from tidegate.gateway.log.producer_state import ProducerStates
+    from tidegate.gateway.log.topics import TopicRegistry
 
 
 @dataclass
@@ -149,14 +149,14 @@ def default_registry(modules: Sequence[str] = HANDLER_MODULES) -> Registry:
 class HandlerContext:
     """What handlers work with:
 
-    - ``topics`` (``gateway.topics.TopicRegistry``): ``get(name)`` → ``TopicInfo``
+    - ``topics`` (``gateway.log.topics.TopicRegistry``): ``get(name)`` → ``TopicInfo``
       (partitions, configs, topic id), ``create``, ``update`` (partition count, configs),
       ``forget``; topics are streams in ``topics.scope``.
-    - ``logs`` (``gateway.partitions.PartitionLogs``): ``get(topic, partition)`` →
+    - ``logs`` (``gateway.log.partitions.PartitionLogs``): ``get(topic, partition)`` →
       ``PartitionLog`` with ``high_watermark``, ``log_start_offset``, ``next_offset``
       and ``set_log_start(offset)`` (durable; Fetch/ListOffsets honour it at once — call
       it before truncating the stream); ``delete_topic(topic)`` after a stream is deleted.
-    - ``index`` (``gateway.offset_index.OffsetIndex``): ``floor(topic, partition, offset)``
+    - ``index`` (``gateway.log.offset_index.OffsetIndex``): ``floor(topic, partition, offset)``
       → the batch holding an offset (segment id and position: the StreamCut for a
       DeleteRecords is the envelope start, ``position - ENVELOPE_BYTES``).
     - ``controller``, ``store``: the stream and segment APIs underneath.

@@ -7,9 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.admin import AlterConfigsRequest, AlterConfigsResponse
-
-from gateway.handlers import HandlerContext, RequestContext
-from gateway.handlers.config_resources import (
+from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.gateway.handlers.config_resources import (
     ResourceError,
     ResourceType,
     apply_topic_configs,
@@ -17,8 +16,8 @@ from gateway.handlers.config_resources import (
     check_type,
     topic_of,
 )
-from protocol.apis import ApiSpec
-from protocol.errors import ErrorCode
+from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(AlterConfigsRequest, AlterConfigsResponse, 0, 2)
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
-
-from gateway.handlers import HandlerContext, RequestContext
-from protocol.apis import ApiSpec
-from protocol.errors import ErrorCode
+from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(ApiVersionsRequest, ApiVersionsResponse, 0, 4)
 

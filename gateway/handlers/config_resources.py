@@ -1,7 +1,7 @@
 """What DescribeConfigs, AlterConfigs and IncrementalAlterConfigs share (not a handler
 module): resource types, describing a resource, and applying a topic's new configs.
 
-Topic resources hold the configs of ``gateway.topic_config``; the broker resource (name
+Topic resources hold the configs of ``gateway.log.topic_config``; the broker resource (name
 ``""`` or this node's id) reports this node's settings read-only. Other resource types
 (broker loggers, groups, client metrics) answer INVALID_REQUEST.
 """
@@ -16,13 +16,12 @@ from dataclasses import replace
 from typing import Any
 
 from kafka.protocol.admin import DescribeConfigsResponse
-
-from core.controller.api import ConflictError, StreamConfig
-from gateway import topic_config
-from gateway.handlers import HandlerContext
-from gateway.topic_config import ConfigSource, ConfigType, InvalidConfig
-from gateway.topics import TopicInfo
-from protocol.errors import ErrorCode
+from tidegate.core.controller.api import ConflictError, StreamConfig
+from tidegate.gateway.handlers import HandlerContext
+from tidegate.gateway.log import topic_config
+from tidegate.gateway.log.topic_config import ConfigSource, ConfigType, InvalidConfig
+from tidegate.gateway.log.topics import TopicInfo
+from tidegate.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 

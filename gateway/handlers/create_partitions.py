@@ -14,15 +14,14 @@ from dataclasses import replace
 from typing import Any
 
 from kafka.protocol.admin import CreatePartitionsRequest, CreatePartitionsResponse
-
-from core.controller.api import KeyRange, SegmentRecord
-from gateway import topic_config
-from gateway.handlers import HandlerContext, RequestContext
-from gateway.handlers.config_resources import ResourceError, update_stream_policy
-from gateway.handlers.create_topics import PARTITIONS_MAX
-from gateway.topics import TopicInfo, partition_point
-from protocol.apis import ApiSpec
-from protocol.errors import ErrorCode
+from tidegate.core.controller.api import KeyRange, SegmentRecord
+from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.gateway.handlers.config_resources import ResourceError, update_stream_policy
+from tidegate.gateway.handlers.create_topics import PARTITIONS_MAX
+from tidegate.gateway.log import topic_config
+from tidegate.gateway.log.topics import TopicInfo, partition_point
+from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(CreatePartitionsRequest, CreatePartitionsResponse, 0, 3)
 

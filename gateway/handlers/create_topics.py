@@ -1,7 +1,7 @@
 """CreateTopics (key 19): partitions and configs; replication factor and assignments
 are accepted and ignored (durability comes from the segment store); ``validate_only``
 checks without creating. Configs are validated and mapped onto stream policies by
-``gateway.topic_config`` (INVALID_CONFIG with a message otherwise); v5+ answers list
+``gateway.log.topic_config`` (INVALID_CONFIG with a message otherwise); v5+ answers list
 every config of the new topic."""
 
 from __future__ import annotations
@@ -10,12 +10,11 @@ import uuid
 from typing import Any
 
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
-
-from gateway import topic_config
-from gateway.handlers import HandlerContext, RequestContext
-from gateway.topics import topic_name_error
-from protocol.apis import ApiSpec
-from protocol.errors import ErrorCode
+from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.gateway.log import topic_config
+from tidegate.gateway.log.topics import topic_name_error
+from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(CreateTopicsRequest, CreateTopicsResponse, 2, 7)
 

@@ -2,7 +2,7 @@
 -1 means the high watermark; beyond the high watermark is OFFSET_OUT_OF_RANGE). The new
 log start is durable before the answer and Fetch and ListOffsets honour it at once; the
 stream is then truncated as far as every partition sharing its segments allows
-(``gateway.log_start``), which may be less far or nothing."""
+(``gateway.log.log_start``), which may be less far or nothing."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ import logging
 from typing import Any
 
 from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
-
-from gateway.handlers import HandlerContext, RequestContext
-from gateway.log_start import truncate_to_log_starts
-from protocol.apis import ApiSpec
-from protocol.errors import ErrorCode
+from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.gateway.log.log_start import truncate_to_log_starts
+from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(DeleteRecordsRequest, DeleteRecordsResponse, 0, 2)
 

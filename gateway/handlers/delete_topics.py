@@ -15,13 +15,12 @@ import uuid
 from typing import Any
 
 from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
-
-from core.controller.api import ConflictError, StreamNotFoundError
-from gateway.groups.wiring import EXTENSION_KEY as GROUPS_EXTENSION_KEY
-from gateway.handlers import HandlerContext, RequestContext
-from gateway.topics import TopicInfo
-from protocol.apis import ApiSpec
-from protocol.errors import ErrorCode
+from tidegate.core.controller.api import ConflictError, StreamNotFoundError
+from tidegate.gateway.groups.wiring import EXTENSION_KEY as GROUPS_EXTENSION_KEY
+from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.gateway.log.topics import TopicInfo
+from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(DeleteTopicsRequest, DeleteTopicsResponse, 0, 6)
 

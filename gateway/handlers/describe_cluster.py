@@ -7,10 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
-
-from gateway.handlers import HandlerContext, RequestContext
-from protocol.apis import ApiSpec
-from protocol.errors import ErrorCode
+from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(DescribeClusterRequest, DescribeClusterResponse, 0, 2)
 

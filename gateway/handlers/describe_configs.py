@@ -6,11 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
-
-from gateway.handlers import HandlerContext, RequestContext
-from gateway.handlers.config_resources import ResourceError, check_type, describe
-from protocol.apis import ApiSpec
-from protocol.errors import ErrorCode
+from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.gateway.handlers.config_resources import ResourceError, check_type, describe
+from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(DescribeConfigsRequest, DescribeConfigsResponse, 0, 4)
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
-
-from gateway.groups.wiring import coordinator_of
-from gateway.handlers import HandlerContext, RequestContext
-from protocol.apis import ApiSpec
+from tidegate.gateway.groups.wiring import coordinator_of
+from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.protocol.apis import ApiSpec
 
 SPEC = ApiSpec(DescribeGroupsRequest, DescribeGroupsResponse, 0, 6)
 

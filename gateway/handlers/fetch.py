@@ -23,12 +23,11 @@ from typing import Any
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.schemas.fields.codecs.types import Int32, UnsignedVarInt32
-
-from core.segmentstore.api import SegmentStoreError, SegmentTruncatedError
-from gateway.handlers import EncodedBody, HandlerContext, RequestContext
-from gateway.partition_log import PartitionLog
-from protocol.apis import ApiSpec
-from protocol.errors import ErrorCode
+from tidegate.core.segmentstore.api import SegmentStoreError, SegmentTruncatedError
+from tidegate.gateway.handlers import EncodedBody, HandlerContext, RequestContext
+from tidegate.gateway.log.partition_log import PartitionLog
+from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(FetchRequest, FetchResponse, 4, 12)
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
-
-from gateway.handlers import HandlerContext, RequestContext
-from protocol.apis import ApiSpec
-from protocol.errors import ErrorCode
+from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(FindCoordinatorRequest, FindCoordinatorResponse, 0, 5)
 

@@ -8,10 +8,8 @@ import enum
 from typing import Any
 
 from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
-
-from gateway import topic_config
-from gateway.handlers import HandlerContext, RequestContext
-from gateway.handlers.config_resources import (
+from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.gateway.handlers.config_resources import (
     ResourceError,
     ResourceType,
     apply_topic_configs,
@@ -19,9 +17,10 @@ from gateway.handlers.config_resources import (
     check_type,
     topic_of,
 )
-from gateway.topic_config import ConfigType
-from protocol.apis import ApiSpec
-from protocol.errors import ErrorCode
+from tidegate.gateway.log import topic_config
+from tidegate.gateway.log.topic_config import ConfigType
+from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1)
 

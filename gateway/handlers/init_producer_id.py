@@ -1,15 +1,14 @@
 """InitProducerId (key 22): producer ids and epochs for idempotent (and, with a
-transactional id, fenced) producers; see ``gateway.producer_ids``."""
+transactional id, fenced) producers; see ``gateway.log.producer_ids``."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
-
-from gateway.handlers import HandlerContext, RequestContext
-from protocol.apis import ApiSpec
-from protocol.errors import ErrorCode
+from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(InitProducerIdRequest, InitProducerIdResponse, 0, 5)
 

@@ -8,11 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse
-
-from gateway.groups import JoinRequest
-from gateway.groups.wiring import client_host, coordinator_of
-from gateway.handlers import HandlerContext, RequestContext
-from protocol.apis import ApiSpec
+from tidegate.gateway.groups import JoinRequest
+from tidegate.gateway.groups.wiring import client_host, coordinator_of
+from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.protocol.apis import ApiSpec
 
 SPEC = ApiSpec(JoinGroupRequest, JoinGroupResponse, 0, 9)
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.admin import ListGroupsRequest, ListGroupsResponse
-
-from gateway.groups.wiring import coordinator_of
-from gateway.handlers import HandlerContext, RequestContext
-from protocol.apis import ApiSpec
+from tidegate.gateway.groups.wiring import coordinator_of
+from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.protocol.apis import ApiSpec
 
 SPEC = ApiSpec(ListGroupsRequest, ListGroupsResponse, 0, 5)
 

@@ -11,11 +11,10 @@ from typing import Any
 
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 from kafka.record.default_records import DefaultRecordBatch
-
-from gateway.handlers import HandlerContext, RequestContext
-from gateway.partition_log import PartitionLog
-from protocol.apis import ApiSpec
-from protocol.errors import ErrorCode
+from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.gateway.log.partition_log import PartitionLog
+from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(ListOffsetsRequest, ListOffsetsResponse, 1, 9)
 

@@ -8,11 +8,10 @@ import uuid
 from typing import Any
 
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
-
-from gateway.handlers import HandlerContext, RequestContext
-from gateway.topics import TopicInfo, topic_name_error
-from protocol.apis import ApiSpec
-from protocol.errors import ErrorCode
+from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.gateway.log.topics import TopicInfo, topic_name_error
+from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(MetadataRequest, MetadataResponse, 0, 12)
 

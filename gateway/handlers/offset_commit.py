@@ -7,12 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
-
-from gateway.groups import OffsetCommit
-from gateway.groups.wiring import coordinator_of
-from gateway.handlers import HandlerContext, RequestContext
-from protocol.apis import ApiSpec
-from protocol.errors import ErrorCode
+from tidegate.gateway.groups import OffsetCommit
+from tidegate.gateway.groups.wiring import coordinator_of
+from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(OffsetCommitRequest, OffsetCommitResponse, 2, 9)
 

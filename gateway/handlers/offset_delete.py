@@ -6,11 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
-
-from gateway.groups.wiring import coordinator_of
-from gateway.handlers import HandlerContext, RequestContext
-from protocol.apis import ApiSpec
-from protocol.errors import ErrorCode
+from tidegate.gateway.groups.wiring import coordinator_of
+from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(OffsetDeleteRequest, OffsetDeleteResponse, 0, 0)
 

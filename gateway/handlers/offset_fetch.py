@@ -7,11 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
-
-from gateway.groups import CommittedOffset
-from gateway.groups.wiring import coordinator_of
-from gateway.handlers import HandlerContext, RequestContext
-from protocol.apis import ApiSpec
+from tidegate.gateway.groups import CommittedOffset
+from tidegate.gateway.groups.wiring import coordinator_of
+from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.protocol.apis import ApiSpec
 
 SPEC = ApiSpec(OffsetFetchRequest, OffsetFetchResponse, 1, 9)
 

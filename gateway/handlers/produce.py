@@ -15,15 +15,18 @@ import asyncio
 from typing import Any
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
-
-from gateway.handlers import EncodedBody, HandlerContext, RequestContext
-from gateway.partition_log import PartitionLog, PendingAppend
-from gateway.producer_state import BatchRecord, Duplicate
-from gateway.topics import topic_name_error
-from protocol.apis import ApiSpec
-from protocol.errors import ErrorCode
-from protocol.produce import PartitionProduceResult, decode_produce_request, encode_produce_response
-from protocol.record_batch import BatchHeader, InvalidBatchError, iter_batches
+from tidegate.gateway.handlers import EncodedBody, HandlerContext, RequestContext
+from tidegate.gateway.log.partition_log import PartitionLog, PendingAppend
+from tidegate.gateway.log.producer_state import BatchRecord, Duplicate
+from tidegate.gateway.log.topics import topic_name_error
+from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
+from tidegate.protocol.produce import (
+    PartitionProduceResult,
+    decode_produce_request,
+    encode_produce_response,
+)
+from tidegate.protocol.record_batch import BatchHeader, InvalidBatchError, iter_batches
 
 SPEC = ApiSpec(ProduceRequest, ProduceResponse, 3, 12, decoder=decode_produce_request)
 

@@ -7,10 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.consumer import SyncGroupRequest, SyncGroupResponse
-
-from gateway.groups.wiring import coordinator_of
-from gateway.handlers import HandlerContext, RequestContext
-from protocol.apis import ApiSpec
+from tidegate.gateway.groups.wiring import coordinator_of
+from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.protocol.apis import ApiSpec
 
 SPEC = ApiSpec(SyncGroupRequest, SyncGroupResponse, 0, 5)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import tidegate.protocol  # noqa: F401  (loads kafka-python's schema modules with its warning silenced)
 
-import protocol  # noqa: F401  (loads kafka-python's schema modules with its warning silenced)
 from tests.clients.server import Tidegate
 from tests.gateway.conftest import node  # noqa: F401  (the in-process gateway fixture)
 

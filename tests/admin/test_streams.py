@@ -19,20 +19,20 @@ from kafka.errors import InvalidConfigurationError
 from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
 from kafka.protocol.producer import ProduceRequest
 from kafka.structs import OffsetAndMetadata
-
-from core.controller.api import (
+from tidegate.core.controller.api import (
     KeyRange,
     RetentionPolicy,
     RetentionType,
     ScalingPolicy,
     ScalingType,
 )
-from gateway.envelope import ENVELOPE_BYTES
-from gateway.groups.wiring import coordinator_of
-from gateway.handlers import HandlerContext
-from gateway.log_start import RetentionFollower
-from gateway.topics import partition_point
-from protocol.errors import ErrorCode
+from tidegate.gateway.groups.wiring import coordinator_of
+from tidegate.gateway.handlers import HandlerContext
+from tidegate.gateway.log.envelope import ENVELOPE_BYTES
+from tidegate.gateway.log.log_start import RetentionFollower
+from tidegate.gateway.log.topics import partition_point
+from tidegate.protocol.errors import ErrorCode
+
 from tests.clients.requests import record_batch
 from tests.gateway.conftest import Node
 from tests.gateway.test_produce_fetch import P, create, fetch_records, produce

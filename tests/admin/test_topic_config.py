@@ -6,18 +6,17 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from core.controller.api import (
+from tidegate.core.controller.api import (
     RetentionPolicy,
     RetentionType,
     ScalingType,
     SegmentRecord,
     StreamConfig,
 )
-from gateway import topic_config
-from gateway.handlers.create_partitions import split_ranges
-from gateway.topic_config import InvalidConfig
-from gateway.topics import initial_key_ranges, partition_point
+from tidegate.gateway.handlers.create_partitions import split_ranges
+from tidegate.gateway.log import topic_config
+from tidegate.gateway.log.topic_config import InvalidConfig
+from tidegate.gateway.log.topics import initial_key_ranges, partition_point
 
 
 @pytest.mark.parametrize(("name", "value", "stored"), [

@@ -26,8 +26,7 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 from kafka.protocol.sasl import SaslHandshakeRequest, SaslHandshakeResponse
-
-from gateway.handlers import (
+from tidegate.gateway.handlers import (
     alter_configs,
     create_partitions,
     delete_records,
@@ -37,7 +36,8 @@ from gateway.handlers import (
     incremental_alter_configs,
     sasl_handshake,
 )
-from protocol.errors import ErrorCode
+from tidegate.protocol.errors import ErrorCode
+
 from tests.gateway.conftest import Node, RawClient
 
 _TOPIC = 2

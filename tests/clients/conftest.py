@@ -2,8 +2,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import tidegate.protocol  # noqa: F401  (loads kafka-python's schema modules with its warning silenced)
 
-import protocol  # noqa: F401  (loads kafka-python's schema modules with its warning silenced)
 from tests.clients.server import Tidegate
 
 

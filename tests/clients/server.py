@@ -40,7 +40,7 @@ class Tidegate:
         log.flush()
         offset = log.tell()
         cmd = [
-            sys.executable, "-m", "gateway.cli", "serve",
+            sys.executable, "-m", "tidegate.gateway.cli", "serve",
             "--data-dir", str(self.data_dir), "--listen", self.bootstrap,
             "--rest", "off", "--grpc", "off",
         ]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from tidegate.core.segmentstore.metastore import InactiveSegments
 
-from core.segmentstore.metastore import InactiveSegments
 from tests.clients.server import Tidegate
 
 TOPIC = "idle"

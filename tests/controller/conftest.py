@@ -7,13 +7,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-
-from core.controller.config import ControllerConfig
-from core.controller.controller import StreamController
-from core.segmentstore.api import SegmentStore
-from core.segmentstore.config import SegmentStoreConfig
-from core.segmentstore.inmemory import InMemorySegmentStore
-from core.segmentstore.service import StreamSegmentStore
+from tidegate.core.controller.config import ControllerConfig
+from tidegate.core.controller.controller import StreamController
+from tidegate.core.segmentstore.api import SegmentStore
+from tidegate.core.segmentstore.config import SegmentStoreConfig
+from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
+from tidegate.core.segmentstore.service import StreamSegmentStore
 
 QUIET = ControllerConfig(
     autoscale_period_ms=0,

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from core.controller.api import (
+from tidegate.core.controller.api import (
     KeyRange,
     ScalingPolicy,
     StreamConfig,
@@ -31,14 +31,14 @@ from core.controller.api import (
     StreamState,
     qualified_segment_name,
 )
-from core.controller.config import ControllerConfig
-from core.controller.controller import StreamController
-from core.controller.history import History
-from core.controller.keyspace import is_cover, split
-from core.controller.metadata import MetadataStore, StreamMeta
-from core.segmentstore.api import SegmentNotFoundError, SegmentStore
-from core.segmentstore.config import SegmentStoreConfig
-from core.segmentstore.service import StreamSegmentStore
+from tidegate.core.controller.config import ControllerConfig
+from tidegate.core.controller.controller import StreamController
+from tidegate.core.controller.history import History
+from tidegate.core.controller.keyspace import is_cover, split
+from tidegate.core.controller.metadata import MetadataStore, StreamMeta
+from tidegate.core.segmentstore.api import SegmentNotFoundError, SegmentStore
+from tidegate.core.segmentstore.config import SegmentStoreConfig
+from tidegate.core.segmentstore.service import StreamSegmentStore
 
 CONFIG = ControllerConfig(
     autoscale_period_ms=0,

@@ -8,13 +8,18 @@ import asyncio
 import time
 from pathlib import Path
 
-from core.controller.api import ScalingPolicy, ScalingType, StreamConfig, qualified_segment_name
-from core.controller.config import ControllerConfig
-from core.controller.controller import StreamController
-from core.controller.keyspace import is_cover
-from core.segmentstore.api import SegmentSealedError
-from core.segmentstore.config import SegmentStoreConfig
-from core.segmentstore.service import StreamSegmentStore
+from tidegate.core.controller.api import (
+    ScalingPolicy,
+    ScalingType,
+    StreamConfig,
+    qualified_segment_name,
+)
+from tidegate.core.controller.config import ControllerConfig
+from tidegate.core.controller.controller import StreamController
+from tidegate.core.controller.keyspace import is_cover
+from tidegate.core.segmentstore.api import SegmentSealedError
+from tidegate.core.segmentstore.config import SegmentStoreConfig
+from tidegate.core.segmentstore.service import StreamSegmentStore
 
 
 async def test_split_under_load_then_merge_when_idle(tmp_path: Path) -> None:

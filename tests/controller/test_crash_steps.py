@@ -9,8 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-
-from core.controller.api import (
+from tidegate.core.controller.api import (
     KeyRange,
     ScalingPolicy,
     StreamConfig,
@@ -19,11 +18,12 @@ from core.controller.api import (
     qualified_segment_name,
     segment_id,
 )
-from core.controller.controller import StreamController
-from core.controller.keyspace import is_cover
-from core.controller.metadata import StreamMeta
-from core.segmentstore.api import SegmentNotFoundError, StoreShutdownError
-from core.segmentstore.inmemory import InMemorySegmentStore
+from tidegate.core.controller.controller import StreamController
+from tidegate.core.controller.keyspace import is_cover
+from tidegate.core.controller.metadata import StreamMeta
+from tidegate.core.segmentstore.api import SegmentNotFoundError, StoreShutdownError
+from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
+
 from tests.controller.conftest import QUIET, Clock
 
 MUTATING = {

@@ -10,17 +10,17 @@ import asyncio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from core.controller.api import (
+from tidegate.core.controller.api import (
     ConflictError,
     KeyRange,
     ScalingPolicy,
     StreamConfig,
     qualified_segment_name,
 )
-from core.controller.controller import StreamController
-from core.segmentstore.api import SegmentNotFoundError
-from core.segmentstore.inmemory import InMemorySegmentStore
+from tidegate.core.controller.controller import StreamController
+from tidegate.core.segmentstore.api import SegmentNotFoundError
+from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
+
 from tests.controller.conftest import QUIET, Clock
 
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from core.controller.api import (
+from tidegate.core.controller.api import (
     ConflictError,
     InvalidArgumentError,
     KeyRange,
@@ -22,8 +21,9 @@ from core.controller.api import (
     qualified_segment_name,
     segment_id,
 )
-from core.controller.controller import StreamController
-from core.segmentstore.api import SegmentNotFoundError, SegmentStore, TableUpdate
+from tidegate.core.controller.controller import StreamController
+from tidegate.core.segmentstore.api import SegmentNotFoundError, SegmentStore, TableUpdate
+
 from tests.controller.conftest import QUIET, Clock
 
 S0 = segment_id(0, 0)

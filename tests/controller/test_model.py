@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from core.controller.api import (
+from tidegate.core.controller.api import (
     ConflictError,
     EpochRecord,
     KeyRange,
@@ -15,8 +14,8 @@ from core.controller.api import (
     StreamState,
     segment_id,
 )
-from core.controller.keyspace import equal_cover, is_cover, split
-from core.controller.records import (
+from tidegate.core.controller.keyspace import equal_cover, is_cover, split
+from tidegate.core.controller.records import (
     TruncationRecord,
     config_from_json,
     config_to_json,
@@ -25,7 +24,7 @@ from core.controller.records import (
     epoch_to_json,
     loads,
 )
-from core.controller.state import TRANSITIONS, allowed, check_transition
+from tidegate.core.controller.state import TRANSITIONS, allowed, check_transition
 
 S = StreamState
 

@@ -6,8 +6,7 @@ import asyncio
 import dataclasses
 
 import pytest
-
-from core.controller.api import (
+from tidegate.core.controller.api import (
     KeyRange,
     RetentionPolicy,
     RetentionType,
@@ -17,12 +16,13 @@ from core.controller.api import (
     qualified_segment_name,
     segment_id,
 )
-from core.controller.config import ControllerConfig
-from core.controller.controller import StreamController
-from core.controller.keyspace import is_cover
-from core.controller.policies.retention import thin
-from core.segmentstore.api import SegmentNotFoundError, SegmentTraffic
-from core.segmentstore.inmemory import InMemorySegmentStore
+from tidegate.core.controller.config import ControllerConfig
+from tidegate.core.controller.controller import StreamController
+from tidegate.core.controller.keyspace import is_cover
+from tidegate.core.controller.policies.retention import thin
+from tidegate.core.segmentstore.api import SegmentNotFoundError, SegmentTraffic
+from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
+
 from tests.controller.conftest import Clock
 
 POLICY = ControllerConfig(
@@ -279,7 +279,7 @@ async def test_split_between_routing_keys(store: InMemorySegmentStore, clock: Cl
 
 
 def test_split_between_keys_groups() -> None:
-    from core.controller.policies.autoscale import split_between_keys
+    from tidegate.core.controller.policies.autoscale import split_between_keys
 
     keys = [i / 8 for i in range(8)]
     assert [(r.start, r.end) for r in split_between_keys(0.0, 1.0, keys, 2)] == [

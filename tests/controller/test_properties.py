@@ -12,8 +12,7 @@ from fractions import Fraction
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-
-from core.controller.api import (
+from tidegate.core.controller.api import (
     ConflictError,
     ControllerError,
     EpochRecord,
@@ -23,9 +22,10 @@ from core.controller.api import (
     StreamConfig,
     StreamState,
 )
-from core.controller.controller import StreamController
-from core.controller.keyspace import is_cover
-from core.segmentstore.inmemory import InMemorySegmentStore
+from tidegate.core.controller.controller import StreamController
+from tidegate.core.controller.keyspace import is_cover
+from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
+
 from tests.controller.conftest import QUIET, Clock
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -6,8 +6,7 @@ import asyncio
 from dataclasses import replace
 
 import pytest
-
-from core.controller.api import (
+from tidegate.core.controller.api import (
     ConflictError,
     EpochRecord,
     InvalidArgumentError,
@@ -20,10 +19,11 @@ from core.controller.api import (
     qualified_segment_name,
     segment_id,
 )
-from core.controller.controller import StreamController
-from core.controller.keyspace import is_cover, split
-from core.segmentstore.api import SegmentNotFoundError, SegmentStore
-from core.segmentstore.inmemory import InMemorySegmentStore
+from tidegate.core.controller.controller import StreamController
+from tidegate.core.controller.keyspace import is_cover, split
+from tidegate.core.segmentstore.api import SegmentNotFoundError, SegmentStore
+from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
+
 from tests.controller.conftest import QUIET, Clock
 
 

@@ -12,20 +12,20 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-
-from core.controller.api import (
+from tidegate.core.controller.api import (
     KeyRange,
     ScalingPolicy,
     StreamConfig,
     StreamState,
     qualified_segment_name,
 )
-from core.controller.controller import StreamController
-from core.controller.history import History
-from core.controller.keyspace import is_cover, split
-from core.controller.metadata import StreamMeta
-from core.segmentstore.api import SegmentNotFoundError
-from core.segmentstore.inmemory import InMemorySegmentStore
+from tidegate.core.controller.controller import StreamController
+from tidegate.core.controller.history import History
+from tidegate.core.controller.keyspace import is_cover, split
+from tidegate.core.controller.metadata import StreamMeta
+from tidegate.core.segmentstore.api import SegmentNotFoundError
+from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
+
 from tests.controller.conftest import QUIET, Clock
 from tests.controller.test_crash_steps import Crash, CrashingStore
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from core.controller.api import (
+from tidegate.core.controller.api import (
     ConflictError,
     InvalidArgumentError,
     KeyRange,
@@ -22,9 +21,10 @@ from core.controller.api import (
     qualified_segment_name,
     segment_id,
 )
-from core.controller.controller import StreamController
-from core.segmentstore.api import SegmentNotFoundError
-from core.segmentstore.inmemory import InMemorySegmentStore
+from tidegate.core.controller.controller import StreamController
+from tidegate.core.segmentstore.api import SegmentNotFoundError
+from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
+
 from tests.controller.conftest import QUIET, Clock
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-from core.controller.api import (
+from tidegate.core.controller.api import (
     ConflictError,
     InvalidArgumentError,
     KeyRange,
@@ -17,11 +16,12 @@ from core.controller.api import (
     qualified_segment_name,
     segment_id,
 )
-from core.controller.config import ControllerConfig
-from core.controller.controller import StreamController
-from core.controller.keyspace import is_cover
-from core.segmentstore.api import SegmentNotFoundError
-from core.segmentstore.inmemory import InMemorySegmentStore
+from tidegate.core.controller.config import ControllerConfig
+from tidegate.core.controller.controller import StreamController
+from tidegate.core.controller.keyspace import is_cover
+from tidegate.core.segmentstore.api import SegmentNotFoundError
+from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
+
 from tests.controller.conftest import QUIET, Clock
 
 S0, S1 = segment_id(0, 0), segment_id(0, 1)

@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-import protocol  # noqa: F401  (loads kafka-python's schema modules, warning silenced)
-from core.controller.controller import StreamController
-from core.segmentstore.inmemory import InMemorySegmentStore
-from gateway.app import Gateway
-from gateway.config import GatewayConfig
+import tidegate.protocol  # noqa: F401  (loads kafka-python's schema modules, warning silenced)
+from tidegate.core.controller.controller import StreamController
+from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
+from tidegate.gateway.app import Gateway
+from tidegate.gateway.config import GatewayConfig
 
 
 class RawClient:

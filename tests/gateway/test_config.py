@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from gateway.cli import main
-from gateway.config import load_config
+from tidegate.gateway.cli import main
+from tidegate.gateway.config import load_config
 
 
 def test_toml_keys_and_flag_overrides(tmp_path: Path) -> None:
@@ -55,8 +54,8 @@ async def test_listen_address_in_use_fails_cleanly(tmp_path: Path) -> None:
         node = Node(tmp_path / "data")
         await node.store.start()
         await node.controller.start()
-        from gateway.app import Gateway
-        from gateway.config import GatewayConfig
+        from tidegate.gateway.app import Gateway
+        from tidegate.gateway.config import GatewayConfig
 
         gw = Gateway(GatewayConfig(data_dir=tmp_path / "data", listen=f"127.0.0.1:{port}"),
                      node.store, node.controller)

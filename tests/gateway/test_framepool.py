@@ -1,4 +1,4 @@
-"""``gateway.framepool.FramePool``: a buffer is reused only once nothing refers to it
+"""``gateway.net.framepool.FramePool``: a buffer is reused only once nothing refers to it
 (any view of it, however derived, keeps it out of reuse), and what it keeps is bounded."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import ctypes
 import gc
 import mmap
 
-from gateway.framepool import GRANULE, FramePool
+from tidegate.gateway.net.framepool import GRANULE, FramePool
 
 
 def test_a_released_buffer_is_reused_for_a_frame_of_a_nearby_size() -> None:

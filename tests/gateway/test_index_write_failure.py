@@ -13,15 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tidegate.core.controller.controller import StreamController
+from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
+from tidegate.gateway.log.offset_index import IndexWrite, OffsetIndex
+from tidegate.gateway.log.partition_log import StorageFailure
+from tidegate.gateway.log.partitions import PartitionLogs
+from tidegate.gateway.log.producer_state import ProducerStates
+from tidegate.gateway.log.topics import TopicRegistry
+from tidegate.protocol.record_batch import iter_batches
 
-from core.controller.controller import StreamController
-from core.segmentstore.inmemory import InMemorySegmentStore
-from gateway.offset_index import IndexWrite, OffsetIndex
-from gateway.partition_log import StorageFailure
-from gateway.partitions import PartitionLogs
-from gateway.producer_state import ProducerStates
-from gateway.topics import TopicRegistry
-from protocol.record_batch import iter_batches
 from tests.clients.requests import record_batch
 
 

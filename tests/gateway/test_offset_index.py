@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.offset_index import IndexEntry, OffsetIndex
+from tidegate.gateway.log.offset_index import IndexEntry, OffsetIndex
 
 
 def _entry(base: int, count: int = 10, position: int = 0, ts: int = 0) -> IndexEntry:

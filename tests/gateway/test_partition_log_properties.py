@@ -14,15 +14,15 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tidegate.core.controller.controller import StreamController
+from tidegate.core.segmentstore.api import StoreShutdownError
+from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
+from tidegate.gateway.log.offset_index import OffsetIndex
+from tidegate.gateway.log.partitions import PartitionLogs
+from tidegate.gateway.log.producer_state import ProducerStates
+from tidegate.gateway.log.topics import TopicRegistry, partition_point
+from tidegate.protocol.record_batch import iter_batches
 
-from core.controller.controller import StreamController
-from core.segmentstore.api import StoreShutdownError
-from core.segmentstore.inmemory import InMemorySegmentStore
-from gateway.offset_index import OffsetIndex
-from gateway.partitions import PartitionLogs
-from gateway.producer_state import ProducerStates
-from gateway.topics import TopicRegistry, partition_point
-from protocol.record_batch import iter_batches
 from tests.clients.requests import record_batch
 
 PARTITIONS = 2
@@ -160,7 +160,7 @@ class _Stalling(InMemorySegmentStore):
 
 
 async def test_producer_state_remembers_only_durable_batches(tmp_path: Path) -> None:
-    from gateway.producer_state import Duplicate
+    from tidegate.gateway.log.producer_state import Duplicate
 
     store = _Stalling(stall_call=2)
     controller = StreamController(store)

@@ -6,9 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.protocol.producer import ProduceRequest
-
-from protocol.errors import KafkaProtocolError
-from protocol.produce import decode_produce_request
+from tidegate.protocol.errors import KafkaProtocolError
+from tidegate.protocol.produce import decode_produce_request
 
 _T = ProduceRequest.TopicProduceData
 _P = _T.PartitionProduceData
@@ -90,8 +89,7 @@ def test_response_encodes_as_kafka_python_does(
     version: int, throttle: int, data: list[tuple[str, list[tuple[int, int, int, int, str | None]]]]
 ) -> None:
     from kafka.protocol.producer import ProduceResponse
-
-    from protocol.produce import PartitionProduceResult, encode_produce_response
+    from tidegate.protocol.produce import PartitionProduceResult, encode_produce_response
 
     t, p = ProduceResponse.TopicProduceResponse, ProduceResponse.TopicProduceResponse.PartitionProduceResponse
     theirs = ProduceResponse(

@@ -25,12 +25,12 @@ from kafka.protocol.producer import (
     ProduceResponse,
 )
 from kafka.record.default_records import DefaultRecordBatch
+from tidegate.core.controller.api import KeyRange
+from tidegate.core.controller.controller import StreamController
+from tidegate.core.segmentstore.api import StoreShutdownError
+from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
+from tidegate.protocol.errors import ErrorCode
 
-from core.controller.api import KeyRange
-from core.controller.controller import StreamController
-from core.segmentstore.api import StoreShutdownError
-from core.segmentstore.inmemory import InMemorySegmentStore
-from protocol.errors import ErrorCode
 from tests.clients.requests import fetch, record_batch
 from tests.gateway.conftest import Node, RawClient
 

@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from gateway.topics import initial_key_ranges, partition_point, topic_name_error
-from protocol.errors import KafkaProtocolError
-from protocol.framing import (
+from tidegate.gateway.log.topics import initial_key_ranges, partition_point, topic_name_error
+from tidegate.protocol.errors import KafkaProtocolError
+from tidegate.protocol.framing import (
     encode_response_header,
     frame_size,
     parse_request_header,
     peek_request_header,
 )
-from protocol.record_batch import InvalidBatchError, iter_batches, set_base_offset
+from tidegate.protocol.record_batch import InvalidBatchError, iter_batches, set_base_offset
+
 from tests.clients.requests import frame, record_batch
 
 
@@ -101,8 +101,8 @@ def test_topic_names() -> None:
 
 
 def test_segment_marker_covers_only_a_gap_free_prefix(tmp_path: Path) -> None:
-    from gateway.offset_index import OffsetIndex
-    from gateway.partitions import PartitionLogs
+    from tidegate.gateway.log.offset_index import OffsetIndex
+    from tidegate.gateway.log.partitions import PartitionLogs
 
     index = OffsetIndex(tmp_path / "index")
     logs = PartitionLogs(None, None, index, None)  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""``gateway.request_budget.RequestBudget`` (``queued.max.request.bytes``) on its own,
+"""``gateway.net.request_budget.RequestBudget`` (``queued.max.request.bytes``) on its own,
 and in the server: with a budget of one byte the node serves one request at a time,
 whatever the connections pipeline, and answers all of them."""
 
@@ -8,8 +8,8 @@ import asyncio
 from pathlib import Path
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from tidegate.gateway.net.request_budget import RequestBudget
 
-from gateway.request_budget import RequestBudget
 from tests.clients.requests import record_batch
 from tests.gateway.conftest import Node
 from tests.gateway.test_produce_fetch import create

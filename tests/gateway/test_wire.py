@@ -1,4 +1,4 @@
-"""``gateway.wire.KafkaWire`` over a real loopback socket: frames cut anywhere by the
+"""``gateway.net.wire.KafkaWire`` over a real loopback socket: frames cut anywhere by the
 network come out whole and in order, large ones included; an oversized prefix stops
 reading after the frames before it; back-pressure pauses and resumes reading."""
 
@@ -10,9 +10,8 @@ import struct
 from typing import Any
 
 import pytest
-
-from gateway.framepool import FramePool
-from gateway.wire import FrameTooLargeError, KafkaWire
+from tidegate.gateway.net.framepool import FramePool
+from tidegate.gateway.net.wire import FrameTooLargeError, KafkaWire
 
 
 async def _pair(
@@ -100,7 +99,7 @@ async def test_reading_pauses_while_frames_wait_and_resumes() -> None:
 
 
 def test_request_header_parsed_from_a_prefix_or_the_whole_frame() -> None:
-    from protocol.framing import parse_request_header
+    from tidegate.protocol.framing import parse_request_header
 
     def header(client_id: bytes) -> bytes:
         # v1 header: api key 0 (Produce), version 9, correlation id 42, client id.

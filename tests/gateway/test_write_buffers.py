@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tidegate.gateway.net import server
+from tidegate.gateway.net.server import _write_buffers
 
-from gateway import server
-from gateway.server import _write_buffers
 from tests.clients.requests import record_batch
 from tests.gateway.conftest import Node
 from tests.gateway.test_produce_fetch import create, fetch_records, produce

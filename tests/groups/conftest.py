@@ -16,8 +16,8 @@ with warnings.catch_warnings():
     import kafka  # noqa: F401
     import kafka.protocol.consumer.metadata  # noqa: F401
 
-from core.segmentstore.inmemory import InMemorySegmentStore
-from gateway.groups import GroupConfig, GroupCoordinator, JoinRequest, JoinResult
+from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
+from tidegate.gateway.groups import GroupConfig, GroupCoordinator, JoinRequest, JoinResult
 
 
 class FakeClock:

@@ -40,9 +40,9 @@ from kafka.protocol.metadata import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
 )
+from tidegate.gateway.groups.errors import NON_EMPTY_GROUP
+from tidegate.protocol.errors import ErrorCode as E
 
-from gateway.groups.errors import NON_EMPTY_GROUP
-from protocol.errors import ErrorCode as E
 from tests.gateway.conftest import Node, RawClient
 
 GROUP_KEYS = {8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47}

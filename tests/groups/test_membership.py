@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from core.segmentstore.inmemory import InMemorySegmentStore
-from gateway.groups import GroupCoordinator, GroupState
-from protocol.errors import ErrorCode as E
+from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
+from tidegate.gateway.groups import GroupCoordinator, GroupState
+from tidegate.protocol.errors import ErrorCode as E
+
 from tests.groups.conftest import (
     FakeClock,
     join_all,

@@ -5,15 +5,15 @@ from __future__ import annotations
 import asyncio
 
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
-
-from core.segmentstore.inmemory import InMemorySegmentStore
-from gateway.groups import GroupCoordinator, GroupState, OffsetCommit
-from gateway.groups.errors import (
+from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
+from tidegate.gateway.groups import GroupCoordinator, GroupState, OffsetCommit
+from tidegate.gateway.groups.errors import (
     GROUP_SUBSCRIBED_TO_TOPIC,
     NON_EMPTY_GROUP,
     OFFSET_METADATA_TOO_LARGE,
 )
-from protocol.errors import ErrorCode as E
+from tidegate.protocol.errors import ErrorCode as E
+
 from tests.groups.conftest import FakeClock, join_all, join_req, make_coordinator
 
 
@@ -217,8 +217,7 @@ async def test_offset_retention(store: InMemorySegmentStore, clock: FakeClock) -
 
 def test_config_from_toml_table() -> None:
     import pytest
-
-    from gateway.groups import GroupConfig
+    from tidegate.gateway.groups import GroupConfig
 
     assert GroupConfig.from_table({"initial_rebalance_delay_ms": 0}).initial_rebalance_delay_ms == 0
     with pytest.raises(ValueError, match="initial_rebalance_delay"):

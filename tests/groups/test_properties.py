@@ -12,10 +12,10 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
+from tidegate.gateway.groups import GroupCoordinator, GroupState, OffsetCommit
+from tidegate.protocol.errors import ErrorCode as E
 
-from core.segmentstore.inmemory import InMemorySegmentStore
-from gateway.groups import GroupCoordinator, GroupState, OffsetCommit
-from protocol.errors import ErrorCode as E
 from tests.groups.conftest import FakeClock, join_req, make_coordinator
 
 ACTIONS = ["join", "join", "sync", "heartbeat", "leave", "commit", "tick", "restart"]

@@ -9,11 +9,11 @@ from typing import Any
 
 import grpc
 import pytest
+from tidegate.core.controller.controller import StreamController
+from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
+from tidegate.gateway.admin.grpc_service import start_grpc_server
+from tidegate.protocol.controller_grpc import pb2_grpc
 
-from core.controller.controller import StreamController
-from core.segmentstore.inmemory import InMemorySegmentStore
-from gateway.grpc_service import start_grpc_server
-from protocol.controller_grpc import pb2_grpc
 from tests.conftest import free_port
 from tests.rest.quiet import QUIET
 

@@ -7,8 +7,8 @@ import random
 from typing import Any
 
 import grpc
+from tidegate.protocol.controller_grpc import pb2
 
-from protocol.controller_grpc import pb2
 from tests.grpc.conftest import Grpc
 
 REQUESTS = 300

@@ -6,10 +6,10 @@ from typing import Any
 
 import grpc
 import pytest
+from tidegate.core.controller.api import Controller, qualified_segment_name
+from tidegate.gateway.admin.grpc_service import ERROR_METADATA_KEY, start_grpc_server
+from tidegate.protocol.controller_grpc import pb2, pb2_grpc
 
-from core.controller.api import Controller, qualified_segment_name
-from gateway.grpc_service import ERROR_METADATA_KEY, start_grpc_server
-from protocol.controller_grpc import pb2, pb2_grpc
 from tests.grpc.conftest import Grpc
 
 

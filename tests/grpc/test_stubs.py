@@ -9,14 +9,16 @@ import sys
 import zipfile
 from pathlib import Path
 
-from protocol import codegen
+from tidegate.protocol import codegen
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTOCOL_SOURCES = ("__init__.py", "codegen.py", "controller_grpc.py", "controller.proto")
 
 
 def _copy_protocol(dest: Path) -> Path:
-    pkg = dest / "protocol"
+    (dest / "tidegate").mkdir()
+    (dest / "tidegate" / "__init__.py").write_text("")
+    pkg = dest / "tidegate" / "protocol"
     pkg.mkdir(parents=True)
     for name in PROTOCOL_SOURCES:
         shutil.copy(ROOT / "protocol" / name, pkg / name)
@@ -28,7 +30,8 @@ def _import_in(root: Path) -> subprocess.CompletedProcess[str]:
     code = (
         "import sys; sys.meta_path[:] = [f for f in sys.meta_path"
         " if 'editable' not in getattr(f, '__module__', '')];"
-        "import protocol.controller_grpc as m, protocol; print(protocol.__file__, m.pb2.Segment)"
+        "import tidegate.protocol.controller_grpc as m, tidegate.protocol as p;"
+        "print(p.__file__, m.pb2.Segment)"
     )
     env = {**os.environ, "PYTHONPATH": str(root)}
     return subprocess.run(
@@ -44,18 +47,18 @@ def test_stubs_are_not_committed() -> None:
 
 
 def test_generated_stubs_import_by_absolute_name(tmp_path: Path) -> None:
-    gen = codegen.generate(tmp_path)
+    gen = codegen.generate(tmp_path / "grpc_gen")
     assert sorted(p.name for p in gen.iterdir() if p.is_file()) == sorted(codegen.GENERATED)
-    assert "from protocol.grpc_gen import controller_pb2" in (gen / "controller_pb2_grpc.py").read_text()
+    assert "from tidegate.protocol.grpc_gen import controller_pb2" in (gen / "controller_pb2_grpc.py").read_text()
     assert codegen.proto_sha256() in (gen / "__init__.py").read_text()
 
 
 def test_missing_or_stale_stubs_fail_loudly(tmp_path: Path) -> None:
     pkg = _copy_protocol(tmp_path)
     missing = _import_in(tmp_path)
-    assert missing.returncode != 0 and "protocol.grpc_gen is missing" in missing.stderr
+    assert missing.returncode != 0 and "tidegate.protocol.grpc_gen is missing" in missing.stderr
 
-    codegen.generate(tmp_path, pkg)
+    codegen.generate(pkg / "grpc_gen", pkg)
     fresh = _import_in(tmp_path)
     assert fresh.returncode == 0, fresh.stderr
     assert fresh.stdout.startswith(str(pkg))  # the copy, not the editable checkout
@@ -68,7 +71,7 @@ def test_missing_or_stale_stubs_fail_loudly(tmp_path: Path) -> None:
 
 def test_wheel_build_generates_the_stubs(tmp_path: Path) -> None:
     files = subprocess.run(
-        ["git", "ls-files", "pyproject.toml", "setup.py", "README.md", "protocol", "gateway", "core", "tier2"],
+        ["git", "ls-files", "pyproject.toml", "setup.py", "README.md", "tidegate", "protocol", "gateway", "core", "tier2"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -91,5 +94,6 @@ def test_wheel_build_generates_the_stubs(tmp_path: Path) -> None:
     (wheel,) = out.glob("tidegate-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for name in (*codegen.GENERATED, "../controller.proto"):
-        assert os.path.normpath(f"protocol/grpc_gen/{name}") in names
+        assert os.path.normpath(f"tidegate/protocol/grpc_gen/{name}") in names
+    assert not any(name.split("/")[0] in ("gateway", "core", "protocol", "tier2") for name in names)
     assert not (src / "protocol" / "grpc_gen").exists()  # a wheel build leaves the tree alone

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import tidegate.protocol  # noqa: F401  (loads kafka-python's schemas with their warning silenced)
 
-import protocol  # noqa: F401  (loads kafka-python's schemas with their warning silenced)
 from tests.clients.server import Tidegate
 
 REPO = Path(__file__).resolve().parents[2]

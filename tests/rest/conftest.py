@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+from tidegate.core.controller.controller import StreamController
+from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
+from tidegate.gateway.admin.rest import RestLimits, create_app, serve_rest, stop_rest
 
-from core.controller.controller import StreamController
-from core.segmentstore.inmemory import InMemorySegmentStore
-from gateway.rest import RestLimits, create_app, serve_rest, stop_rest
 from tests.conftest import free_port
 from tests.rest.quiet import QUIET
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.controller.config import ControllerConfig
+from tidegate.core.controller.config import ControllerConfig
 
 #: Background policies off: the tests drive every workflow themselves.
 QUIET = ControllerConfig(

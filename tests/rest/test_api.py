@@ -7,9 +7,9 @@ from typing import Any
 
 import httpx
 import pytest
+from tidegate.core.controller.api import RetentionPolicy, RetentionType, qualified_segment_name
+from tidegate.gateway.admin.rest import bound_port, create_app, serve_rest, stop_rest
 
-from core.controller.api import RetentionPolicy, RetentionType, qualified_segment_name
-from gateway.rest import bound_port, create_app, serve_rest, stop_rest
 from tests.rest.conftest import Rest
 
 STREAMS = "/v1/scopes/sc/streams"

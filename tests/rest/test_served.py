@@ -150,8 +150,7 @@ def test_scenario_over_rest_and_grpc(served: Served) -> None:
         assert c.get(f"{streams}/s").status_code == 404
 
     import grpc
-
-    from protocol.controller_grpc import pb2, pb2_grpc
+    from tidegate.protocol.controller_grpc import pb2, pb2_grpc
 
     with grpc.insecure_channel(f"127.0.0.1:{served.grpc_port}") as channel:
         stub = pb2_grpc.ControllerServiceStub(channel)

@@ -4,8 +4,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from tidegate.core.segmentstore.service import StreamSegmentStore
 
-from core.segmentstore.service import StreamSegmentStore
 from tests.segmentstore.helpers import Backings
 
 

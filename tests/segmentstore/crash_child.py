@@ -25,10 +25,9 @@ import sys
 from pathlib import Path
 
 import crc32c
-
-from core.segmentstore.api import BadOffsetError, TableUpdate
-from core.segmentstore.config import SegmentStoreConfig
-from core.segmentstore.service import StreamSegmentStore
+from tidegate.core.segmentstore.api import BadOffsetError, TableUpdate
+from tidegate.core.segmentstore.config import SegmentStoreConfig
+from tidegate.core.segmentstore.service import StreamSegmentStore
 
 MAGIC = 0x7E1DE5A1
 HEAD = struct.Struct("<IIQ")

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from core.segmentstore.config import SegmentStoreConfig
-from core.segmentstore.logs.api import DurableDataLog
-from core.segmentstore.logs.inmemory import InMemoryDurableDataLog, InMemoryLogBacking
-from core.segmentstore.service import StreamSegmentStore
-from tier2.api import Storage
-from tier2.inmemory import InMemoryStorage
+from tidegate.core.segmentstore.config import SegmentStoreConfig
+from tidegate.core.segmentstore.service import StreamSegmentStore
+from tidegate.core.segmentstore.tier1.api import DurableDataLog
+from tidegate.core.segmentstore.tier1.inmemory import InMemoryDurableDataLog, InMemoryLogBacking
+from tidegate.tier2.api import Storage
+from tidegate.tier2.inmemory import InMemoryStorage
 
 SMALL = SegmentStoreConfig(
     container_count=2,

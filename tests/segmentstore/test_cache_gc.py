@@ -11,8 +11,8 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
-from core.segmentstore.config import SegmentStoreConfig
-from core.segmentstore.service import StreamSegmentStore
+from tidegate.core.segmentstore.config import SegmentStoreConfig
+from tidegate.core.segmentstore.service import StreamSegmentStore
 
 
 async def test_small_appends_are_cached_as_untracked_bytes(tmp_path: Path) -> None:

@@ -8,14 +8,11 @@ import math
 from pathlib import Path
 
 import pytest
-
-from core.segmentstore.api import NOT_EXISTS, StoreShutdownError
-from core.segmentstore.durablelog.frames import FRAME_HEAD, read_operations
-from core.segmentstore.durablelog.log import DurableLog
-from core.segmentstore.logs.faults import FaultyDurableDataLog
-from core.segmentstore.logs.inmemory import InMemoryDurableDataLog, InMemoryLogBacking
-from core.segmentstore.metadata import ContainerMetadata
-from core.segmentstore.operations import (
+from tidegate.core.segmentstore.api import NOT_EXISTS, StoreShutdownError
+from tidegate.core.segmentstore.durablelog.frames import FRAME_HEAD, read_operations
+from tidegate.core.segmentstore.durablelog.log import DurableLog
+from tidegate.core.segmentstore.metadata import ContainerMetadata
+from tidegate.core.segmentstore.operations import (
     AppendOp,
     AttrsOp,
     CheckpointOp,
@@ -30,10 +27,12 @@ from core.segmentstore.operations import (
     parse,
     serialize,
 )
-from core.segmentstore.reading.cache import ENTRY_OVERHEAD_BYTES, Cache
-from core.segmentstore.reading.index import SegmentReadIndex
-from core.segmentstore.tables import PUT, REMOVE, TableIndex, encode
-from core.segmentstore.traffic import Traffic
+from tidegate.core.segmentstore.reading.cache import ENTRY_OVERHEAD_BYTES, Cache
+from tidegate.core.segmentstore.reading.index import SegmentReadIndex
+from tidegate.core.segmentstore.tables import PUT, REMOVE, TableIndex, encode
+from tidegate.core.segmentstore.tier1.faults import FaultyDurableDataLog
+from tidegate.core.segmentstore.tier1.inmemory import InMemoryDurableDataLog, InMemoryLogBacking
+from tidegate.core.segmentstore.traffic import Traffic
 
 
 def _roundtrip(op: Operation) -> Operation:
@@ -181,9 +180,9 @@ def test_table_index_versions_and_compaction_data() -> None:
 
 
 def test_cache_evicts_flushed_first_then_unflushed_to_the_tier1_index(tmp_path: Path) -> None:
-    from core.segmentstore.logs.api import LogAddress
-    from core.segmentstore.metadata import SegmentMeta
-    from core.segmentstore.reading.tier1index import Tier1Index
+    from tidegate.core.segmentstore.metadata import SegmentMeta
+    from tidegate.core.segmentstore.reading.tier1index import Tier1Index
+    from tidegate.core.segmentstore.tier1.api import LogAddress
 
     cache = Cache(3 * (100 + ENTRY_OVERHEAD_BYTES))
     meta = SegmentMeta(1, "s", False, {})
@@ -221,9 +220,9 @@ def test_blocks_read_from_tier2_do_not_push_out_recent_data(tmp_path: Path) -> N
     """A reader catching up through Tier-2 keeps its blocks within their share of a full
     cache: past it, its own older blocks go first, not the recent appends (in Tier-2
     already) that tail readers are served from."""
-    from core.segmentstore.logs.api import LogAddress
-    from core.segmentstore.metadata import SegmentMeta
-    from core.segmentstore.reading.tier1index import Tier1Index
+    from tidegate.core.segmentstore.metadata import SegmentMeta
+    from tidegate.core.segmentstore.reading.tier1index import Tier1Index
+    from tidegate.core.segmentstore.tier1.api import LogAddress
 
     unit = 100 + ENTRY_OVERHEAD_BYTES
     cache = Cache(10 * unit, blocks_share_max=0.2)  # room for 10 entries, 2 of them blocks
@@ -275,7 +274,8 @@ async def test_store_traffic(tmp_path: object) -> None:
 
     now = [0.0]
     b = Backings()
-    from core.segmentstore.service import StreamSegmentStore
+    from tidegate.core.segmentstore.service import StreamSegmentStore
+
     from tests.segmentstore.helpers import SMALL
 
     s = StreamSegmentStore(Path(str(tmp_path)), SMALL, clock=lambda: now[0], tier1_factory=b.log, tier2=b.tier2)
@@ -293,8 +293,8 @@ async def test_store_traffic(tmp_path: object) -> None:
 
 def test_tier1_index_after_close(tmp_path: Path) -> None:
     """A read that outlives its container's stop gets a typed error; writes are dropped."""
-    from core.segmentstore.logs.api import LogAddress
-    from core.segmentstore.reading.tier1index import Tier1Index, Tier1Range
+    from tidegate.core.segmentstore.reading.tier1index import Tier1Index, Tier1Range
+    from tidegate.core.segmentstore.tier1.api import LogAddress
 
     idx = Tier1Index(tmp_path / "t1", epoch=3)
     idx.put(7, Tier1Range(0, 10, 1, 1, LogAddress(1, 16), 0))
@@ -312,9 +312,9 @@ def test_tier1_index_after_close(tmp_path: Path) -> None:
 async def test_durable_log_joins_small_frames_and_passes_large_ones_as_parts() -> None:
     """Frames of small operations reach Tier-1 as one buffer; a frame holding a large
     append as its parts, the append's own buffer among them (not copied)."""
-    from core.segmentstore.callbacks import DoneCallback
-    from core.segmentstore.durablelog.log import LARGE_OP_BYTES
-    from core.segmentstore.logs.api import Entry, LogAddress
+    from tidegate.core.segmentstore.callbacks import DoneCallback
+    from tidegate.core.segmentstore.durablelog.log import LARGE_OP_BYTES
+    from tidegate.core.segmentstore.tier1.api import Entry, LogAddress
 
     class Recording(InMemoryDurableDataLog):
         def __init__(self) -> None:

@@ -15,8 +15,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import crc32c
+from tidegate.core.segmentstore.service import StreamSegmentStore
 
-from core.segmentstore.service import StreamSegmentStore
 from tests.segmentstore.crash_child import CONFIG, HEAD, MAGIC, SEGMENTS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,16 +8,16 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from tidegate.core.segmentstore.api import DataCorruptionError, StoreShutdownError
+from tidegate.core.segmentstore.config import SegmentStoreConfig
+from tidegate.core.segmentstore.service import StreamSegmentStore
+from tidegate.core.segmentstore.tier1.api import DurableDataLog
+from tidegate.core.segmentstore.tier1.faults import FaultyDurableDataLog
+from tidegate.core.segmentstore.tier1.inmemory import InMemoryDurableDataLog, InMemoryLogBacking
+from tidegate.tier2.faults import FaultyStorage
+from tidegate.tier2.inmemory import InMemoryStorage
 
-from core.segmentstore.api import DataCorruptionError, StoreShutdownError
-from core.segmentstore.config import SegmentStoreConfig
-from core.segmentstore.logs.api import DurableDataLog
-from core.segmentstore.logs.faults import FaultyDurableDataLog
-from core.segmentstore.logs.inmemory import InMemoryDurableDataLog, InMemoryLogBacking
-from core.segmentstore.service import StreamSegmentStore
 from tests.segmentstore.helpers import SMALL, Backings
-from tier2.faults import FaultyStorage
-from tier2.inmemory import InMemoryStorage
 
 ONE = SegmentStoreConfig(container_count=1, flush_interval_ms=20, tier2_chunk_bytes_max=16 * 1024)
 

@@ -12,17 +12,16 @@ import time
 from pathlib import Path
 
 import pytest
-
-from core.segmentstore.api import (
+from tidegate.core.segmentstore.api import (
     AttributeUpdate,
     SegmentExistsError,
     SegmentNotFoundError,
     SegmentSealedError,
     SegmentTruncatedError,
 )
-from core.segmentstore.config import SegmentStoreConfig
-from core.segmentstore.container import SegmentContainer
-from core.segmentstore.service import StreamSegmentStore
+from tidegate.core.segmentstore.config import SegmentStoreConfig
+from tidegate.core.segmentstore.container import SegmentContainer
+from tidegate.core.segmentstore.service import StreamSegmentStore
 
 CFG = SegmentStoreConfig(
     container_count=1,

@@ -13,16 +13,16 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from core.segmentstore.api import (
+from tidegate.core.segmentstore.api import (
     NOT_EXISTS,
     AttributeUpdate,
     SegmentStoreError,
     TableRemoval,
     TableUpdate,
 )
-from core.segmentstore.inmemory import InMemorySegmentStore
-from core.segmentstore.service import container_of
+from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
+from tidegate.core.segmentstore.service import container_of
+
 from tests.segmentstore.helpers import SMALL, Backings
 
 # Segment names in one container (merges need that), plus one in the other container.

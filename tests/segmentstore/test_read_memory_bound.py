@@ -10,10 +10,9 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-
-from core.segmentstore.config import SegmentStoreConfig
-from core.segmentstore.reading.cache import ENTRY_OVERHEAD_BYTES, Cache, CacheEntry
-from core.segmentstore.service import StreamSegmentStore
+from tidegate.core.segmentstore.config import SegmentStoreConfig
+from tidegate.core.segmentstore.reading.cache import ENTRY_OVERHEAD_BYTES, Cache, CacheEntry
+from tidegate.core.segmentstore.service import StreamSegmentStore
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -96,7 +95,7 @@ async def test_reading_far_more_than_the_cache_from_tier2(tmp_path: Path, read_b
 def test_a_small_slice_of_a_large_buffer_is_copied() -> None:
     big = bytes(1 * MiB)
     cache = Cache(4 * MiB)
-    from core.segmentstore.reading.index import SegmentReadIndex
+    from tidegate.core.segmentstore.reading.index import SegmentReadIndex
 
     class _Meta:
         id = 1

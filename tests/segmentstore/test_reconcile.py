@@ -8,11 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tidegate.core.segmentstore.api import SegmentNotFoundError
+from tidegate.core.segmentstore.service import container_of
+from tidegate.tier2.api import SegmentNotFoundError as Tier2NotFound
 
-from core.segmentstore.api import SegmentNotFoundError
-from core.segmentstore.service import container_of
 from tests.segmentstore.helpers import SMALL, Backings
-from tier2.api import SegmentNotFoundError as Tier2NotFound
 
 
 async def test_replay_over_tier2_that_is_ahead(tmp_path: Path) -> None:

@@ -10,10 +10,11 @@ import asyncio
 import random
 from pathlib import Path
 
-from core.segmentstore.api import AttributeUpdate
-from core.segmentstore.apply import COALESCE_BYTES_MAX
-from core.segmentstore.config import SegmentStoreConfig
-from core.segmentstore.service import StreamSegmentStore
+from tidegate.core.segmentstore.api import AttributeUpdate
+from tidegate.core.segmentstore.apply import COALESCE_BYTES_MAX
+from tidegate.core.segmentstore.config import SegmentStoreConfig
+from tidegate.core.segmentstore.service import StreamSegmentStore
+
 from tests.segmentstore.helpers import read_all
 
 CFG = SegmentStoreConfig(

@@ -6,8 +6,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-
-from core.segmentstore.api import (
+from tidegate.core.segmentstore.api import (
     NOT_EXISTS,
     AttributeUpdate,
     BadAttributeUpdateError,
@@ -22,7 +21,8 @@ from core.segmentstore.api import (
     TableUpdate,
     TooLargeError,
 )
-from core.segmentstore.service import StreamSegmentStore
+from tidegate.core.segmentstore.service import StreamSegmentStore
+
 from tests.segmentstore.helpers import Backings
 
 
@@ -273,8 +273,8 @@ async def test_ordering_contract_queue_before_first_await(store: StreamSegmentSt
 
 
 async def test_container_not_owned(backings: Backings, tmp_path: Path) -> None:
-    from core.segmentstore.api import ContainerNotOwnedError
-    from core.segmentstore.service import container_of
+    from tidegate.core.segmentstore.api import ContainerNotOwnedError
+    from tidegate.core.segmentstore.service import container_of
 
     s = backings.store(tmp_path, owned_containers=(0,))
     await s.start()
@@ -290,8 +290,8 @@ async def test_container_not_owned(backings: Backings, tmp_path: Path) -> None:
 
 
 async def test_transaction_segments_share_their_parents_container(backings: Backings, tmp_path: Path) -> None:
-    from core.segmentstore.config import SegmentStoreConfig
-    from core.segmentstore.service import container_of
+    from tidegate.core.segmentstore.config import SegmentStoreConfig
+    from tidegate.core.segmentstore.service import container_of
 
     s = backings.store(tmp_path, SegmentStoreConfig(container_count=4))
     await s.start()
@@ -344,9 +344,10 @@ async def test_append_on_done_runs_in_the_turn_tier1_completes(tmp_path: Path) -
     """``append_future``'s ``on_done`` is called from the Tier-1 completion itself: the
     durable log and the container pass it on without an event-loop hop each. A refused
     append calls it too (scheduled), with the error."""
-    from core.segmentstore.logs.filelog import FileDurableDataLog
+    from tidegate.core.segmentstore.tier1.filelog import FileDurableDataLog
+    from tidegate.tier2.inmemory import InMemoryStorage
+
     from tests.segmentstore.helpers import SMALL
-    from tier2.inmemory import InMemoryStorage
 
     inside: list[bool] = []
 

@@ -11,14 +11,13 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import pytest
-
-from core.segmentstore.config import SegmentStoreConfig
-from core.segmentstore.logs.api import LogAddress
-from core.segmentstore.operations import Operation
-from core.segmentstore.service import StreamSegmentStore
-from tier2.api import WriteData
-from tier2.faults import FaultyStorage
-from tier2.inmemory import InMemoryStorage
+from tidegate.core.segmentstore.config import SegmentStoreConfig
+from tidegate.core.segmentstore.operations import Operation
+from tidegate.core.segmentstore.service import StreamSegmentStore
+from tidegate.core.segmentstore.tier1.api import LogAddress
+from tidegate.tier2.api import WriteData
+from tidegate.tier2.faults import FaultyStorage
+from tidegate.tier2.inmemory import InMemoryStorage
 
 CFG = SegmentStoreConfig(
     container_count=1,

@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from core.segmentstore.config import SegmentStoreConfig
-from core.segmentstore.service import StreamSegmentStore
+from tidegate.core.segmentstore.config import SegmentStoreConfig
+from tidegate.core.segmentstore.service import StreamSegmentStore
+from tidegate.tier2.api import WriteData
+from tidegate.tier2.fileio import as_views
+from tidegate.tier2.inmemory import InMemoryStorage
+
 from tests.segmentstore.helpers import read_all
-from tier2.api import WriteData
-from tier2.fileio import as_views
-from tier2.inmemory import InMemoryStorage
 
 CFG = SegmentStoreConfig(
     container_count=1,

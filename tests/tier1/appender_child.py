@@ -13,9 +13,9 @@ import asyncio
 import sys
 from pathlib import Path
 
-from core.segmentstore.logs.api import LogAddress
-from core.segmentstore.logs.fileformat import list_spares
-from core.segmentstore.logs.filelog import FileDurableDataLog
+from tidegate.core.segmentstore.tier1.api import LogAddress
+from tidegate.core.segmentstore.tier1.fileformat import list_spares
+from tidegate.core.segmentstore.tier1.filelog import FileDurableDataLog
 
 
 def payload(i: int) -> bytes:

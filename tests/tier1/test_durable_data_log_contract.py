@@ -12,17 +12,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from core.segmentstore.logs.api import (
+from tidegate.core.segmentstore.tier1.api import (
     DataLogClosedError,
     DataLogError,
     DataLogFencedError,
     DurableDataLog,
     LogAddress,
 )
-from core.segmentstore.logs.faults import FaultyDurableDataLog
-from core.segmentstore.logs.filelog import FileDurableDataLog
-from core.segmentstore.logs.inmemory import InMemoryDurableDataLog, InMemoryLogBacking
+from tidegate.core.segmentstore.tier1.faults import FaultyDurableDataLog
+from tidegate.core.segmentstore.tier1.filelog import FileDurableDataLog
+from tidegate.core.segmentstore.tier1.inmemory import InMemoryDurableDataLog, InMemoryLogBacking
 
 LogMaker = Callable[..., DurableDataLog]
 

@@ -12,14 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from core.segmentstore.logs.api import (
+from tidegate.core.segmentstore.tier1.api import (
     DataLogCorruptError,
     DataLogError,
     DataLogFencedError,
     LogAddress,
 )
-from core.segmentstore.logs.fileformat import (
+from tidegate.core.segmentstore.tier1.fileformat import (
     FILE_HEADER,
     FILE_HEADER_BYTES,
     FILE_MAGIC,
@@ -28,7 +27,8 @@ from core.segmentstore.logs.fileformat import (
     list_spares,
     log_file_name,
 )
-from core.segmentstore.logs.filelog import FileDurableDataLog
+from tidegate.core.segmentstore.tier1.filelog import FileDurableDataLog
+
 from tests.tier1.appender_child import payload
 
 REPO = Path(__file__).resolve().parents[2]
@@ -405,7 +405,7 @@ async def test_synced_bytes_leave_the_page_cache_in_steps(
     """Once ``drop_written_bytes`` have been synced the writer asks the kernel to drop
     them (one call per step, the ranges back to back, the old file's tail at a roll),
     and the entries read back the same."""
-    import core.segmentstore.logs.filelog as filelog
+    import tidegate.core.segmentstore.tier1.filelog as filelog
 
     drops: list[tuple[int, int, int]] = []
     real = os.posix_fadvise

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tier2.api import StorageError
-from tier2.faults import FaultyStorage
-from tier2.inmemory import InMemoryStorage
+from tidegate.tier2.api import StorageError
+from tidegate.tier2.faults import FaultyStorage
+from tidegate.tier2.inmemory import InMemoryStorage
 
 
 def _run(seed: int) -> tuple[list[int], bytes]:

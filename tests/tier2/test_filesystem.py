@@ -10,12 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
+from tidegate.tier2 import filesystem as fs_module
+from tidegate.tier2.api import DataMissingError, SegmentInfo, StorageError
+from tidegate.tier2.filesystem import FileSystemStorage
+from tidegate.tier2.fsmeta import META, META_NEXT, encode_name
 
 from tests.tier2.writer_child import NAME, stream_bytes
-from tier2 import filesystem as fs_module
-from tier2.api import DataMissingError, SegmentInfo, StorageError
-from tier2.filesystem import FileSystemStorage
-from tier2.fsmeta import META, META_NEXT, encode_name
 
 
 def _chunks(root: Path, name: str) -> list[int]:
@@ -162,7 +162,7 @@ def test_metadata_replace_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     def crash(*_a: object) -> None:
         raise OSError(5, "simulated crash before rename")
 
-    monkeypatch.setattr("tier2.fsmeta.os.replace", crash)
+    monkeypatch.setattr("tidegate.tier2.fsmeta.os.replace", crash)
     with pytest.raises(StorageError):
         st.seal("s")  # the temporary file was written, never renamed
     monkeypatch.undo()
@@ -283,7 +283,7 @@ def test_kill_9_mid_write_leaves_a_prefix(tmp_path: Path) -> None:
 def test_write_of_many_buffers_across_chunks_and_iov_max(tmp_path: Path) -> None:
     """A write given as a list of buffers lands back to back, split across chunk files
     wherever the chunk size falls, with more buffers than one ``pwritev`` takes."""
-    from tier2.filesystem import FileSystemStorage
+    from tidegate.tier2.filesystem import FileSystemStorage
 
     s = FileSystemStorage(tmp_path, chunk_bytes_max=10_000)
     s.create("seg")

@@ -7,8 +7,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
-from tier2.api import (
+from tidegate.tier2.api import (
     BadOffsetError,
     SegmentExistsError,
     SegmentInfo,
@@ -17,8 +16,8 @@ from tier2.api import (
     SegmentSealedError,
     Storage,
 )
-from tier2.filesystem import FileSystemStorage
-from tier2.inmemory import InMemoryStorage
+from tidegate.tier2.filesystem import FileSystemStorage
+from tidegate.tier2.inmemory import InMemoryStorage
 
 Factory = Callable[[Path], Storage]
 

@@ -8,10 +8,9 @@ import random
 from pathlib import Path
 
 import pytest
-
-from tier2.api import StorageError
-from tier2.filesystem import FileSystemStorage
-from tier2.inmemory import InMemoryStorage
+from tidegate.tier2.api import StorageError
+from tidegate.tier2.filesystem import FileSystemStorage
+from tidegate.tier2.inmemory import InMemoryStorage
 
 NAMES = ["a", "b/c", "b/c#txn.1", "d.e"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tier2.filesystem import FileSystemStorage
+from tidegate.tier2.filesystem import FileSystemStorage
 
 NAME = "s/0.#epoch.0"
 

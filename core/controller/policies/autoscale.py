@@ -27,7 +27,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from core.controller.api import (
+from tidegate.core.controller.api import (
     ConflictError,
     KeyRange,
     ScalingType,
@@ -36,12 +36,12 @@ from core.controller.api import (
     StreamState,
     qualified_segment_name,
 )
-from core.controller.keyspace import split
-from core.controller.metadata import StreamMeta, seg_key
-from core.segmentstore.api import SegmentTraffic
+from tidegate.core.controller.keyspace import split
+from tidegate.core.controller.metadata import StreamMeta, seg_key
+from tidegate.core.segmentstore.api import SegmentTraffic
 
 if TYPE_CHECKING:
-    from core.controller.controller import StreamController
+    from tidegate.core.controller.controller import StreamController
 
 log = logging.getLogger(__name__)
 

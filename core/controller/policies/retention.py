@@ -20,13 +20,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from core.controller.api import ConflictError, RetentionType, StreamState
-from core.controller.history import History, head_cut
-from core.controller.metadata import StreamMeta, time_key
-from core.controller.records import RetentionCut, cut_from_json
+from tidegate.core.controller.api import ConflictError, RetentionType, StreamState
+from tidegate.core.controller.history import History, head_cut
+from tidegate.core.controller.metadata import StreamMeta, time_key
+from tidegate.core.controller.records import RetentionCut, cut_from_json
 
 if TYPE_CHECKING:
-    from core.controller.controller import StreamController
+    from tidegate.core.controller.controller import StreamController
 
 log = logging.getLogger(__name__)
 

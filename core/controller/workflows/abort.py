@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from core.controller.api import ConflictError
-from core.controller.metadata import StreamMeta
-from core.controller.records import TxnRecord, TxnState
-from core.controller.workflows.base import Context, delete_segment, each, txn_segment_name
+from tidegate.core.controller.api import ConflictError
+from tidegate.core.controller.metadata import StreamMeta
+from tidegate.core.controller.records import TxnRecord, TxnState
+from tidegate.core.controller.workflows.base import Context, delete_segment, each, txn_segment_name
 
 
 async def mark(meta: StreamMeta, txn_id: str) -> TxnRecord:

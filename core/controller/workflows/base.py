@@ -8,13 +8,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from core.controller.api import ConflictError, StreamState, qualified_segment_name
-from core.controller.config import ControllerConfig
-from core.controller.history import History
-from core.controller.metadata import MetadataStore, StreamMeta
-from core.controller.records import Json
-from core.controller.state import check_transition
-from core.segmentstore.api import SegmentExistsError, SegmentNotFoundError, SegmentStore
+from tidegate.core.controller.api import ConflictError, StreamState, qualified_segment_name
+from tidegate.core.controller.config import ControllerConfig
+from tidegate.core.controller.history import History
+from tidegate.core.controller.metadata import MetadataStore, StreamMeta
+from tidegate.core.controller.records import Json
+from tidegate.core.controller.state import check_transition
+from tidegate.core.segmentstore.api import SegmentExistsError, SegmentNotFoundError, SegmentStore
 
 T = TypeVar("T")
 

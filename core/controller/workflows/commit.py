@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from core.controller.api import (
+from tidegate.core.controller.api import (
     ConflictError,
     EpochRecord,
     SegmentRecord,
@@ -27,9 +27,9 @@ from core.controller.api import (
     qualified_segment_name,
     segment_id,
 )
-from core.controller.history import History
-from core.controller.metadata import StreamMeta, epoch_key, seg_key
-from core.controller.records import (
+from tidegate.core.controller.history import History
+from tidegate.core.controller.metadata import StreamMeta, epoch_key, seg_key
+from tidegate.core.controller.records import (
     Json,
     SealedRecord,
     TxnRecord,
@@ -37,7 +37,7 @@ from core.controller.records import (
     epoch_from_json,
     epoch_to_json,
 )
-from core.controller.workflows.base import (
+from tidegate.core.controller.workflows.base import (
     Context,
     begin,
     create_segment,
@@ -45,7 +45,7 @@ from core.controller.workflows.base import (
     finish,
     txn_segment_name,
 )
-from core.segmentstore.api import SegmentNotFoundError, SegmentStore
+from tidegate.core.segmentstore.api import SegmentNotFoundError, SegmentStore
 
 
 async def marked(ctx: Context, meta: StreamMeta) -> list[TxnRecord]:

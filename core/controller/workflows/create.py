@@ -8,7 +8,7 @@ a request."""
 
 from __future__ import annotations
 
-from core.controller.api import (
+from tidegate.core.controller.api import (
     ConflictError,
     EpochRecord,
     KeyRange,
@@ -19,10 +19,10 @@ from core.controller.api import (
     qualified_segment_name,
     segment_id,
 )
-from core.controller.metadata import StreamMeta, epoch_key
-from core.controller.records import Json, config_from_json, config_to_json, epoch_to_json
-from core.controller.workflows.base import Context, create_segment, each, finish
-from core.segmentstore.api import NOT_EXISTS
+from tidegate.core.controller.metadata import StreamMeta, epoch_key
+from tidegate.core.controller.records import Json, config_from_json, config_to_json, epoch_to_json
+from tidegate.core.controller.workflows.base import Context, create_segment, each, finish
+from tidegate.core.segmentstore.api import NOT_EXISTS
 
 
 def request(config: StreamConfig, ranges: list[KeyRange], time_ms: int) -> Json:

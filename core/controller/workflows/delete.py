@@ -5,18 +5,18 @@ entries and its table, then the index entry. ``start()`` resumes any index entry
 
 from __future__ import annotations
 
-from core.controller.api import ConflictError, StreamState, qualified_segment_name
-from core.controller.history import History
-from core.controller.metadata import StreamMeta
-from core.controller.records import TxnRecord, TxnState
-from core.controller.workflows.base import (
+from tidegate.core.controller.api import ConflictError, StreamState, qualified_segment_name
+from tidegate.core.controller.history import History
+from tidegate.core.controller.metadata import StreamMeta
+from tidegate.core.controller.records import TxnRecord, TxnState
+from tidegate.core.controller.workflows.base import (
     Context,
     begin,
     delete_segment,
     each,
     txn_segment_name,
 )
-from core.segmentstore.api import SegmentNotFoundError
+from tidegate.core.segmentstore.api import SegmentNotFoundError
 
 
 async def start(ctx: Context, meta: StreamMeta) -> None:

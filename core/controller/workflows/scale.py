@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core.controller.api import (
+from tidegate.core.controller.api import (
     ConflictError,
     EpochRecord,
     InvalidArgumentError,
@@ -23,11 +23,11 @@ from core.controller.api import (
     qualified_segment_name,
     segment_id,
 )
-from core.controller.history import History
-from core.controller.keyspace import check_cover, check_range, merged
-from core.controller.metadata import StreamMeta, epoch_key, seg_key
-from core.controller.records import Json, SealedRecord, epoch_from_json, epoch_to_json
-from core.controller.workflows.base import (
+from tidegate.core.controller.history import History
+from tidegate.core.controller.keyspace import check_cover, check_range, merged
+from tidegate.core.controller.metadata import StreamMeta, epoch_key, seg_key
+from tidegate.core.controller.records import Json, SealedRecord, epoch_from_json, epoch_to_json
+from tidegate.core.controller.workflows.base import (
     Context,
     begin,
     create_segment,

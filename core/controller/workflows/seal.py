@@ -4,11 +4,11 @@ sizes, ``-> SEALED``. Sealing a sealed stream does nothing."""
 
 from __future__ import annotations
 
-from core.controller.api import StreamState, qualified_segment_name
-from core.controller.metadata import StreamMeta, seg_key
-from core.controller.records import Json, SealedRecord, TxnRecord, TxnState
-from core.controller.workflows import abort
-from core.controller.workflows.base import Context, begin, each, finish
+from tidegate.core.controller.api import StreamState, qualified_segment_name
+from tidegate.core.controller.metadata import StreamMeta, seg_key
+from tidegate.core.controller.records import Json, SealedRecord, TxnRecord, TxnState
+from tidegate.core.controller.workflows import abort
+from tidegate.core.controller.workflows.base import Context, begin, each, finish
 
 #: ``SealedRecord.sealed_epoch`` of the segments sealed with the stream itself.
 STREAM_SEALED = -1

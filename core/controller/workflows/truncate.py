@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from core.controller.api import (
+from tidegate.core.controller.api import (
     ConflictError,
     InvalidArgumentError,
     StreamCut,
     StreamState,
     qualified_segment_name,
 )
-from core.controller.metadata import StreamMeta
-from core.controller.records import Json, TruncationRecord, cut_from_json, cut_to_json
-from core.controller.workflows.base import (
+from tidegate.core.controller.metadata import StreamMeta
+from tidegate.core.controller.records import Json, TruncationRecord, cut_from_json, cut_to_json
+from tidegate.core.controller.workflows.base import (
     Context,
     begin,
     delete_segment,

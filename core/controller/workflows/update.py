@@ -3,10 +3,10 @@ for added and removed tags, store the config, ``-> ACTIVE``."""
 
 from __future__ import annotations
 
-from core.controller.api import StreamConfig, StreamState
-from core.controller.metadata import StreamMeta
-from core.controller.records import Json, config_to_json
-from core.controller.workflows.base import Context, begin, finish
+from tidegate.core.controller.api import StreamConfig, StreamState
+from tidegate.core.controller.metadata import StreamMeta
+from tidegate.core.controller.records import Json, config_to_json
+from tidegate.core.controller.workflows.base import Context, begin, finish
 
 
 async def start(ctx: Context, meta: StreamMeta, config: StreamConfig) -> None:

@@ -21,8 +21,7 @@ import struct
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 
-from core.segmentstore.logs.api import DurableDataLog, EntryData, LogAddress
-from core.segmentstore.operations import (
+from tidegate.core.segmentstore.operations import (
     APPEND_PLAIN,
     Operation,
     PlainAppend,
@@ -30,6 +29,7 @@ from core.segmentstore.operations import (
     parse_at,
     record_length,
 )
+from tidegate.core.segmentstore.tier1.api import DurableDataLog, EntryData, LogAddress
 
 _U32 = struct.Struct("<I")  # a record's length prefix (operations.py)
 FRAME_HEAD = struct.Struct("<BBI")

@@ -22,16 +22,16 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 
-from core.segmentstore.api import StoreShutdownError
-from core.segmentstore.callbacks import call_now
-from core.segmentstore.durablelog.frames import (
+from tidegate.core.segmentstore.api import StoreShutdownError
+from tidegate.core.segmentstore.callbacks import call_now
+from tidegate.core.segmentstore.durablelog.frames import (
     FRAME_HEAD,
     FRAME_VERSION,
     NO_OP_START,
     SESSION_START,
 )
-from core.segmentstore.logs.api import DurableDataLog, LogAddress
-from core.segmentstore.operations import Operation, serialize
+from tidegate.core.segmentstore.operations import Operation, serialize
+from tidegate.core.segmentstore.tier1.api import DurableDataLog, LogAddress
 
 #: An operation at least this large makes its frame go to Tier-1 as a list of parts (its
 #: payload is not copied again); a frame of smaller ones only is joined into one buffer

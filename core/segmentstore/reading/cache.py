@@ -28,10 +28,10 @@ import asyncio
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from core.segmentstore.logs.api import LogAddress
+from tidegate.core.segmentstore.tier1.api import LogAddress
 
 if TYPE_CHECKING:
-    from core.segmentstore.reading.index import SegmentReadIndex
+    from tidegate.core.segmentstore.reading.index import SegmentReadIndex
 
 #: Rough memory of an entry's Python objects besides its payload.
 ENTRY_OVERHEAD_BYTES = 200

@@ -19,15 +19,15 @@ from collections import deque
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 
-from core.segmentstore.api import DataCorruptionError
-from core.segmentstore.logs.api import DataLogCorruptError, LogAddress
-from core.segmentstore.metadata import SegmentMeta
-from core.segmentstore.operations import Operation, OpKind
-from core.segmentstore.reading.cache import Cache, CacheEntry
-from core.segmentstore.reading.tier1index import Tier1Index, Tier1Range
-from tier2.api import BadOffsetError as Tier2BadOffset
-from tier2.api import DataMissingError, Storage, StorageError
-from tier2.api import SegmentNotFoundError as Tier2NotFound
+from tidegate.core.segmentstore.api import DataCorruptionError
+from tidegate.core.segmentstore.metadata import SegmentMeta
+from tidegate.core.segmentstore.operations import Operation, OpKind
+from tidegate.core.segmentstore.reading.cache import Cache, CacheEntry
+from tidegate.core.segmentstore.reading.tier1index import Tier1Index, Tier1Range
+from tidegate.core.segmentstore.tier1.api import DataLogCorruptError, LogAddress
+from tidegate.tier2.api import BadOffsetError as Tier2BadOffset
+from tidegate.tier2.api import DataMissingError, Storage, StorageError
+from tidegate.tier2.api import SegmentNotFoundError as Tier2NotFound
 
 
 class SegmentReadIndex:

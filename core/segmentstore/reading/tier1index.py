@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocksdict import Options, Rdict, WriteOptions
-
-from core.segmentstore.api import StoreShutdownError
-from core.segmentstore.logs.api import LogAddress
+from tidegate.core.segmentstore.api import StoreShutdownError
+from tidegate.core.segmentstore.tier1.api import LogAddress
 
 _KEY = struct.Struct(">QQ")
 _VALUE = struct.Struct(">QQQQQI")

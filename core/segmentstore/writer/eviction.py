@@ -10,13 +10,13 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from core.segmentstore.config import SegmentStoreConfig
-from core.segmentstore.metadata import SegmentMeta, encode_segment
-from core.segmentstore.operations import Operation
-from tier2.api import SegmentInfo
+from tidegate.core.segmentstore.config import SegmentStoreConfig
+from tidegate.core.segmentstore.metadata import SegmentMeta, encode_segment
+from tidegate.core.segmentstore.operations import Operation
+from tidegate.tier2.api import SegmentInfo
 
 if TYPE_CHECKING:
-    from core.segmentstore.container import SegmentContainer
+    from tidegate.core.segmentstore.container import SegmentContainer
 
 
 class SegmentEviction:

@@ -33,10 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from core.segmentstore.config import SegmentStoreConfig
-from core.segmentstore.logs.api import LogAddress
-from core.segmentstore.metadata import SegmentMeta
-from core.segmentstore.operations import (
+from tidegate.core.segmentstore.config import SegmentStoreConfig
+from tidegate.core.segmentstore.metadata import SegmentMeta
+from tidegate.core.segmentstore.operations import (
     AppendOp,
     MergeOp,
     Operation,
@@ -45,8 +44,9 @@ from core.segmentstore.operations import (
     TableWriteOp,
     TruncateOp,
 )
-from core.segmentstore.writer.eviction import SegmentEviction
-from tier2.api import (
+from tidegate.core.segmentstore.tier1.api import LogAddress
+from tidegate.core.segmentstore.writer.eviction import SegmentEviction
+from tidegate.tier2.api import (
     BadOffsetError,
     DataMissingError,
     SegmentExistsError,
@@ -58,7 +58,7 @@ from tier2.api import (
 )
 
 if TYPE_CHECKING:
-    from core.segmentstore.container import SegmentContainer
+    from tidegate.core.segmentstore.container import SegmentContainer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

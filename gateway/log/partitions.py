@@ -16,13 +16,13 @@ from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.segmentstore.api import SegmentNotFoundError, SegmentStore, SegmentTruncatedError
-from gateway.envelope import ENVELOPE_BYTES, InvalidEnvelopeError, decode_envelope
-from gateway.offset_index import IndexEntry, OffsetIndex
-from gateway.partition_log import PartitionLog
-from gateway.producer_state import ProducerStates
-from gateway.topics import TopicRegistry
-from protocol.record_batch import InvalidBatchError, iter_batches
+from tidegate.core.segmentstore.api import SegmentNotFoundError, SegmentStore, SegmentTruncatedError
+from tidegate.gateway.log.envelope import ENVELOPE_BYTES, InvalidEnvelopeError, decode_envelope
+from tidegate.gateway.log.offset_index import IndexEntry, OffsetIndex
+from tidegate.gateway.log.partition_log import PartitionLog
+from tidegate.gateway.log.producer_state import ProducerStates
+from tidegate.gateway.log.topics import TopicRegistry
+from tidegate.protocol.record_batch import InvalidBatchError, iter_batches
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from core.segmentstore.api import (
+from tidegate.core.segmentstore.api import (
     NOT_EXISTS,
     SegmentExistsError,
     SegmentStore,

@@ -18,7 +18,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
-from core.controller.api import (
+from tidegate.core.controller.api import (
     Controller,
     KeyRange,
     ScopeExistsError,
@@ -26,8 +26,13 @@ from core.controller.api import (
     StreamExistsError,
     qualified_segment_name,
 )
-from core.segmentstore.api import SegmentExistsError, SegmentStore, TableRemoval, TableUpdate
-from gateway.topic_config import stream_config
+from tidegate.core.segmentstore.api import (
+    SegmentExistsError,
+    SegmentStore,
+    TableRemoval,
+    TableUpdate,
+)
+from tidegate.gateway.log.topic_config import stream_config
 
 TOPICS_TABLE = "_system/gateway/topics"
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from core.segmentstore.callbacks import DoneCallback, when_done
-from core.segmentstore.logs.api import (
+from tidegate.core.segmentstore.callbacks import DoneCallback, when_done
+from tidegate.core.segmentstore.tier1.api import (
     DataLogClosedError,
     DataLogError,
     DurableDataLog,

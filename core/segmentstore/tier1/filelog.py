@@ -36,8 +36,8 @@ from collections import deque
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from core.segmentstore.callbacks import DoneCallback, call_now, when_done
-from core.segmentstore.logs.api import (
+from tidegate.core.segmentstore.callbacks import DoneCallback, call_now, when_done
+from tidegate.core.segmentstore.tier1.api import (
     DataLogClosedError,
     DataLogCorruptError,
     DataLogError,
@@ -46,7 +46,7 @@ from core.segmentstore.logs.api import (
     EntryData,
     LogAddress,
 )
-from core.segmentstore.logs.fileformat import (
+from tidegate.core.segmentstore.tier1.fileformat import (
     ENTRY_HEADER_BYTES,
     FILE_HEADER_BYTES,
     claim_spare,
@@ -67,8 +67,8 @@ from core.segmentstore.logs.fileformat import (
     write_epoch,
     write_meta,
 )
-from core.segmentstore.logs.timing import LatencyCounts
-from tier2.fileio import as_views, pwritev_all
+from tidegate.core.segmentstore.tier1.timing import LatencyCounts
+from tidegate.tier2.fileio import as_views, pwritev_all
 
 _READ_BATCH_BYTES = 4 * 1024 * 1024
 ENTRY_BYTES_MAX = 0xFFFFFFFF  # the u32 length field; refused without closing the log

@@ -15,12 +15,11 @@ from fastapi import APIRouter, Depends, FastAPI, Path, Query, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-from core.controller.api import Controller, KeyRange, StreamNotFoundError
-from gateway.metrics import CONTENT_TYPE, Metrics
-from gateway.rest import errors
-from gateway.rest.errors import BadRequest, NotReady
-from gateway.rest.models import (
+from tidegate.core.controller.api import Controller, KeyRange, StreamNotFoundError
+from tidegate.gateway.admin.metrics import CONTENT_TYPE, Metrics
+from tidegate.gateway.admin.rest import errors
+from tidegate.gateway.admin.rest.errors import BadRequest, NotReady
+from tidegate.gateway.admin.rest.models import (
     INT64_MAX,
     NAME_PATTERN,
     CreateStreamRequest,
@@ -41,7 +40,7 @@ from gateway.rest.models import (
     TruncateRequest,
     UpdateStreamRequest,
 )
-from gateway.rest.models import (
+from tidegate.gateway.admin.rest.models import (
     Message as MessageBody,
 )
 
@@ -96,7 +95,7 @@ def create_app(
 
         @app.get("/metrics", response_class=PlainTextResponse, tags=["health"])
         async def metrics_text() -> Response:
-            """The node's Prometheus metrics (``gateway/metrics.py`` names them)."""
+            """The node's Prometheus metrics (``gateway/admin/metrics.py`` names them)."""
             return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     async def _require_ready() -> None:

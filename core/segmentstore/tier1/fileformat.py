@@ -55,8 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import crc32c
-
-from core.segmentstore.logs.api import DataLogCorruptError, LogAddress
+from tidegate.core.segmentstore.tier1.api import DataLogCorruptError, LogAddress
 
 FILE_MAGIC = b"TGDL"
 FILE_VERSION = 2

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from core.controller.api import (
+from tidegate.core.controller.api import (
     EpochRecord,
     InvalidArgumentError,
     KeyRange,
@@ -23,8 +23,8 @@ from core.controller.api import (
     StreamInfo,
     TransactionInfo,
 )
-from gateway.rest.models import NAME_PATTERN
-from protocol.controller_grpc import pb2
+from tidegate.gateway.admin.rest.models import NAME_PATTERN
+from tidegate.protocol.controller_grpc import pb2
 
 _NAME = re.compile(NAME_PATTERN)
 _NAME_LENGTH_MAX = 255

@@ -18,8 +18,8 @@ from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from core.segmentstore.callbacks import DoneCallback, when_done
-from core.segmentstore.logs.api import (
+from tidegate.core.segmentstore.callbacks import DoneCallback, when_done
+from tidegate.core.segmentstore.tier1.api import (
     DataLogClosedError,
     DataLogError,
     DataLogFencedError,

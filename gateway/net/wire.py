@@ -13,7 +13,7 @@ loop under 1 KB-record produce load).
   exactly its size): the part already staged is copied in, the rest is received into it.
 - Frames of ``POOLED_BYTES_MIN`` or more are writable views into buffers from a
   ``FramePool`` shared by the server's connections, reused once released (see
-  ``gateway.framepool``); smaller ones are ``bytearray``s.
+  ``gateway.net.framepool``); smaller ones are ``bytearray``s.
 - A size prefix over ``frame_bytes_max()`` (read per frame, so configuration changes
   apply at once; or negative) ends reading: ``read_frame``
   raises ``FrameTooLargeError`` (a negative one ``KafkaProtocolError``) after the frames
@@ -30,9 +30,9 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 
-from gateway.framepool import FramePool
-from protocol.errors import KafkaProtocolError
-from protocol.framing import SIZE_PREFIX_BYTES, frame_size
+from tidegate.gateway.net.framepool import FramePool
+from tidegate.protocol.errors import KafkaProtocolError
+from tidegate.protocol.framing import SIZE_PREFIX_BYTES, frame_size
 
 #: Frames of this size or more are taken from the pool (below it, ``bytearray`` slices:
 #: Python's own allocator serves them without page faults).

@@ -26,8 +26,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
-
-from core.segmentstore.logs.timing import LATENCY_BOUNDS_S, LatencyCounts
+from tidegate.core.segmentstore.tier1.timing import LATENCY_BOUNDS_S, LatencyCounts
 
 #: The media type of the text format ``generate_latest`` writes.
 CONTENT_TYPE = CONTENT_TYPE_LATEST

@@ -35,20 +35,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from core.controller.api import SegmentRecord
-from core.segmentstore.api import (
+from tidegate.core.controller.api import SegmentRecord
+from tidegate.core.segmentstore.api import (
     BadAttributeUpdateError,
     BadOffsetError,
     SegmentNotFoundError,
     SegmentSealedError,
     TooLargeError,
 )
-from gateway.envelope import ENVELOPE_BYTES, Envelope, encode_envelope_into
-from gateway.offset_index import IndexEntry
-from protocol.record_batch import BatchHeader, set_base_offset
+from tidegate.gateway.log.envelope import ENVELOPE_BYTES, Envelope, encode_envelope_into
+from tidegate.gateway.log.offset_index import IndexEntry
+from tidegate.protocol.record_batch import BatchHeader, set_base_offset
 
 if TYPE_CHECKING:
-    from gateway.partitions import PartitionLogs
+    from tidegate.gateway.log.partitions import PartitionLogs
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The Kafka listener: asyncio connections, framing, dispatch, ordered answers.
 
 Per connection:
-- frames are received by ``gateway.wire.KafkaWire`` (straight into their buffers); a size
+- frames are received by ``gateway.net.wire.KafkaWire`` (straight into their buffers); a size
   over ``socket.request.max.bytes`` closes the connection before the body is read;
 - an unparseable header, an unknown API key, an undecodable body, or an unsupported
   version (except ApiVersions, answered in v0 with UNSUPPORTED_VERSION) stops reading:
@@ -14,7 +14,7 @@ Per connection:
   written by the request's own task as it finishes, not one event-loop hop later by the
   writer;
 - each request's time from its frame read to its answer handed to the socket goes to
-  the node's metrics (``gateway.metrics``).
+  the node's metrics (``gateway.admin.metrics``).
 Shutdown stops reading on every connection, answers what was accepted, then closes.
 """
 
@@ -26,15 +26,15 @@ import logging
 import time
 from typing import Any
 
-from gateway.framepool import FramePool
-from gateway.handlers import EncodedBody, HandlerContext, RequestContext
-from gateway.handlers import api_versions as api_versions_handler
-from gateway.metrics import Metrics
-from gateway.request_budget import RequestBudget
-from gateway.wire import Frame, FrameTooLargeError, KafkaWire
-from protocol.apis import API_VERSIONS_KEY, ApiSpec
-from protocol.errors import ErrorCode, KafkaProtocolError
-from protocol.framing import (
+from tidegate.gateway.admin.metrics import Metrics
+from tidegate.gateway.handlers import EncodedBody, HandlerContext, RequestContext
+from tidegate.gateway.handlers import api_versions as api_versions_handler
+from tidegate.gateway.net.framepool import FramePool
+from tidegate.gateway.net.request_budget import RequestBudget
+from tidegate.gateway.net.wire import Frame, FrameTooLargeError, KafkaWire
+from tidegate.protocol.apis import API_VERSIONS_KEY, ApiSpec
+from tidegate.protocol.errors import ErrorCode, KafkaProtocolError
+from tidegate.protocol.framing import (
     encode_response_header,
     parse_request_header,
     peek_request_header,

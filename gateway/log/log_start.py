@@ -26,13 +26,13 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from core.controller.api import ConflictError, SegmentRecord
-from core.segmentstore.api import SegmentNotFoundError, SegmentProperties
-from gateway.envelope import ENVELOPE_BYTES
-from gateway.offset_index import IndexEntry
+from tidegate.core.controller.api import ConflictError, SegmentRecord
+from tidegate.core.segmentstore.api import SegmentNotFoundError, SegmentProperties
+from tidegate.gateway.log.envelope import ENVELOPE_BYTES
+from tidegate.gateway.log.offset_index import IndexEntry
 
 if TYPE_CHECKING:
-    from gateway.handlers import HandlerContext
+    from tidegate.gateway.handlers import HandlerContext
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
-
-from core.controller.api import (
+from tidegate.core.controller.api import (
     ConflictError,
     ControllerError,
     InvalidArgumentError,

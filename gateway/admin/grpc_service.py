@@ -13,8 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
-
-from core.controller.api import (
+from tidegate.core.controller.api import (
     ConflictError,
     Controller,
     ControllerError,
@@ -26,7 +25,7 @@ from core.controller.api import (
     StreamNotFoundError,
     TransactionNotFoundError,
 )
-from gateway.grpc_model import (
+from tidegate.gateway.admin.grpc_model import (
     HistoryQueries,
     Transactions,
     check_key,
@@ -39,7 +38,7 @@ from gateway.grpc_model import (
     stream_to_pb,
     txn_to_pb,
 )
-from protocol.controller_grpc import pb2, pb2_grpc
+from tidegate.protocol.controller_grpc import pb2, pb2_grpc
 
 log = logging.getLogger(__name__)
 

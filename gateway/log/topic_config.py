@@ -24,14 +24,14 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from core.controller.api import (
+from tidegate.core.controller.api import (
     RetentionPolicy,
     RetentionType,
     ScalingPolicy,
     ScalingType,
     StreamConfig,
 )
-from gateway.config import GatewayConfig
+from tidegate.gateway.config import GatewayConfig
 
 _LONG_MAX = (1 << 63) - 1
 

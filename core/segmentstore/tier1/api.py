@@ -51,7 +51,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from core.segmentstore.callbacks import DoneCallback
+from tidegate.core.segmentstore.callbacks import DoneCallback
 
 
 class DataLogError(Exception):

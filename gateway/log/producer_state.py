@@ -22,9 +22,9 @@ import json
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from gateway.offset_index import IndexWrite, OffsetIndex
-from protocol.errors import ErrorCode
-from protocol.record_batch import BatchHeader
+from tidegate.gateway.log.offset_index import IndexWrite, OffsetIndex
+from tidegate.protocol.errors import ErrorCode
+from tidegate.protocol.record_batch import BatchHeader
 
 BATCHES_KEPT = 5
 _SEQ_MOD = 1 << 31

@@ -19,8 +19,7 @@ from pydantic import (
     StringConstraints,
     model_validator,
 )
-
-from core.controller.api import (
+from tidegate.core.controller.api import (
     EpochRecord,
     RetentionPolicy,
     RetentionType,
