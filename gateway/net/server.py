@@ -144,7 +144,11 @@ class Connection:
                 self._server.metrics.observe_request(spec.name, time.monotonic() - req.received)
             return result
 
-        return asyncio.ensure_future(run()), req, spec
+        task = asyncio.ensure_future(run())
+        # A task cancelled before it ran (its connection closed with it queued) never
+        # awaited ``coro``: close it, or Python warns that it was never awaited.
+        task.add_done_callback(lambda _: coro.close())
+        return task, req, spec
 
     def _answer_now(self, result: Any, req: RequestContext, spec: ApiSpec) -> Any:
         """Write a small answer at once and return None (nothing left for the writer);

@@ -71,7 +71,9 @@ class KafkaWire(asyncio.BufferedProtocol):
         self._frames: deque[Frame] = deque()
         self._frames_bytes = 0
         self._buffered_bytes_max = buffered_bytes_max
-        self._error: BaseException | None = None  # after the queued frames
+        # Why reading stopped, raised once after the queued frames; ``_stopped`` stays.
+        self._error: BaseException | None = None
+        self._stopped = False
         self._read_waiter: asyncio.Future[None] | None = None
         self._reading_paused = False
         self._write_paused = False
@@ -93,7 +95,7 @@ class KafkaWire(asyncio.BufferedProtocol):
         return self._staging_view[self._staged :]
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._error is not None:
+        if self._stopped:
             return  # refused: whatever still arrives is dropped
         if self._big is not None:
             self._big_filled += nbytes
@@ -190,8 +192,8 @@ class KafkaWire(asyncio.BufferedProtocol):
         self._wake_reader()
 
     def _stop(self, exc: BaseException) -> None:
-        if self._error is None:
-            self._error = exc
+        if not self._stopped:
+            self._stopped, self._error = True, exc
         self._wake_reader()
 
     def _wake_reader(self) -> None:
@@ -199,13 +201,20 @@ class KafkaWire(asyncio.BufferedProtocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def _take_error(self) -> BaseException:
+        """The stop reason, raised once and not kept, and no local names it: its
+        traceback holds the raising frame, hence ``self``, a cycle only a full
+        collection frees (the server runs with ``gc.freeze()``)."""
+        exc, self._error = self._error, None
+        return exc if exc is not None else ConnectionResetError("connection closed")
+
     async def read_frame(self) -> Frame:
         """The next request frame (without its size prefix). Raises
         ``asyncio.IncompleteReadError`` at end of stream, ``ConnectionError`` when the
         connection was lost, ``FrameTooLargeError`` for an oversized prefix."""
         while not self._frames:
-            if self._error is not None:
-                raise self._error
+            if self._stopped:
+                raise self._take_error()
             self._read_waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._read_waiter
@@ -215,7 +224,7 @@ class KafkaWire(asyncio.BufferedProtocol):
         self._frames_bytes -= len(frame)
         if (
             self._reading_paused
-            and self._error is None
+            and not self._stopped
             and self._frames_bytes < self._buffered_bytes_max
         ):
             self._reading_paused = False

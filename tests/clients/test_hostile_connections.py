@@ -48,3 +48,28 @@ def test_announced_sizes_cost_nothing_until_sent(tidegate: Tidegate) -> None:
     finally:
         for s in socks:
             s.close()
+
+
+def _connect_and_close(port: int, count: int) -> None:
+    """Half answered and closed by the client, half sending part of a large frame, then a
+    size prefix over ``socket.request.max.bytes`` (closed by the server)."""
+    request = struct.pack(">hhih", 18, 0, 1, -1)  # ApiVersions v0: an empty body
+    cut = struct.pack(">i", 1000 * 1000) + b"x" * 300_000
+    for i in range(count):
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            if i % 2:
+                s.sendall(struct.pack(">i", len(request)) + request)
+                assert len(s.recv(4)) == 4
+            else:
+                s.sendall(cut + b"y" * 700_000 + struct.pack(">i", 2**31 - 1))
+                assert s.recv(4) == b""  # closed by the server
+
+
+def test_closed_connections_give_their_memory_back(tidegate: Tidegate) -> None:
+    assert tidegate.proc is not None
+    pid = tidegate.proc.pid
+    _connect_and_close(tidegate.port, 200)  # warm-up: allocator arenas, caches
+    base = _settled_rss(pid)
+    _connect_and_close(tidegate.port, 2000)
+    after = _settled_rss(pid)
+    assert after < base * 1.1, f"RSS {base / MiB:.0f} -> {after / MiB:.0f} MiB"
