@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tidegate.gateway.config import GatewayConfig, load_config, parse_host_port
+from tidegate.gateway.net.limits import parse_ip_overrides, raise_fd_limit
 
 log = logging.getLogger("tidegate")
 
@@ -145,10 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, overrides)
         _ = (config.listen_address, config.advertised_address)  # validate early
+        parse_ip_overrides(config.max_connections_per_ip_overrides)
     except (ValueError, OSError) as exc:
         print(f"tidegate: {exc}", file=sys.stderr)
         return 2
     _set_malloc_mmap_threshold(config.malloc_mmap_threshold_bytes)
+    raise_fd_limit()  # max.connections of 0 is chosen from it
     try:
         asyncio.run(serve(config))
     except OSError as exc:
