@@ -182,8 +182,14 @@ class Connection:
             self._turn = req
             try:
                 result = await task
-            except Exception:
-                log.exception("%s: %s v%d failed; closing", self.peer, spec.name, req.api_version)
+            except Exception as exc:
+                # A bug of ours: one line (the fuzzer looks for "failed ("), the
+                # traceback at debug level.
+                log.error(
+                    "%s: %s v%d failed (%s: %s); closing",
+                    self.peer, spec.name, req.api_version, type(exc).__name__, exc,
+                    exc_info=log.isEnabledFor(logging.DEBUG),
+                )
                 self._abort()
                 return
             finally:
