@@ -17,20 +17,27 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from tidegate.gateway.config import GatewayConfig, load_config, parse_host_port
 from tidegate.gateway.net.limits import parse_ip_overrides, raise_fd_limit
+from tidegate.gateway.startup import StartupError, check_address_free, lock_data_dir
 
 log = logging.getLogger("tidegate")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """One line (``--help`` shows the usage), exit status 2 as argparse's own."""
+        self.exit(2, f"tidegate: {message}\n")
 
 
 def _parser() -> argparse.ArgumentParser:
     from tidegate import __version__
 
-    parser = argparse.ArgumentParser(prog="tidegate")
+    parser = _Parser(prog="tidegate")
     parser.add_argument("--version", action="version", version=f"tidegate {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     serve = sub.add_parser("serve", help="run the embedded node")
     serve.add_argument("--data-dir", help="data directory (default ./tidegate-data)")
     serve.add_argument("--listen", help="Kafka listener HOST:PORT (default 127.0.0.1:9092)")
@@ -150,6 +157,15 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as exc:
         print(f"tidegate: {exc}", file=sys.stderr)
         return 2
+    try:
+        lock = lock_data_dir(config.data_dir)
+        check_address_free("Kafka listener", *config.listen_address)
+        for what, address in (("REST", config.rest), ("gRPC", config.grpc)):
+            if _enabled(address):
+                check_address_free(what, *parse_host_port(address))
+    except (StartupError, ValueError) as exc:
+        print(f"tidegate: {exc}", file=sys.stderr)
+        return 2
     _set_malloc_mmap_threshold(config.malloc_mmap_threshold_bytes)
     raise_fd_limit()  # max.connections of 0 is chosen from it
     try:
@@ -157,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"tidegate: {exc}", file=sys.stderr)
         return 1
+    finally:
+        lock.close()
     return 0
 
 
