@@ -64,6 +64,7 @@ async def serve(config: GatewayConfig) -> None:
     from tidegate.core.controller.controller import StreamController
     from tidegate.core.segmentstore.config import SegmentStoreConfig
     from tidegate.core.segmentstore.service import StreamSegmentStore
+    from tidegate.gateway.admin.kafka_scope import KafkaScopeGuard
     from tidegate.gateway.app import Gateway
 
     config.data_dir.mkdir(parents=True, exist_ok=True)
@@ -77,6 +78,8 @@ async def serve(config: GatewayConfig) -> None:
     controller = StreamController(store, ControllerConfig(**config.controller))
     await controller.start()
     gateway = Gateway(config, store, controller)
+    # The admin APIs may not seal, delete or truncate the streams under Kafka topics.
+    admin = KafkaScopeGuard(controller, config.scope)
     rest: tuple[Any, Any] | None = None
     grpc_server: Any = None
     try:
@@ -85,12 +88,12 @@ async def serve(config: GatewayConfig) -> None:
             from tidegate.gateway.admin.rest import create_app, serve_rest
 
             rhost, rport = parse_host_port(config.rest)
-            rest = await serve_rest(create_app(controller, metrics=gateway.metrics), rhost, rport)
+            rest = await serve_rest(create_app(admin, metrics=gateway.metrics), rhost, rport)
         if _enabled(config.grpc):
             from tidegate.gateway.admin.grpc_service import start_grpc_server
 
             ghost, gport = parse_host_port(config.grpc)
-            grpc_server = await start_grpc_server(controller, ghost, gport)
+            grpc_server = await start_grpc_server(admin, ghost, gport)
         log.info(
             "tidegate ready: kafka=%s:%d advertised=%s rest=%s grpc=%s data-dir=%s",
             host,
