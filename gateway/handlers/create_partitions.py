@@ -9,6 +9,7 @@ INVALID_PARTITIONS, as in Kafka."""
 
 from __future__ import annotations
 
+import bisect
 import logging
 from dataclasses import replace
 from typing import Any
@@ -35,15 +36,18 @@ def split_ranges(
 ) -> tuple[list[int], list[KeyRange]]:
     """The segments to seal and their successors' ranges: each segment holding one of
     the points of partitions ``old..new-1`` and some other point is cut into one range
-    per point it holds."""
-    points = [partition_point(p) for p in range(new)]
-    added = {partition_point(p) for p in range(old, new)}
+    per point it holds. Points are sorted once and each segment's found by bisection:
+    O((segments + partitions) log partitions), not their product."""
+    by_point = sorted((partition_point(p), p) for p in range(new))
+    points = [x for x, _ in by_point]
     sealed: list[int] = []
     ranges: list[KeyRange] = []
     for seg in segments:
-        inside = sorted(x for x in points if seg.key_range.contains(x))
-        if len(inside) < 2 or not added.intersection(inside):
+        lo = bisect.bisect_left(points, seg.key_start)
+        hi = bisect.bisect_left(points, seg.key_end)
+        if hi - lo < 2 or all(p < old for _, p in by_point[lo:hi]):
             continue
+        inside = points[lo:hi]
         cuts = [(a + b) / 2 for a, b in zip(inside, inside[1:], strict=False)]
         bounds = [seg.key_start, *cuts, seg.key_end]
         sealed.append(seg.id)
