@@ -212,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--answer-timeout-s", type=float, default=40.0)
+    parser.add_argument("--keep-log", help="copy the server's log here")
     parser.add_argument("--bootstrap", help="HOST:PORT of a running server (its log unchecked)")
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -235,10 +236,12 @@ def main(argv: list[str] | None = None) -> int:
             if not alive:
                 stats.failures.append(f"server exited with {proc.returncode}")
             text = log_path.read_text(errors="replace")
-            bad = [line for line in text.splitlines() if "Traceback" in line or "failed (" in line]
-            stats.failures += [f"server log: {line}" for line in bad[:20]]
+            if args.keep_log:
+                Path(args.keep_log).write_text(text)
+            bad = _bad_log_records(text)
+            stats.failures += [f"server log: {record}" for record in bad[:20]]
             if len(bad) > 20:
-                stats.failures.append(f"... and {len(bad) - 20} more such log lines")
+                stats.failures.append(f"... and {len(bad) - 20} more such log records")
     slow = sorted(stats.slowest.items(), key=lambda kv: -kv[1])[:5]
     print("slowest: " + ", ".join(f"{name} {took:.2f} s" for name, took in slow))
     for failure in stats.failures[:50]:
@@ -247,6 +250,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fuzz: {stats.sent} frames (seed {args.seed}), {stats.answered} answered, "
           f"{stats.closed} closed, {time.monotonic() - started:.0f} s: {result}")
     return 0 if not stats.failures else 1
+
+
+def _bad_log_records(text: str) -> list[str]:
+    """Log records (a timestamped line and the lines after it) with a traceback or a
+    handler failure, each as its first and last line."""
+    records: list[list[str]] = []
+    for line in text.splitlines():
+        if line[:2].isdigit() or not records:
+            records.append([line])
+        else:
+            records[-1].append(line)
+    bad = [r for r in records if any("Traceback" in x or "failed (" in x for x in r)]
+    return [r[0] if len(r) == 1 else f"{r[0]} ... {r[-1]}" for r in bad]
 
 
 def _free_port() -> int:
