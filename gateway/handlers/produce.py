@@ -16,7 +16,7 @@ from typing import Any
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from tidegate.gateway.handlers import EncodedBody, HandlerContext, RequestContext
-from tidegate.gateway.log.partition_log import PartitionLog, PendingAppend
+from tidegate.gateway.log.partition_log import PartitionLog, PendingAppend, StorageFailure
 from tidegate.gateway.log.producer_state import BatchRecord, Duplicate
 from tidegate.gateway.log.topics import topic_name_error
 from tidegate.gateway.log.validate import RecordsError, validate_records
@@ -107,6 +107,10 @@ def _validate(ctx: HandlerContext, work: _Work) -> None:
     if plog.failed is not None:
         work.error, work.message = ErrorCode.KAFKA_STORAGE_ERROR, f"partition offline: {plog.failed!r}"
         return
+    if plog.unavailable is not None:
+        work.error = ErrorCode.KAFKA_STORAGE_ERROR
+        work.message = f"storage unavailable, retry later: {plog.unavailable}"
+        return
     work.batch = batch
     work.plog = plog
 
@@ -123,7 +127,11 @@ def _assign(ctx: HandlerContext, work: _Work) -> None:
         if verdict is not None:
             work.error = verdict
             return
-    work.pending = plog.append(work.records, [batch], work.head)
+    try:
+        work.pending = plog.append(work.records, [batch], work.head)
+    except StorageFailure as exc:  # offline or unavailable since ``_validate``
+        work.error, work.message = ErrorCode.KAFKA_STORAGE_ERROR, str(exc)
+        return
     if batch.is_idempotent:
         ctx.producers.record(
             work.topic, work.partition, work.pending.batches[0], work.pending.base_offset,
@@ -189,8 +197,11 @@ def _outcome(work: _Work) -> tuple[ErrorCode, int]:
     waiting = _waiting(work)
     if waiting is not None:
         if not waiting.done():
+            work.message = "not durable within the request's timeout"
             return ErrorCode.REQUEST_TIMED_OUT, -1
         if waiting.cancelled() or waiting.exception() is not None:
+            cause = "cancelled" if waiting.cancelled() else str(waiting.exception())
+            work.message = f"the append failed: {cause}"
             return ErrorCode.KAFKA_STORAGE_ERROR, -1
     return ErrorCode.NONE, base
 
