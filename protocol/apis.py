@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidegate.protocol.errors import KafkaProtocolError
-from tidegate.protocol.nulls import null_field
+from tidegate.protocol.nulls import invalid_field
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +76,9 @@ class ApiSpec:
             request = self.request_class.decode(body, version=version)
         except Exception as exc:  # the generated codecs raise many kinds of errors
             raise KafkaProtocolError(f"bad {self.name} v{version} body: {exc!r}") from exc
-        field = null_field(self.request_class._struct, request, version)
-        if field is not None:
-            raise KafkaProtocolError(
-                f"bad {self.name} v{version} body: non-nullable field {field} is null"
-            )
+        wrong = invalid_field(self.request_class._struct, request, version)
+        if wrong is not None:
+            raise KafkaProtocolError(f"bad {self.name} v{version} body: {wrong}")
         return request
 
     def encode_response(self, response: Any, version: int) -> bytes:

@@ -26,7 +26,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from tidegate.core.controller.api import ConflictError, SegmentRecord
+from tidegate.core.controller.api import ConflictError, SegmentRecord, StreamNotFoundError
 from tidegate.core.segmentstore.api import SegmentNotFoundError, SegmentProperties
 from tidegate.gateway.log.envelope import ENVELOPE_BYTES
 from tidegate.gateway.log.offset_index import IndexEntry
@@ -222,6 +222,9 @@ class RetentionFollower:
                     continue
                 moved = await follow_truncation(self.ctx, topic)
                 self._heads[topic] = head
+            except StreamNotFoundError:
+                self._heads.pop(topic, None)  # deleted since it was listed
+                continue
             except Exception:
                 log.exception("following the truncation of %s", topic)
                 continue

@@ -86,3 +86,17 @@ def test_schema_fuzzer_short_run() -> None:
     last = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else run.stderr
     assert run.returncode == 0, run.stdout + run.stderr
     assert last.startswith("fuzz: 3000 frames") and last.endswith(": OK"), last
+
+
+def test_string_longer_than_kafka_allows_closes(server: Tidegate) -> None:
+    request = JoinGroupRequest[9](group_id="k" * 40_000, session_timeout_ms=10_000,
+                                  member_id="", protocol_type="consumer", protocols=[])
+    header = struct.pack(">hhih", JoinGroupRequest.API_KEY, 9, 5, -1) + b"\x00"
+    body = header + bytes(request.encode(version=9))
+    before = server.log_path.read_text().count("\n")
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.sendall(struct.pack(">i", len(body)) + body)
+        s.settimeout(10)
+        assert s.recv(4) == b""
+    new = server.log_path.read_text().splitlines()[before:]
+    assert len(new) == 1 and "string field group_id is 40000 bytes, over 32767" in new[0], new
