@@ -11,9 +11,10 @@ The batch header was checked already (magic 2, lengths, CRC-32C:
   with UTF-8 keys), exactly ``recordCount`` of them fill the records section, and their
   offset deltas are 0, 1, 2, ... (offsets stay dense).
 
-The walk is aiokafka's record-batch reader, a C (Cython) implementation: a Python walk
-of 1 KB records cost more than the rest of the produce path. The batch is never
-rewritten: what is stored is what the client sent.
+The walk is in C (``_recordwalk.c``, built with the package; no object per record),
+else aiokafka's record-batch reader (Cython, an object per record: a fifth more server
+CPU for 100-byte records). The batch is never rewritten: what is stored is what the
+client sent.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ import zstandard
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatch
 from tidegate.protocol.errors import ErrorCode
+
+try:
+    from tidegate.gateway.log import _recordwalk
+except ImportError:  # built without a compiler
+    _recordwalk = None
 from tidegate.protocol.record_batch import HEADER_BYTES, BatchHeader
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -73,6 +79,17 @@ def validate_records(
 
 
 def _walk(view: memoryview, batch: BatchHeader) -> None:
+    if _recordwalk is not None:
+        try:
+            _recordwalk.walk(view[HEADER_BYTES:], batch.record_count)
+        except ValueError as exc:
+            reason = str(exc)
+            code = ErrorCode.INVALID_RECORD if "offset delta is not" in reason else (
+                ErrorCode.CORRUPT_MESSAGE)
+            raise RecordsError(
+                code, f"records of a batch of {batch.record_count} are malformed: {reason}"
+            ) from None
+        return
     expected = batch.base_offset
     try:
         for record in DefaultRecordBatch(view):
