@@ -75,19 +75,31 @@ def _check(info: TopicInfo | None, name: str, topic: Any) -> tuple[ErrorCode, st
 
 async def add_partitions(ctx: HandlerContext, info: TopicInfo, count: int) -> None:
     old = info.partitions
-    await ctx.topics.update(replace(info, partitions=count))
+    # Stored with the split still to do: a restart finishes it (admin_recovery).
+    info = replace(info, partitions=count, splitting_from=old)
+    await ctx.topics.update(info)
+    await finish_split(ctx, info)
+
+
+async def finish_split(ctx: HandlerContext, info: TopicInfo) -> None:
+    """Split the segments for partitions ``info.splitting_from..info.partitions - 1``,
+    adjust the retention policy, and clear the mark. Repeatable: what is split already
+    is not split again."""
+    old, count = info.splitting_from, info.partitions
+    assert old is not None
     scope = ctx.topics.scope
     try:
         current = await ctx.controller.get_current_segments(scope, info.name)
         sealed, ranges = split_ranges(current, old, count)
         if sealed:
             await ctx.controller.scale(scope, info.name, sealed, ranges)
-    except Exception:
-        log.exception("splitting the segments of %s for its new partitions", info.name)
+    except Exception as exc:
+        log.error("splitting the segments of %s for its new partitions: %r", info.name, exc)
     policy_old = topic_config.stream_config(info.configs, old)
     policy_new = topic_config.stream_config(info.configs, count)
     if policy_new != policy_old:  # size retention counts partitions
         await update_stream_policy(ctx, info.name, policy_new)
+    await ctx.topics.update(replace(info, splitting_from=None))
 
 
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
