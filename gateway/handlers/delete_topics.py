@@ -84,6 +84,14 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             results.append(_Result(name=info.name, topic_id=info.topic_id,
                                    error_code=ErrorCode.REQUEST_TIMED_OUT, error_message=str(exc)))
             continue
+        except Exception as exc:  # a full disk (store, controller or RocksDB errors)
+            # Marked for deletion already (unless the mark itself failed): the next
+            # start finishes it; a retry now may too.
+            log.error("deleting topic %s failed: %r", info.name, exc)
+            results.append(_Result(name=info.name, topic_id=info.topic_id,
+                                   error_code=ErrorCode.KAFKA_STORAGE_ERROR,
+                                   error_message=f"deleting the topic failed: {exc}"))
+            continue
         log.info("topic %s deleted", info.name)
         results.append(_Result(name=info.name, topic_id=info.topic_id,
                                error_code=ErrorCode.NONE, error_message=None))

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
 from kafka.protocol.producer import ProduceResponse
 
 from tests.clients import requests as kreq
@@ -72,7 +73,8 @@ def test_disk_full_then_freed(small_fs: Path, tmp_path: Path) -> None:
     server.start()
     try:
         admin = AdminClient({"bootstrap.servers": server.bootstrap})
-        for f in admin.create_topics([NewTopic(TOPIC, num_partitions=1)]).values():
+        for f in admin.create_topics([NewTopic(TOPIC, num_partitions=1),
+                                      NewTopic("other", num_partitions=4)]).values():
             f.result(timeout=30)
         acked, errors = _produce(server.bootstrap, [b"before-%d" % i for i in range(100)])
         assert len(acked) == 100 and not errors, errors
@@ -86,6 +88,13 @@ def test_disk_full_then_freed(small_fs: Path, tmp_path: Path) -> None:
             timeout_s=15))
         part = ProduceResponse.decode(answer[0][4:], version=8).responses[0].partition_responses[0]
         assert part.error_code == KAFKA_STORAGE_ERROR and part.error_message, part
+        # A client can still ask to delete a topic (to free space): it gets an answer.
+        answer = kreq.split_frames(kreq.exchange(
+            server.port, kreq.frame(DeleteTopicsRequest(topic_names=["other"], timeout_ms=10_000),
+                                    4), timeout_s=30))
+        assert answer, "DeleteTopics on a full disk closed the connection"
+        deleted = DeleteTopicsResponse.decode(answer[0][5:], version=4).responses[0]
+        assert deleted.error_code in (0, KAFKA_STORAGE_ERROR), deleted
         filler.unlink()
         time.sleep(1)
         deadline = time.monotonic() + 30
