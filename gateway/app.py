@@ -18,6 +18,7 @@ from tidegate.gateway.log.partitions import PartitionLogs
 from tidegate.gateway.log.producer_ids import ProducerIdAllocator
 from tidegate.gateway.log.producer_state import ProducerStates
 from tidegate.gateway.log.topics import TopicRegistry
+from tidegate.gateway.log.traffic import PartitionTraffic
 from tidegate.gateway.net.server import KafkaServer
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,10 @@ class Gateway:
         *,
         registry: Registry | None = None,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        traffic: PartitionTraffic | None = None,
     ) -> None:
+        """``traffic`` counts produce traffic per partition; pass the one the controller's
+        auto-scaler reads (``StreamController(key_traffic=...)``)."""
         self.config = config
         self.store = store
         self.controller = controller
@@ -40,6 +44,9 @@ class Gateway:
         #: Served at the admin REST API's ``/metrics`` (``gateway.admin.metrics``).
         self.metrics = Metrics(store)
         self.clock_ms = clock_ms
+        self.traffic = traffic or PartitionTraffic(
+            config.scope, int(config.store.get("traffic_window_ms", 10_000))
+        )
         self.ctx: HandlerContext | None = None
         self.server: KafkaServer | None = None
         self.address: tuple[str, int] | None = None
@@ -52,8 +59,9 @@ class Gateway:
         producers = ProducerStates(index)
         logs = PartitionLogs(
             topics, self.store, index, producers,
-            rebuild_read_bytes=self.config.rebuild_read_bytes,
+            rebuild_read_bytes=self.config.rebuild_read_bytes, traffic=self.traffic,
         )
+        self.traffic.bind(lambda t: info.partitions if (info := topics.get(t)) else None)
         rebuilt = await logs.rebuild()
         if rebuilt:
             log.info("offset index: %d appends indexed from the segments", rebuilt)

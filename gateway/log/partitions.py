@@ -14,7 +14,7 @@ import itertools
 import logging
 from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from tidegate.core.segmentstore.api import SegmentNotFoundError, SegmentStore, SegmentTruncatedError
 from tidegate.gateway.log.envelope import ENVELOPE_BYTES, InvalidEnvelopeError, decode_envelope
@@ -25,6 +25,14 @@ from tidegate.gateway.log.topics import TopicRegistry
 from tidegate.protocol.record_batch import InvalidBatchError, iter_batches
 
 log = logging.getLogger(__name__)
+
+
+class TrafficSink(Protocol):
+    """Where appends are counted (``gateway/log/traffic.py``, for the auto-scaler)."""
+
+    def record(self, topic: str, partition: int, nbytes: int, events: int) -> None: ...
+
+    def forget_topic(self, topic: str) -> None: ...
 
 
 @dataclass
@@ -47,6 +55,7 @@ class PartitionLogs:
         refresh_attempts: int = 20,
         append_retries_max: int = 5,
         append_retry_delay_ms: int = 100,
+        traffic: TrafficSink | None = None,
     ) -> None:
         self.topics = topics
         self.store = store
@@ -55,6 +64,7 @@ class PartitionLogs:
         self.refresh_attempts = refresh_attempts
         self.append_retries_max = append_retries_max
         self.append_retry_delay_ms = append_retry_delay_ms
+        self.traffic = traffic
         self._rebuild_read_bytes = rebuild_read_bytes
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -117,6 +127,8 @@ class PartitionLogs:
             del self._markers[name]
         self.index.delete_topic(topic, f"{self.topics.scope}/{topic}/")
         self.producers.forget_topic(topic)
+        if self.traffic is not None:
+            self.traffic.forget_topic(topic)
 
     def close(self) -> None:
         """Stop: appends still in flight are abandoned (not indexed, never answered as

@@ -85,7 +85,7 @@ class RetentionManager:
             target = eligible[-1]
             if target.cut != head and h.cut_ge(target.cut, head):
                 log.info("retention: truncating %s at %s", meta.name, dict(target.cut))
-                await self.ctl.truncate(scope, stream, target.cut)
+                await self.ctl.truncate(scope, stream, target.cut, reason="retention")
                 head = dict(target.cut)
         stale = [k for k, c in cuts if h.cut_ge(head, c.cut)]
         gone = set(stale)
