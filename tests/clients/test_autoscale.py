@@ -1,0 +1,106 @@
+"""Auto-scaling seen through Kafka (issue 30), on a real ``tidegate serve`` with short
+policy periods and confluent-kafka clients: segments are split only between partitions
+and where the traffic divides, a hot partition ends up alone and then scaling stops,
+cold partitions merge back into balanced segments, and no record is lost or duplicated
+on the way."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.clients.autoscale_load import (
+    create_topic,
+    epochs,
+    partitions_of,
+    produce,
+    read_back,
+    start_server,
+    wait_until,
+)
+from tests.clients.server import Tidegate
+
+pytestmark = pytest.mark.timeout(120)
+
+#: KB/s per segment; hot partitions get 150 KB/s, cold ones 3 KB/s.
+TARGET = 40
+HOT, COLD = 150, 3
+
+
+def scaling(min_segments: int = 1) -> dict[str, str]:
+    return {
+        "tidegate.scaling.type": "BY_RATE_IN_KBYTES_PER_SEC",
+        "tidegate.scaling.target.rate": str(TARGET),
+        "tidegate.scaling.scale.factor": "2",
+        "tidegate.scaling.min.segments": str(min_segments),
+    }
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Tidegate]:
+    s = start_server(tmp_path)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def test_hot_partition_of_two_is_split_off_once(server: Tidegate) -> None:
+    """The issue's reproduction: a 2-partition topic, 1 s cooldown, load on one
+    partition. One split parts the two partitions; the segment holding the hot one alone
+    is never split again, however long the load lasts."""
+    create_topic(server.bootstrap, "two", 2, scaling())
+    assert epochs(server, "two") == [[(0.0, 1.0)]]
+    sent = produce(server.bootstrap, "two", {0: HOT}, seconds=8)
+    history = epochs(server, "two")
+    assert history == [[(0.0, 1.0)], [(0.0, 0.25), (0.25, 1.0)]], history
+    wait_until(lambda: len(epochs(server, "two")) == 3, 20, "the idle halves to merge")
+    time.sleep(2)
+    assert epochs(server, "two")[-1] == [(0.0, 1.0)]
+    assert len(epochs(server, "two")) == 3
+    read_back(server.bootstrap, "two", sent)
+    assert "splitting hot segments" in server.tail(400)
+
+
+def test_two_hot_of_eight_get_their_own_segments_then_merge_back(server: Tidegate) -> None:
+    """8 partitions starting in 2 segments, partitions 2 and 6 (neighbours in the key
+    space, both in the first segment) hot: splits until each is alone, then no more
+    epochs under steady load; idle again, the segments merge back to 4 + 4."""
+    create_topic(server.bootstrap, "eight", 8, scaling(min_segments=2))
+    first = epochs(server, "eight")
+    assert [partitions_of(e, 8) for e in first] == [[[0, 2, 4, 6], [1, 3, 5, 7]]]
+    load = {p: COLD for p in range(8)} | {2: HOT, 6: HOT}
+    sent: Counter[int] = Counter()
+    deadline = time.monotonic() + 40
+    while True:
+        sent = produce(server.bootstrap, "eight", load, seconds=2, sent_before=sent)
+        held = partitions_of(epochs(server, "eight")[-1], 8)
+        if [2] in held and [6] in held:
+            break
+        assert time.monotonic() < deadline, epochs(server, "eight")
+    settled = epochs(server, "eight")
+    sent = produce(server.bootstrap, "eight", load, seconds=5, sent_before=sent)
+    history = epochs(server, "eight")
+    assert history == settled, "scaling went on after the hot partitions were alone"
+    assert len(history) <= 4, history
+    for e in history:
+        assert all(partitions_of(e, 8)), f"a segment without a partition: {e}"
+    # idle: cold neighbours merge, the smallest pairs first, back to min.segments
+    wait_until(lambda: len(epochs(server, "eight")[-1]) == 2, 30, "merges back to 2 segments")
+    time.sleep(2)
+    final = epochs(server, "eight")[-1]
+    assert [len(held) for held in partitions_of(final, 8)] == [4, 4], [
+        partitions_of(e, 8) for e in epochs(server, "eight")
+    ]
+    read_back(server.bootstrap, "eight", sent)
+
+
+def test_one_partition_topic_never_scales(server: Tidegate) -> None:
+    create_topic(server.bootstrap, "one", 1, scaling())
+    sent = produce(server.bootstrap, "one", {0: HOT}, seconds=5)
+    assert epochs(server, "one") == [[(0.0, 1.0)]]
+    read_back(server.bootstrap, "one", sent)
