@@ -75,7 +75,9 @@ async def serve(config: GatewayConfig) -> None:
         store, ControllerConfig(**config.controller), key_traffic=traffic
     )
     await controller.start()
-    gateway = Gateway(config, store, controller, traffic=traffic)
+    gateway = Gateway(
+        config, store, controller, traffic=traffic, controller_counts=controller.stats
+    )
     rest: tuple[Any, Any] | None = None
     grpc_server: Any = None
     try:

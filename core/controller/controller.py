@@ -388,6 +388,10 @@ class StreamController:
         async with self.stream_workflow(scope, stream) as meta:
             epoch = await scale.start(self.ctx, meta, list(sealed_segments), list(new_ranges))
         self.stats.scaled(scope, stream, kind)
+        log.info(
+            "scaled %s/%s (%s): epoch %d, sealed %s, %d segments now",
+            scope, stream, kind, epoch.epoch, list(sealed_segments), len(epoch.segments),
+        )
         return epoch
 
     async def truncate(

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from prometheus_client.parser import text_string_to_metric_families
 from tidegate.gateway.log.topics import partition_point
 
 from tests.clients.server import Tidegate
@@ -77,8 +78,14 @@ def epochs(server: Tidegate, topic: str) -> list[list[tuple[float, float]]]:
     ]
 
 
-def metrics(server: Tidegate) -> str:
-    return httpx.get(f"http://127.0.0.1:{server.rest_port}/metrics", timeout=10).text
+def metrics(server: Tidegate) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The node's ``/metrics`` samples: (name, sorted labels) -> value."""
+    text = httpx.get(f"http://127.0.0.1:{server.rest_port}/metrics", timeout=10).text
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def partitions_of(ranges: list[tuple[float, float]], partitions: int) -> list[list[int]]:

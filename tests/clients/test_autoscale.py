@@ -16,6 +16,7 @@ import pytest
 from tests.clients.autoscale_load import (
     create_topic,
     epochs,
+    metrics,
     partitions_of,
     produce,
     read_back,
@@ -56,6 +57,11 @@ def test_hot_partition_of_two_is_split_off_once(server: Tidegate) -> None:
     create_topic(server.bootstrap, "two", 2, scaling())
     assert epochs(server, "two") == [[(0.0, 1.0)]]
     sent = produce(server.bootstrap, "two", {0: HOT}, seconds=8)
+    busy = metrics(server)
+    assert busy[("tidegate_partition_bytes_per_second", (("partition", "0"), ("topic", "two")))] > (
+        TARGET * 1024
+    )
+    assert busy[("tidegate_partition_bytes_per_second", (("partition", "1"), ("topic", "two")))] == 0
     history = epochs(server, "two")
     assert history == [[(0.0, 1.0)], [(0.0, 0.25), (0.25, 1.0)]], history
     wait_until(lambda: len(epochs(server, "two")) == 3, 20, "the idle halves to merge")
@@ -63,7 +69,22 @@ def test_hot_partition_of_two_is_split_off_once(server: Tidegate) -> None:
     assert epochs(server, "two")[-1] == [(0.0, 1.0)]
     assert len(epochs(server, "two")) == 3
     read_back(server.bootstrap, "two", sent)
-    assert "splitting hot segments" in server.tail(400)
+    log = server.tail(400)
+    assert "splitting hot segments (rate > target 40 KB/s)" in log
+    assert "merging cold neighbours" in log
+    m = metrics(server)
+    topic = (("topic", "two"),)
+    assert m[("tidegate_topic_epochs", topic)] == 3
+    assert m[("tidegate_topic_segments", topic)] == 1
+    assert m[("tidegate_scale_events_total", (("kind", "split"), *topic))] == 1
+    assert m[("tidegate_scale_events_total", (("kind", "merge"), *topic))] == 1
+    assert ("tidegate_scale_events_total", (("kind", "manual"), *topic)) not in m
+    [(seg_labels, rate)] = [
+        (labels, v) for (name, labels), v in m.items()
+        if name == "tidegate_segment_bytes_per_second" and ("topic", "two") in labels
+    ]
+    assert rate >= 0
+    assert m[("tidegate_partition_bytes_per_second", (("partition", "0"), *topic))] >= 0
 
 
 def test_two_hot_of_eight_get_their_own_segments_then_merge_back(server: Tidegate) -> None:
