@@ -102,6 +102,9 @@ class RetentionType(enum.Enum):
 class RetentionPolicy:
     type: RetentionType
     value: int
+    #: With ``TIME``, also a size bound in bytes: the stream is truncated as far as
+    #: either limit allows (Kafka's ``retention.ms`` with ``retention.bytes``).
+    bytes_max: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

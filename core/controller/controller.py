@@ -403,17 +403,26 @@ class StreamController:
             raise InvalidArgumentError("a StreamCut is a mapping of segment id to offset")
         async with self.stream_workflow(scope, stream) as meta:
             await truncate.start(self.ctx, meta, dict(cut))
-        self.stats.truncated(scope, stream, reason)
         for listener in list(self._truncation_listeners):
             try:
                 await listener(scope, stream)
             except Exception:
                 log.exception("truncation listener of %s/%s failed", scope, stream)
+        self.stats.truncated(scope, stream, reason)  # counted once the listeners have run
 
-    def on_truncated(self, listener: Callable[[str, str], Awaitable[None]]) -> None:
-        """Call ``listener(scope, stream)`` after each truncation completes (the gateway
-        moves its partitions' log starts then, not a polling period later)."""
+    def on_truncated(
+        self, listener: Callable[[str, str], Awaitable[None]]
+    ) -> Callable[[], None]:
+        """Await ``listener(scope, stream)`` after each truncation completes (the gateway
+        moves its partitions' log starts then, not a polling period later); returns the
+        call that removes it."""
         self._truncation_listeners.append(listener)
+
+        def remove() -> None:
+            if listener in self._truncation_listeners:
+                self._truncation_listeners.remove(listener)
+
+        return remove
 
     async def streams_with_state(self) -> list[tuple[str, str]]:
         """Every (scope, stream) whose creation finished and which is not being deleted."""

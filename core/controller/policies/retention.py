@@ -8,7 +8,9 @@ very beginning to the cut), then
 * size policy (``value`` bytes): the newest recorded cut that leaves at least ``value``
   bytes after it, taken only once the stream holds more than ``value`` bytes;
 
-is the truncation point, if it lies after the current one. When reader groups have
+is the truncation point, if it lies after the current one. A time policy with a size
+bound (``bytes_max``, Kafka's ``retention.ms`` with ``retention.bytes``) takes the newest
+cut either rule allows. When reader groups have
 subscribed to the stream (consumption-based retention), the point is further held back
 to the newest recorded cut that no subscriber has yet to read past. Cuts at or before
 the truncation point leave the set; the set keeps at most ``retention_set_max`` cuts, thinned evenly over time (the oldest
@@ -69,7 +71,12 @@ class RetentionManager:
         cuts = await self.retention_set(meta)
         now = self.ctl.now_ms()
         if policy.type == RetentionType.TIME:
-            eligible = [c for _, c in cuts if c.time_ms <= now - policy.value]
+            size_max = policy.bytes_max
+            eligible = [
+                c for _, c in cuts
+                if c.time_ms <= now - policy.value
+                or (size_max is not None and latest.recording_size - c.recording_size >= size_max)
+            ]
         else:
             eligible = [
                 c for _, c in cuts if latest.recording_size - c.recording_size >= policy.value
