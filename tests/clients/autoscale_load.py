@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -27,9 +28,9 @@ traffic_window_ms = 1000
 """
 
 
-def start_server(tmp_path: Path, extra: str = "") -> Tidegate:
+def start_server(tmp_path: Path, policies: str = FAST_POLICIES) -> Tidegate:
     config = tmp_path / "tidegate.toml"
-    config.write_text(FAST_POLICIES + extra)
+    config.write_text(policies)
     server = Tidegate(tmp_path / "data", tmp_path / "tidegate.log", config=config, rest=True)
     server.start()
     return server
@@ -44,17 +45,24 @@ def create_topic(bootstrap: str, topic: str, partitions: int, configs: dict[str,
 def produce(
     bootstrap: str, topic: str, per_second: dict[int, int], seconds: float,
     value_bytes: int = 1000, sent_before: Counter[int] | None = None,
+    until: Callable[[], bool] | None = None,
 ) -> Counter[int]:
-    """About ``per_second[p]`` records a second to each partition ``p`` for ``seconds``;
-    every record acknowledged (acks=all). Keys number the records of each partition,
-    continuing ``sent_before``. Returns the records sent per partition, with those."""
+    """About ``per_second[p]`` records a second to each partition ``p`` for ``seconds``
+    (or until ``until()``, asked every 0.2 s); every record acknowledged (acks=all). Keys
+    number the records of each partition, continuing ``sent_before``. Returns the
+    records sent per partition, with those."""
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
     failed: list[str] = []
     before = sent_before or Counter()
     sent: Counter[int] = Counter()
     start = time.monotonic()
     value = b"v" * value_bytes
+    asked = start
     while (elapsed := time.monotonic() - start) < seconds:
+        if until is not None and time.monotonic() - asked >= 0.2:
+            asked = time.monotonic()
+            if until():
+                break
         for p, rate in per_second.items():
             while sent[p] < rate * elapsed:
                 producer.produce(

@@ -32,6 +32,17 @@ TARGET = 40
 HOT, COLD = 150, 3
 
 
+#: Rates over 4 s (and 0.8 s), a 2 s cooldown: a rate stays high for seconds after the
+#: load stops, well past the cooldown of the segments split just before.
+SLOW_WINDOW = """
+[controller]
+autoscale_period_ms = 200
+autoscale_cooldown_ms = 2000
+[store]
+traffic_window_ms = 4000
+"""
+
+
 def scaling(min_segments: int = 1) -> dict[str, str]:
     return {
         "tidegate.scaling.type": "BY_RATE_IN_KBYTES_PER_SEC",
@@ -125,3 +136,65 @@ def test_one_partition_topic_never_scales(server: Tidegate) -> None:
     sent = produce(server.bootstrap, "one", {0: HOT}, seconds=5)
     assert epochs(server, "one") == [[(0.0, 1.0)]]
     read_back(server.bootstrap, "one", sent)
+
+
+def test_no_split_on_a_rate_falling_fast(tmp_path: Path) -> None:
+    """The load stops right after a split, while the new segments are in their
+    cooldown; when it ends the long window still shows them far above the target, the
+    short one idle: nothing more is split (only merged back once cold)."""
+    s = start_server(tmp_path, SLOW_WINDOW)
+    try:
+        create_topic(s.bootstrap, "burst", 4, scaling())
+        load = {p: HOT for p in range(4)}
+        sent = produce(s.bootstrap, "burst", load, seconds=30,
+                       until=lambda: len(epochs(s, "burst")) > 1)
+        assert len(epochs(s, "burst")) == 2, "no split under load"
+        wait_until(lambda: len(epochs(s, "burst")[-1]) == 1, 20, "the merge back")
+        time.sleep(1)
+        m = metrics(s)
+        topic = (("topic", "burst"),)
+        assert m[("tidegate_scale_events_total", (("kind", "split"), *topic))] == 1
+        assert len(epochs(s, "burst")) == 3, epochs(s, "burst")
+        read_back(s.bootstrap, "burst", sent)
+    finally:
+        s.close()
+
+
+def test_shared_segments_across_kill_9_with_kafka_python(server: Tidegate) -> None:
+    """6 partitions in 2 segments (a scaling topic below its target): kafka-python
+    produces to every partition, tidegate is killed with -9 and restarted (the offset
+    index is rebuilt from segments holding 3 partitions each), and a kafka-python
+    consumer group reads every record back, dense per partition, in order."""
+    from kafka import KafkaConsumer, KafkaProducer
+
+    configs = scaling(min_segments=2) | {"tidegate.scaling.target.rate": "100000"}
+    create_topic(server.bootstrap, "shared", 6, configs)
+    [first] = epochs(server, "shared")
+    assert [len(held) for held in partitions_of(first, 6)] == [3, 3]
+    producer = KafkaProducer(bootstrap_servers=server.bootstrap, acks="all", linger_ms=2)
+    futures = [
+        producer.send("shared", key=b"%d-%d" % (n % 6, n // 6), value=b"x" * 100, partition=n % 6)
+        for n in range(6 * 300)
+    ]
+    producer.flush(30)
+    assert [f.get(10).offset for f in futures[:6]] == [0] * 6
+    producer.close()
+    server.kill9()
+    server.start()
+    consumer = KafkaConsumer(
+        "shared", bootstrap_servers=server.bootstrap, group_id="shared-readers",
+        auto_offset_reset="earliest", enable_auto_commit=False,
+    )
+    got: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(6)}
+    deadline = time.monotonic() + 60
+    try:
+        while sum(len(v) for v in got.values()) < 6 * 300:
+            assert time.monotonic() < deadline, {p: len(v) for p, v in got.items()}
+            for tp, msgs in consumer.poll(timeout_ms=500).items():
+                got[tp.partition] += [(m.offset, m.key) for m in msgs]
+    finally:
+        consumer.close()
+    for p, records in got.items():
+        assert [o for o, _ in records] == list(range(300)), p
+        assert [k for _, k in records] == [b"%d-%d" % (p, n) for n in range(300)], p
+    assert epochs(server, "shared") == [first]

@@ -35,6 +35,7 @@ Where the rates come from:
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -100,7 +101,10 @@ class _Rated:
     recent: float
     hot: bool
     cold: bool
+    #: The routing keys it holds, if known.
     keys: list[float] | None
+    #: Those keys with their rates, if known (from a ``key_traffic`` source).
+    key_rates: list[KeyRate] | None = None
 
 
 class AutoScaler:
@@ -144,17 +148,23 @@ class AutoScaler:
         kbytes = policy.type == ScalingType.BY_RATE_IN_KBYTES_PER_SEC
         out: list[_Rated] = []
         if by_key is not None:
+            ordered = sorted(by_key, key=lambda k: k.key)
+            at = [k.key for k in ordered]
             for s in segments:
-                inside = [k for k in by_key if s.key_start <= k.key < s.key_end]
+                inside = ordered[bisect_left(at, s.key_start) : bisect_left(at, s.key_end)]
                 if kbytes:
-                    long = sum(k.bytes_per_second for k in inside) / 1024
-                    short = sum(k.recent_bytes_per_second for k in inside) / 1024
+                    rates = [(k.bytes_per_second / 1024, k.recent_bytes_per_second / 1024)
+                             for k in inside]
                 else:
-                    long = sum(k.events_per_second for k in inside)
-                    short = sum(k.recent_events_per_second for k in inside)
+                    rates = [(k.events_per_second, k.recent_events_per_second) for k in inside]
+                long = sum(r for r, _ in rates)
+                short = sum(r for _, r in rates)
                 hot = min(long, short) > policy.target_rate
                 cold = max(long, short) < cold_rate
-                out.append(_Rated(s, long, short, hot, cold, [k.key for k in inside]))
+                key_rates = [KeyRate(k.key, r) for k, (r, _) in zip(inside, rates, strict=True)]
+                out.append(
+                    _Rated(s, long, short, hot, cold, [k.key for k in inside], key_rates)
+                )
             return out
         points = self.key_points(scope, stream) if self.key_points else None
         for s in segments:
@@ -165,22 +175,14 @@ class AutoScaler:
             )
         return out
 
-    def _split(
-        self, scope: str, stream: str, policy: ScalingPolicy, s: SegmentRecord
-    ) -> list[KeyRange]:
-        if self.key_traffic is not None:
-            by_key = self.key_traffic.key_traffic(scope, stream)
-            if by_key:
-                kbytes = policy.type == ScalingType.BY_RATE_IN_KBYTES_PER_SEC
-                rates = [
-                    KeyRate(k.key, k.bytes_per_second / 1024 if kbytes else k.events_per_second)
-                    for k in by_key
-                ]
-                return split_by_rate(s.key_start, s.key_end, rates, policy.scale_factor)
-        keys = self.key_points(scope, stream) if self.key_points else None
-        if keys is None:
+    @staticmethod
+    def _split(policy: ScalingPolicy, r: _Rated) -> list[KeyRange]:
+        s = r.segment
+        if r.key_rates is not None:
+            return split_by_rate(s.key_start, s.key_end, r.key_rates, policy.scale_factor)
+        if r.keys is None:
             return split(s.key_start, s.key_end, policy.scale_factor)
-        return split_between_keys(s.key_start, s.key_end, keys, policy.scale_factor)
+        return split_between_keys(s.key_start, s.key_end, r.keys, policy.scale_factor)
 
     async def check(self, scope: str, stream: str) -> None:
         meta: StreamMeta = await self.ctl.stream_meta(scope, stream)
@@ -210,7 +212,7 @@ class AutoScaler:
             sealed: list[int] = []
             reasons: list[str] = []
             for r in hot:
-                parts = self._split(scope, stream, policy, r.segment)
+                parts = self._split(policy, r)
                 if len(parts) >= 2:
                     sealed.append(r.segment.id)
                     ranges += parts
