@@ -101,7 +101,8 @@ def test_hot_partition_of_two_is_split_off_once(server: Tidegate) -> None:
 def test_two_hot_of_eight_get_their_own_segments_then_merge_back(server: Tidegate) -> None:
     """8 partitions starting in 2 segments, partitions 2 and 6 (neighbours in the key
     space, both in the first segment) hot: splits until each is alone, then no more
-    epochs under steady load; idle again, the segments merge back to 4 + 4."""
+    epochs under steady load; all cold again, the segments merge back to 4 + 4 while
+    records keep coming."""
     create_topic(server.bootstrap, "eight", 8, scaling(min_segments=2))
     first = epochs(server, "eight")
     assert [partitions_of(e, 8) for e in first] == [[[0, 2, 4, 6], [1, 3, 5, 7]]]
@@ -121,9 +122,13 @@ def test_two_hot_of_eight_get_their_own_segments_then_merge_back(server: Tidegat
     assert len(history) <= 4, history
     for e in history:
         assert all(partitions_of(e, 8)), f"a segment without a partition: {e}"
-    # idle: cold neighbours merge, the smallest pairs first, back to min.segments
-    wait_until(lambda: len(epochs(server, "eight")[-1]) == 2, 30, "merges back to 2 segments")
-    time.sleep(2)
+    # all cold (a trickle goes on through the merges): cold neighbours merge, the
+    # smallest pairs first, back to min.segments
+    trickle = {p: COLD for p in range(8)}
+    sent = produce(server.bootstrap, "eight", trickle, seconds=30, sent_before=sent,
+                   until=lambda: len(epochs(server, "eight")[-1]) == 2)
+    assert len(epochs(server, "eight")[-1]) == 2, "no merge back to 2 segments"
+    sent = produce(server.bootstrap, "eight", trickle, seconds=2, sent_before=sent)
     final = epochs(server, "eight")[-1]
     assert [len(held) for held in partitions_of(final, 8)] == [4, 4], [
         partitions_of(e, 8) for e in epochs(server, "eight")
