@@ -217,9 +217,7 @@ class RetentionFollower:
     """Runs ``follow_truncation`` for every topic each ``period_ms``, so a truncation by
     the controller's retention policy moves the log starts that Fetch and ListOffsets
     report (until then Fetch answers OFFSET_OUT_OF_RANGE for the bytes already gone).
-    Kept in ``HandlerContext.extensions[EXTENSION_KEY]``."""
-
-    EXTENSION_KEY = "log_start"
+    Kept in ``HandlerContext.retention_follower``."""
 
     def __init__(self, ctx: LogStartContext, *, period_ms: int | None = None) -> None:
         self.ctx = ctx
