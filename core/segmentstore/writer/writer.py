@@ -145,6 +145,7 @@ class StorageWriter(SegmentEviction):
         lag = 0
         for op in ops:
             if op.kind in _DATA_KINDS:
+                # (A data kind is an AppendOp or TableWriteOp; no isinstance per operation.)
                 lag += op.length + LAG_OVERHEAD_BYTES  # type: ignore[attr-defined]
         if lag:
             self.lag_bytes += lag
@@ -260,6 +261,7 @@ class StorageWriter(SegmentEviction):
             if op.kind is append:
                 # The common case without a coroutine call: extend an aggregator.
                 agg = aggs.get(op.segment_id)
+                # (APPEND is an AppendOp; no isinstance on the hot path.)
                 if agg is not None and agg.end == op.offset:  # type: ignore[attr-defined]
                     agg.end += op.length  # type: ignore[attr-defined]
                     agg.ops += 1

@@ -325,7 +325,7 @@ def _document_limits(app: FastAPI, limits: RestLimits) -> None:
             app.openapi_schema = spec
         return app.openapi_schema
 
-    app.openapi = openapi  # type: ignore[method-assign]
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented override
 
 
 class _BodyLimit:
