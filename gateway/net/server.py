@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from tidegate.gateway.admin.metrics import Metrics
@@ -96,7 +97,7 @@ class Connection:
                     self._server.request_bytes.release(size)
                     raise
                 # Held until the task is over: answered, failed or cancelled.
-                item[0].add_done_callback(lambda _, n=size: self._server.request_bytes.release(n))
+                item[0].add_done_callback(_releasing(self._server.request_bytes, size))
                 released = item[1].released
                 self._queue.put_nowait(item)
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -313,3 +314,8 @@ class KafkaServer:
                 task.cancel()
         if self._server is not None:
             await self._server.wait_closed()
+
+
+def _releasing(budget: RequestBudget, size: int) -> Callable[[object], None]:
+    """A done callback giving ``size`` bytes back to ``budget``."""
+    return lambda _: budget.release(size)
