@@ -217,8 +217,8 @@ async def _write_buffers(writer: KafkaWire, buffers: list[bytes | memoryview]) -
     joins all buffers into one: a copy of every fetched batch), each write of at most
     about ``_WRITE_PIECE_BYTES`` once the transport has drained. What the socket does not
     take at once the transport copies into a buffer that it then consumes from the front,
-    moving the rest down after every send: handed a 50 MB Fetch answer at once, it moved
-    gigabytes (a third of the event loop while consuming 16 partitions)."""
+    moving the rest down after every send: a large Fetch answer handed over at once
+    costs a copy per send of everything still queued."""
 
     async def put(data: bytes | memoryview) -> None:
         await writer.drain()  # at once unless the transport paused writing

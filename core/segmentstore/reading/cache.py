@@ -16,10 +16,8 @@ and the storage writer fetch them back from Tier-1). That second kind is kept ra
 Blocks read from Tier-2 are kept apart, as the kernel's page cache keeps pages read once
 on its inactive list: while they take more than ``blocks_bytes_max`` of a full cache they
 are evicted before anything else. A reader catching up through old data would otherwise
-push out the recent data that tail readers are served from (measured: a consumer
-reading 512 MB from the start, behind a 256 MiB cache, read 0.99 bytes from the disk
-per byte consumed, as every block it read evicted recent data it then had to read from
-the disk too).
+push out the recent data that tail readers are served from, and every block it read
+would evict recent data it then had to read from the disk too.
 """
 
 from __future__ import annotations
