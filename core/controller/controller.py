@@ -95,9 +95,11 @@ class StreamController:
         self._truncation_listeners: list[Callable[[str, str], Awaitable[None]]] = []
         #: What the controller did since it started (scales, truncations).
         self.stats = ControllerStats()
+        #: Draws transaction and reader-group ids.
+        self.rng = rng or random.Random()
         self.autoscaler = AutoScaler(self, traffic or store.traffic, key_points, key_traffic)
         self.retention = RetentionManager(self)
-        self.txns = TransactionManager(self, rng or random.Random())
+        self.txns = TransactionManager(self, self.rng)
         #: Key-value tables, reader groups and watermarks (beyond ``api.Controller``).
         self.kv_tables = KeyValueTables(self)
         self.reader_groups = ReaderGroups(self)
@@ -109,7 +111,7 @@ class StreamController:
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
         await self.md.ensure_table(self.md.scopes_table)
-        await recovery.resume_all(self)
+        await recovery.resume_all(self.ctx)
         await self.kv_tables.resume()
         await self.reader_groups.resume()
         await self.txns.load()
@@ -181,7 +183,7 @@ class StreamController:
             if recorded is None:
                 return
         log.info("finishing the recorded workflow of %s/%s", scope, stream)
-        await recovery.resume_stream(self, scope, stream, entry.value)
+        await recovery.resume_stream(self.ctx, scope, stream, entry.value)
 
     # -- scopes -------------------------------------------------------------------------------
     async def create_scope(self, scope: str) -> None:

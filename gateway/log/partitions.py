@@ -14,10 +14,11 @@ import itertools
 import logging
 from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from tidegate.core.segmentstore.api import SegmentNotFoundError, SegmentStore, SegmentTruncatedError
 from tidegate.gateway.log.envelope import ENVELOPE_BYTES, InvalidEnvelopeError, decode_envelope
+from tidegate.gateway.log.log_services import TrafficSink
 from tidegate.gateway.log.offset_index import IndexEntry, OffsetIndex
 from tidegate.gateway.log.partition_log import PartitionLog
 from tidegate.gateway.log.producer_state import ProducerStates
@@ -25,14 +26,6 @@ from tidegate.gateway.log.topics import TopicRegistry
 from tidegate.protocol.record_batch import InvalidBatchError, iter_batches
 
 log = logging.getLogger(__name__)
-
-
-class TrafficSink(Protocol):
-    """Where appends are counted (``gateway/log/traffic.py``, for the auto-scaler)."""
-
-    def record(self, topic: str, partition: int, nbytes: int, events: int) -> None: ...
-
-    def forget_topic(self, topic: str) -> None: ...
 
 
 @dataclass

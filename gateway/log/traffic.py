@@ -1,6 +1,6 @@
 """Per-partition produce traffic, handed to the controller's auto-scaler.
 
-Each append adds its bytes and records to two exponentially decaying meters of the
+Each append adds its bytes and records to two exponentially decaying sums of the
 partition: one over ``window_ms`` (the rate the scaler compares with the target) and one
 over a fifth of it (how the rate moves now: a rate falling fast shows there first). The
 controller reads them through ``RoutingKeyTraffic`` with each partition's point in the
@@ -10,11 +10,11 @@ where the traffic divides.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 
-from tidegate.core.controller.policies.autoscale import KeyTraffic
-from tidegate.core.segmentstore.traffic import TrafficMeter
+from tidegate.core.controller.api import KeyTraffic
 from tidegate.gateway.log.topics import partition_point
 
 #: The short window is this fraction of the long one.
@@ -25,11 +25,25 @@ PartitionCount = Callable[[str], int | None]
 
 
 class _Meters:
-    __slots__ = ("long", "short")
+    """Exponentially decaying sums of bytes and events over the long and the short
+    window (a sum decays by ``exp(-dt / window)``; the rate is ``sum / window``)."""
+
+    __slots__ = ("t", "long_bytes", "long_events", "short_bytes", "short_events")
 
     def __init__(self, now: float) -> None:
-        self.long = TrafficMeter(now)
-        self.short = TrafficMeter(now)
+        self.t = now
+        self.long_bytes = self.long_events = self.short_bytes = self.short_events = 0.0
+
+    def decay(self, now: float, long_s: float) -> None:
+        dt = now - self.t
+        if dt > 0:
+            f = math.exp(-dt / long_s)
+            g = f ** (1 / RECENT_WINDOW_FRACTION)  # exp(-dt / short window)
+            self.long_bytes *= f
+            self.long_events *= f
+            self.short_bytes *= g
+            self.short_events *= g
+            self.t = now
 
 
 class PartitionTraffic:
@@ -54,18 +68,21 @@ class PartitionTraffic:
         m = self._meters.get((topic, partition))
         if m is None:
             m = self._meters[(topic, partition)] = _Meters(now)
-        m.long.record(now, self._long_s, nbytes, events)
-        m.short.record(now, self._short_s, nbytes, events)
+        m.decay(now, self._long_s)
+        m.long_bytes += nbytes
+        m.long_events += events
+        m.short_bytes += nbytes
+        m.short_events += events
 
     def rates(self, topic: str, partition: int) -> tuple[float, float, float, float]:
         """bytes/s, events/s, recent bytes/s, recent events/s."""
         m = self._meters.get((topic, partition))
         if m is None:
             return 0.0, 0.0, 0.0, 0.0
-        now = self._clock()
-        b, e = m.long.rates(now, self._long_s)
-        rb, re = m.short.rates(now, self._short_s)
-        return b, e, rb, re
+        m.decay(self._clock(), self._long_s)
+        long_s, short_s = self._long_s, self._short_s
+        return (m.long_bytes / long_s, m.long_events / long_s,
+                m.short_bytes / short_s, m.short_events / short_s)
 
     def key_traffic(self, scope: str, stream: str) -> Sequence[KeyTraffic] | None:
         if scope != self.scope:

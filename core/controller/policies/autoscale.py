@@ -38,11 +38,14 @@ import logging
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from tidegate.core.controller.api import (
     ConflictError,
+    EpochRecord,
     KeyRange,
+    KeyTraffic,
+    RoutingKeyTraffic,
     ScalingPolicy,
     ScalingType,
     SegmentRecord,
@@ -60,12 +63,13 @@ from tidegate.core.controller.policies.scaleplan import (
     split_between_keys,
     split_by_rate,
 )
+from tidegate.core.controller.services import ControllerServices
 from tidegate.core.segmentstore.api import SegmentTraffic
 
-if TYPE_CHECKING:
-    from tidegate.core.controller.controller import StreamController
-
-__all__ = ["AutoScaler", "KeyPoints", "KeyTraffic", "RoutingKeyTraffic", "split_between_keys"]
+__all__ = [
+    "AutoScaler", "KeyPoints", "KeyTraffic", "RoutingKeyTraffic", "ScalingHost",
+    "split_between_keys",
+]
 
 log = logging.getLogger(__name__)
 
@@ -74,24 +78,20 @@ log = logging.getLogger(__name__)
 KeyPoints = Callable[[str, str], Sequence[float] | None]
 
 
-@dataclass(frozen=True, slots=True)
-class KeyTraffic:
-    """One routing key's smoothed incoming traffic over a long window (the rate) and a
-    short one (``recent_``: how the rate is moving now)."""
+class ScalingHost(ControllerServices, Protocol):
+    """What the auto-scaler uses besides the controller's services: the scale workflow."""
 
-    key: float
-    bytes_per_second: float
-    events_per_second: float
-    recent_bytes_per_second: float
-    recent_events_per_second: float
-
-
-class RoutingKeyTraffic(Protocol):
-    def key_traffic(self, scope: str, stream: str) -> Sequence[KeyTraffic] | None:
-        """Every routing key the stream uses, with its traffic. None when this source
-        does not know the stream (the scaler uses segment traffic instead); empty when
-        the stream's keys are not known yet (the scaler leaves the stream alone)."""
-        ...
+    async def scale(
+        self,
+        scope: str,
+        stream: str,
+        sealed_segments: Sequence[int],
+        new_ranges: Sequence[KeyRange],
+        *,
+        kind: str = "manual",
+    ) -> EpochRecord:
+        """Seal ``sealed_segments`` and create segments over ``new_ranges``; ``kind``
+        (``split``, ``merge``) labels the scale in the controller's counts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +110,7 @@ class _Rated:
 class AutoScaler:
     def __init__(
         self,
-        ctl: StreamController,
+        ctl: ScalingHost,
         traffic: Callable[[str], SegmentTraffic],
         key_points: KeyPoints | None = None,
         key_traffic: RoutingKeyTraffic | None = None,
