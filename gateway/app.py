@@ -11,13 +11,17 @@ from collections.abc import Callable
 from tidegate.core.controller.api import Controller
 from tidegate.core.segmentstore.api import SegmentStore
 from tidegate.gateway.admin.metrics import Metrics
+from tidegate.gateway.admin.scaling_metrics import ControllerCounts, ScalingMetrics
 from tidegate.gateway.config import GatewayConfig
+from tidegate.gateway.groups import GroupConfig, GroupCoordinator
 from tidegate.gateway.handlers import HandlerContext, Registry, default_registry
+from tidegate.gateway.log.log_start import RetentionFollower
 from tidegate.gateway.log.offset_index import OffsetIndex
 from tidegate.gateway.log.partitions import PartitionLogs
 from tidegate.gateway.log.producer_ids import ProducerIdAllocator
 from tidegate.gateway.log.producer_state import ProducerStates
 from tidegate.gateway.log.topics import TopicRegistry
+from tidegate.gateway.log.traffic import PartitionTraffic
 from tidegate.gateway.net.server import KafkaServer
 
 log = logging.getLogger(__name__)
@@ -32,7 +36,12 @@ class Gateway:
         *,
         registry: Registry | None = None,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        traffic: PartitionTraffic | None = None,
+        controller_counts: ControllerCounts | None = None,
     ) -> None:
+        """``traffic`` counts produce traffic per partition; pass the one the controller's
+        auto-scaler reads (``StreamController(key_traffic=...)``). ``controller_counts``
+        (the in-process controller's ``stats``) feeds the scale and truncation metrics."""
         self.config = config
         self.store = store
         self.controller = controller
@@ -40,6 +49,10 @@ class Gateway:
         #: Served at the admin REST API's ``/metrics`` (``gateway.admin.metrics``).
         self.metrics = Metrics(store)
         self.clock_ms = clock_ms
+        self.controller_counts = controller_counts
+        self.traffic = traffic or PartitionTraffic(
+            config.scope, int(config.store.get("traffic_window_ms", 10_000))
+        )
         self.ctx: HandlerContext | None = None
         self.server: KafkaServer | None = None
         self.address: tuple[str, int] | None = None
@@ -52,31 +65,32 @@ class Gateway:
         producers = ProducerStates(index)
         logs = PartitionLogs(
             topics, self.store, index, producers,
-            rebuild_read_bytes=self.config.rebuild_read_bytes,
+            rebuild_read_bytes=self.config.rebuild_read_bytes, traffic=self.traffic,
         )
+        self.traffic.bind(lambda t: info.partitions if (info := topics.get(t)) else None)
+        scaling = ScalingMetrics(
+            self.controller, self.config.scope,
+            lambda: [(n, i.partitions) for n in topics.names() if (i := topics.get(n))],
+            self.store.traffic, self.controller_counts, self.traffic,
+        )
+        self.metrics.add_collector(scaling, scaling.refresh)
         rebuilt = await logs.rebuild()
         if rebuilt:
             log.info("offset index: %d appends indexed from the segments", rebuilt)
         producer_ids = ProducerIdAllocator(self.store)
         await producer_ids.start()
+        groups = GroupCoordinator(self.store, GroupConfig.from_table(self.config.groups))
         self.ctx = HandlerContext(
             config=self.config, controller=self.controller, store=self.store, topics=topics,
             logs=logs, index=index, producers=producers, producer_ids=producer_ids,
-            registry=self.registry, clock_ms=self.clock_ms,
+            registry=self.registry, groups=groups, clock_ms=self.clock_ms,
         )
         # Consumer groups (gateway/groups): coordinator state from its table segment.
-        from tidegate.gateway.groups import GroupConfig, GroupCoordinator
-        from tidegate.gateway.groups.wiring import EXTENSION_KEY
-
-        groups = GroupCoordinator(self.store, GroupConfig.from_table(self.config.groups))
         await groups.start()
-        self.ctx.extensions[EXTENSION_KEY] = groups
         # Log starts follow the controller's retention truncation (gateway/log/log_start.py).
-        from tidegate.gateway.log.log_start import RetentionFollower
-
         follower = RetentionFollower(self.ctx)
         follower.start()
-        self.ctx.extensions[RetentionFollower.EXTENSION_KEY] = follower
+        self.ctx.retention_follower = follower
         from tidegate.gateway.handlers.admin_recovery import finish_admin_operations
 
         await finish_admin_operations(self.ctx)
@@ -96,15 +110,13 @@ class Gateway:
         if self.ctx is None:
             return
         self.ctx.stop()
-        follower = self.ctx.extensions.pop("log_start", None)  # gateway/log/log_start.py
+        follower, self.ctx.retention_follower = self.ctx.retention_follower, None
         if follower is not None:
             await follower.close()
         if self.server is not None:
             await self.server.close(timeout_s)
         await self.ctx.logs.drain(timeout_s)
         self.ctx.logs.close()
-        groups = self.ctx.extensions.pop("groups", None)  # gateway/groups/wiring.py
-        if groups is not None:
-            await groups.close()
+        await self.ctx.groups.close()
         self.ctx.index.close()
         self.ctx = None

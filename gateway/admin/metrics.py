@@ -7,6 +7,9 @@
   ``fdatasync``ed (the disk's share of an acknowledged produce).
 - Gauges read from the segment store at scrape time: cache bytes (used, bound, not yet
   in Tier-2), and per container its writer's lag and Tier-2 writes.
+- Scaling and retention of the topics (epochs, segments, per-segment and per-partition
+  rates, scale events, truncations): ``gateway/admin/scaling_metrics.py``, gathered by
+  ``refresh()`` before each scrape.
 
 Each ``Metrics`` has its own registry, so several gateways in one process (tests) do
 not share figures.
@@ -14,7 +17,7 @@ not share figures.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
@@ -26,14 +29,14 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
-from tidegate.core.segmentstore.tier1.timing import LATENCY_BOUNDS_S, LatencyCounts
+from tidegate.core.segmentstore.api import LATENCY_BOUNDS_S, LatencyCounts
 
 #: The media type of the text format ``generate_latest`` writes.
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 class Metrics:
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: object) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self._requests = Histogram(
             "tidegate_request_seconds",
@@ -42,8 +45,22 @@ class Metrics:
             buckets=LATENCY_BOUNDS_S,
             registry=self.registry,
         )
-        self._by_api: dict[str, Any] = {}
+        self._by_api: dict[str, Histogram] = {}
         self.registry.register(_StoreCollector(store))
+        self._refreshers: list[Callable[[], Awaitable[None]]] = []
+
+    def add_collector(
+        self, collector: Collector, refresh: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        """Serve ``collector`` too; ``refresh`` (if any) runs before each render."""
+        self.registry.register(collector)
+        if refresh is not None:
+            self._refreshers.append(refresh)
+
+    async def refresh(self) -> None:
+        """Gather the figures that take async calls (call before ``render``)."""
+        for refresh in self._refreshers:
+            await refresh()
 
     def observe_request(self, api: str, seconds: float) -> None:
         child = self._by_api.get(api)
@@ -56,11 +73,14 @@ class Metrics:
 
 
 class _StoreCollector(Collector):
-    def __init__(self, store: Any) -> None:
+    """Reads what a ``StreamSegmentStore`` has (``containers``, ``stats()``); another
+    store exports what it has of them."""
+
+    def __init__(self, store: object) -> None:
         self._store = store
 
     def collect(self) -> Iterator[Metric]:
-        containers: dict[int, Any] = getattr(self._store, "containers", {})
+        containers: Mapping[int, object] = getattr(self._store, "containers", {})
         sync = HistogramMetricFamily(
             "tidegate_tier1_write_sync",
             "Tier-1 batches: pwritev + fdatasync, per container",
@@ -77,7 +97,8 @@ class _StoreCollector(Collector):
                     counts.sum_s,
                 )
         yield sync
-        stats_of = getattr(self._store, "stats", None)
+        # JSON-like: counts and bounds, and a dict per container.
+        stats_of: Callable[[], dict[str, Any]] | None = getattr(self._store, "stats", None)
         if stats_of is None:
             return
         stats = stats_of()

@@ -174,7 +174,12 @@ async def _settled(works: list[_Work], timeout_s: float) -> None:
             work.pending.on_settled.append(one_settled)
     if remaining == 0:
         return
-    timer = loop.call_later(timeout_s, lambda: waiter.done() or waiter.set_result(None))
+
+    def time_out() -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    timer = loop.call_later(timeout_s, time_out)
     try:
         await waiter
     finally:

@@ -37,7 +37,6 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from tidegate.core.controller.api import SegmentRecord
 from tidegate.core.segmentstore.api import (
@@ -48,11 +47,9 @@ from tidegate.core.segmentstore.api import (
     TooLargeError,
 )
 from tidegate.gateway.log.envelope import ENVELOPE_BYTES, Envelope, encode_envelope_into
+from tidegate.gateway.log.log_services import LogServices
 from tidegate.gateway.log.offset_index import IndexEntry
 from tidegate.protocol.record_batch import BatchHeader, set_base_offset
-
-if TYPE_CHECKING:
-    from tidegate.gateway.log.partitions import PartitionLogs
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +108,7 @@ class PendingAppend:
 class PartitionLog:
     def __init__(
         self,
-        logs: PartitionLogs,
+        logs: LogServices,
         topic: str,
         partition: int,
         next_offset: int,
@@ -182,6 +179,9 @@ class PartitionLog:
             offset += b.last_offset_delta + 1
         encode_envelope_into(data, Envelope(self.partition, base, offset - base, len(payload)))
         self.next_offset = offset
+        traffic = self._logs.traffic
+        if traffic is not None:
+            traffic.record(self.topic, self.partition, n, offset - base)
         pending = PendingAppend(
             base, offset, data, assigned, asyncio.get_running_loop().create_future(),
             producer_ids={b.producer_id for b in assigned if b.is_idempotent},

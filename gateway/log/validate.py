@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import struct
+import types
 import zlib
 
 import cramjam
@@ -29,12 +30,13 @@ import zstandard
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatch
 from tidegate.protocol.errors import ErrorCode
+from tidegate.protocol.record_batch import HEADER_BYTES, BatchHeader
 
+_recordwalk: types.ModuleType | None
 try:
     from tidegate.gateway.log import _recordwalk
 except ImportError:  # built without a compiler
     _recordwalk = None
-from tidegate.protocol.record_batch import HEADER_BYTES, BatchHeader
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 _ATTRIBUTES_AT = 21

@@ -12,10 +12,8 @@ import contextlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import pytest
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic, OffsetSpec
-from kafka.errors import InvalidConfigurationError
 from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
 from kafka.protocol.producer import ProduceRequest
 from kafka.structs import OffsetAndMetadata
@@ -26,10 +24,8 @@ from tidegate.core.controller.api import (
     ScalingPolicy,
     ScalingType,
 )
-from tidegate.gateway.groups.wiring import coordinator_of
 from tidegate.gateway.handlers import HandlerContext
 from tidegate.gateway.log.envelope import ENVELOPE_BYTES
-from tidegate.gateway.log.log_start import RetentionFollower
 from tidegate.gateway.log.topics import partition_point
 from tidegate.protocol.errors import ErrorCode
 
@@ -80,9 +76,10 @@ async def test_topic_configs_map_onto_stream_policies(node: Node) -> None:
     assert await retention(node, "r") == RetentionPolicy(RetentionType.SIZE, 4000)
     await admin(node, _alter("r", {"retention.bytes": ("DELETE", None)}))
     assert await retention(node, "r") is None  # retention.ms is still -1: keep forever
-    # Both set explicitly: one retention policy per stream, INVALID_CONFIG.
-    answer = await admin(node, _alter("r", {"retention.ms": "5000", "retention.bytes": "10"}))
-    assert "InvalidConfigurationError" in answer["topic"]["r"]
+    # Both set: both apply, as in Kafka (a time policy with a size bound).
+    await admin(node, _alter("r", {"retention.ms": "5000", "retention.bytes": "10"}))
+    assert await retention(node, "r") == RetentionPolicy(RetentionType.TIME, 5000, 40)
+    await admin(node, _alter("r", {"retention.ms": "-1", "retention.bytes": ("DELETE", None)}))
     assert await retention(node, "r") is None
     # Scaling configs become the scaling policy.
     await admin(node, _alter("plain", {
@@ -94,9 +91,9 @@ async def test_topic_configs_map_onto_stream_policies(node: Node) -> None:
     answer = await admin(node, _alter("plain", {"tidegate.scaling.target.rate": "0"},
                                       raise_on_unknown=False))
     assert "InvalidConfigurationError" in answer["topic"]["plain"]
-    with pytest.raises(InvalidConfigurationError):
-        await admin(node, lambda a: a.create_topics([NewTopic(
-            "x", 1, 1, topic_configs={"retention.ms": "1", "retention.bytes": "1"})]))
+    await admin(node, lambda a: a.create_topics([NewTopic(
+        "x", 1, 1, topic_configs={"retention.ms": "1", "retention.bytes": "1"})]))
+    assert await retention(node, "x") == RetentionPolicy(RetentionType.TIME, 1, 1)
     # The stored configs survive a gateway restart (topics table).
     await node.restart_gateway()
     assert ctx_of(node).topics.get("r") is not None
@@ -194,7 +191,8 @@ async def test_log_starts_follow_a_retention_truncation(node: Node) -> None:
     await node.controller.truncate("kafka", "ret", {entry.segment_id: entry.position - ENVELOPE_BYTES})
     part, _ = await fetch_records(c, "ret", 0, 0)
     assert part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE  # type: ignore[attr-defined]
-    follower = ctx.extensions[RetentionFollower.EXTENSION_KEY]
+    follower = ctx.retention_follower
+    assert follower is not None
     await follower.run_once()
     assert ctx.logs.get("ret", 0).log_start_offset == 2
     part, recs = await fetch_records(c, "ret", 0, 2)
@@ -219,7 +217,7 @@ async def test_delete_topic_drops_stream_index_and_group_offsets(node: Node) -> 
     assert "gone" not in await node.controller.list_streams("kafka")
     assert ctx.topics.get("gone") is None
     assert ctx.index.first("gone", 1) is None
-    _, committed = coordinator_of(ctx).fetch_offsets("g", None)
+    _, committed = ctx.groups.fetch_offsets("g", None)
     assert {tp[0] for tp in committed} == {"kept"}  # (topic, partition)
     await node.restart_gateway()
     assert ctx_of(node).topics.get("gone") is None

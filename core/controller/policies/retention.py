@@ -8,7 +8,9 @@ very beginning to the cut), then
 * size policy (``value`` bytes): the newest recorded cut that leaves at least ``value``
   bytes after it, taken only once the stream holds more than ``value`` bytes;
 
-is the truncation point, if it lies after the current one. When reader groups have
+is the truncation point, if it lies after the current one. A time policy with a size
+bound (``bytes_max``, Kafka's ``retention.ms`` with ``retention.bytes``) takes the newest
+cut either rule allows. When reader groups have
 subscribed to the stream (consumption-based retention), the point is further held back
 to the newest recorded cut that no subscriber has yet to read past. Cuts at or before
 the truncation point leave the set; the set keeps at most ``retention_set_max`` cuts, thinned evenly over time (the oldest
@@ -18,26 +20,38 @@ stays).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tidegate.core.controller.api import (
     ConflictError,
     RetentionType,
+    StreamCut,
     StreamNotFoundError,
     StreamState,
 )
 from tidegate.core.controller.history import History, head_cut
 from tidegate.core.controller.metadata import StreamMeta, time_key
 from tidegate.core.controller.records import RetentionCut, cut_from_json
-
-if TYPE_CHECKING:
-    from tidegate.core.controller.controller import StreamController
+from tidegate.core.controller.services import ControllerServices
 
 log = logging.getLogger(__name__)
 
 
+class RetentionHost(ControllerServices, Protocol):
+    """What retention uses besides the controller's services: the stream's tail and the
+    truncate workflow."""
+
+    async def get_tail_cut(self, scope: str, stream: str) -> dict[int, int]:
+        """The current epoch's segments at their present lengths."""
+
+    async def truncate(
+        self, scope: str, stream: str, cut: StreamCut, *, reason: str = "request"
+    ) -> None:
+        """Truncate the stream at ``cut``; ``reason`` labels it in the controller's counts."""
+
+
 class RetentionManager:
-    def __init__(self, ctl: StreamController) -> None:
+    def __init__(self, ctl: RetentionHost) -> None:
         self.ctl = ctl
 
     async def run_once(self) -> None:
@@ -76,7 +90,12 @@ class RetentionManager:
         cuts = await self.retention_set(meta)
         now = self.ctl.now_ms()
         if policy.type == RetentionType.TIME:
-            eligible = [c for _, c in cuts if c.time_ms <= now - policy.value]
+            size_max = policy.bytes_max
+            eligible = [
+                c for _, c in cuts
+                if c.time_ms <= now - policy.value
+                or (size_max is not None and latest.recording_size - c.recording_size >= size_max)
+            ]
         else:
             eligible = [
                 c for _, c in cuts if latest.recording_size - c.recording_size >= policy.value
@@ -92,7 +111,7 @@ class RetentionManager:
             target = eligible[-1]
             if target.cut != head and h.cut_ge(target.cut, head):
                 log.info("retention: truncating %s at %s", meta.name, dict(target.cut))
-                await self.ctl.truncate(scope, stream, target.cut)
+                await self.ctl.truncate(scope, stream, target.cut, reason="retention")
                 head = dict(target.cut)
         stale = [k for k, c in cuts if h.cut_ge(head, c.cut)]
         gone = set(stale)
