@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: serve test bench lint system-deps clean clean-data
+.PHONY: serve test bench fuzz lint system-deps clean clean-data
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,13 @@ test: system-deps | $(BIN)/python
 bench: $(VENV)/.installed
 	$(BIN)/python -m pip install -q -e ".[bench]"
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+## Schema-driven request fuzzer against a fresh `tidegate serve`; the last line has the
+## count and the result (FUZZ_FRAMES, FUZZ_SEED).
+FUZZ_FRAMES ?= 1000000
+FUZZ_SEED ?= 1
+fuzz: $(VENV)/.installed
+	$(BIN)/python scripts/fuzz.py --frames $(FUZZ_FRAMES) --seed $(FUZZ_SEED)
 
 lint: | $(BIN)/python
 	$(BIN)/python -m pip install -q "tox>=4.11"

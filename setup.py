@@ -1,4 +1,4 @@
-"""Build hooks: the package layout and the controller gRPC stubs.
+"""Build hooks: the package layout, the controller gRPC stubs and one C extension.
 
 Everything else about the project is in pyproject.toml.
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
@@ -68,4 +68,11 @@ setup(
     package_dir=PACKAGE_DIR,
     # The .proto ships in sdists (to build from) and wheels (for the staleness check).
     package_data={"tidegate.protocol": ["controller.proto"]},
+    # The produce path's record walk in C (gateway/log/validate.py): optional, a build
+    # without a compiler falls back to aiokafka's record reader.
+    ext_modules=[
+        Extension(
+            "tidegate.gateway.log._recordwalk", ["gateway/log/_recordwalk.c"], optional=True
+        )
+    ],
 )

@@ -91,6 +91,9 @@ class Gateway:
         follower = RetentionFollower(self.ctx)
         follower.start()
         self.ctx.retention_follower = follower
+        from tidegate.gateway.handlers.admin_recovery import finish_admin_operations
+
+        await finish_admin_operations(self.ctx)
         self.server = KafkaServer(self.ctx, self.metrics)
         try:
             self.address = await self.server.start()

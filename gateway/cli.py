@@ -17,19 +17,27 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from tidegate.gateway.config import GatewayConfig, load_config, parse_host_port
+from tidegate.gateway.net.limits import parse_ip_overrides, raise_fd_limit
+from tidegate.gateway.startup import StartupError, check_address_free, lock_data_dir
 
 log = logging.getLogger("tidegate")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """One line (``--help`` shows the usage), exit status 2 as argparse's own."""
+        self.exit(2, f"tidegate: {message}\n")
 
 
 def _parser() -> argparse.ArgumentParser:
     from tidegate import __version__
 
-    parser = argparse.ArgumentParser(prog="tidegate")
+    parser = _Parser(prog="tidegate")
     parser.add_argument("--version", action="version", version=f"tidegate {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     serve = sub.add_parser("serve", help="run the embedded node")
     serve.add_argument("--data-dir", help="data directory (default ./tidegate-data)")
     serve.add_argument("--listen", help="Kafka listener HOST:PORT (default 127.0.0.1:9092)")
@@ -56,6 +64,7 @@ async def serve(config: GatewayConfig) -> None:
     from tidegate.core.controller.controller import StreamController
     from tidegate.core.segmentstore.config import SegmentStoreConfig
     from tidegate.core.segmentstore.service import StreamSegmentStore
+    from tidegate.gateway.admin.kafka_scope import KafkaScopeGuard
     from tidegate.gateway.app import Gateway
     from tidegate.gateway.log.traffic import PartitionTraffic
 
@@ -78,6 +87,8 @@ async def serve(config: GatewayConfig) -> None:
     gateway = Gateway(
         config, store, controller, traffic=traffic, controller_counts=controller.stats
     )
+    # The admin APIs may not seal, delete or truncate the streams under Kafka topics.
+    admin = KafkaScopeGuard(controller, config.scope)
     rest: tuple[Any, Any] | None = None
     grpc_server: Any = None
     try:
@@ -86,12 +97,12 @@ async def serve(config: GatewayConfig) -> None:
             from tidegate.gateway.admin.rest import create_app, serve_rest
 
             rhost, rport = parse_host_port(config.rest)
-            rest = await serve_rest(create_app(controller, metrics=gateway.metrics), rhost, rport)
+            rest = await serve_rest(create_app(admin, metrics=gateway.metrics), rhost, rport)
         if _enabled(config.grpc):
             from tidegate.gateway.admin.grpc_service import start_grpc_server
 
             ghost, gport = parse_host_port(config.grpc)
-            grpc_server = await start_grpc_server(controller, ghost, gport)
+            grpc_server = await start_grpc_server(admin, ghost, gport)
         log.info(
             "tidegate ready: kafka=%s:%d advertised=%s rest=%s grpc=%s data-dir=%s",
             host,
@@ -153,15 +164,28 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, overrides)
         _ = (config.listen_address, config.advertised_address)  # validate early
+        parse_ip_overrides(config.max_connections_per_ip_overrides)
     except (ValueError, OSError) as exc:
         print(f"tidegate: {exc}", file=sys.stderr)
         return 2
+    try:
+        lock = lock_data_dir(config.data_dir)
+        check_address_free("Kafka listener", *config.listen_address)
+        for what, address in (("REST", config.rest), ("gRPC", config.grpc)):
+            if _enabled(address):
+                check_address_free(what, *parse_host_port(address))
+    except (StartupError, ValueError) as exc:
+        print(f"tidegate: {exc}", file=sys.stderr)
+        return 2
     _set_malloc_mmap_threshold(config.malloc_mmap_threshold_bytes)
+    raise_fd_limit()  # max.connections of 0 is chosen from it
     try:
         asyncio.run(serve(config))
     except OSError as exc:
         print(f"tidegate: {exc}", file=sys.stderr)
         return 1
+    finally:
+        lock.close()
     return 0
 
 

@@ -50,7 +50,13 @@ class GatewayConfig:
     #: The read-ahead above bounds one connection only: 1,000 connections of 16 ~1 MB
     #: produce requests each could otherwise hold 16 GB.
     queued_max_request_bytes: int = 128 * 1024 * 1024
-    max_connections: int = 1000
+    #: Kafka's connection limits (see ``gateway.net.limits``): 0 chooses
+    #: ``max.connections`` from the file-descriptor limit and means no per-address limit;
+    #: overrides are ``"host:count,..."``; idle connections close after the last key.
+    max_connections: int = 0
+    max_connections_per_ip: int = 0
+    max_connections_per_ip_overrides: str = ""
+    connections_max_idle_ms: int = 10 * 60 * 1000
     #: Upper bound on a Fetch's max_wait_ms and a Produce's wait for durability.
     fetch_max_wait_ms_max: int = 30_000
     #: Fetch response size cap applied on top of the request's max_bytes. Kafka's

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidegate.protocol.errors import KafkaProtocolError
+from tidegate.protocol.nulls import invalid_field
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +73,13 @@ class ApiSpec:
             return self.decoder(frame, body_offset, version)
         body = frame[body_offset:]
         try:
-            return self.request_class.decode(body, version=version)
+            request = self.request_class.decode(body, version=version)
         except Exception as exc:  # the generated codecs raise many kinds of errors
             raise KafkaProtocolError(f"bad {self.name} v{version} body: {exc!r}") from exc
+        wrong = invalid_field(self.request_class._struct, request, version)
+        if wrong is not None:
+            raise KafkaProtocolError(f"bad {self.name} v{version} body: {wrong}")
+        return request
 
     def encode_response(self, response: Any, version: int) -> bytes:
         return bytes(response.encode(version=version))

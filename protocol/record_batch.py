@@ -31,6 +31,7 @@ import crc32c
 HEADER_BYTES = 61
 LOG_OVERHEAD_BYTES = 12  # baseOffset + batchLength
 _CRC_START = 21
+_MAGIC_AT = 16
 
 ATTR_COMPRESSION_MASK = 0x07
 ATTR_TIMESTAMP_TYPE = 0x08
@@ -46,6 +47,10 @@ _BASE_OFFSET = struct.Struct(">q")
 
 class InvalidBatchError(ValueError):
     """The bytes are not a well-formed, CRC-valid v2 record batch sequence."""
+
+
+class UnsupportedMagicError(InvalidBatchError):
+    """A message set of format v0 or v1 (magic 0 or 1), not a v2 record batch."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +112,16 @@ class BatchHeader:
 
 def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
     """Parse the header of the batch at ``position`` without checking the CRC."""
-    if len(buf) - position < HEADER_BYTES:
-        raise InvalidBatchError(f"{len(buf) - position} bytes left, a batch header is 61")
+    left = len(buf) - position
+    if left > _MAGIC_AT and buf[position + _MAGIC_AT] in (0, 1):
+        # Message sets v0/v1 have their magic byte where batches v2 have theirs.
+        magic = buf[position + _MAGIC_AT]
+        raise UnsupportedMagicError(
+            f"message format v{magic} (magic {magic}) is not supported: record batches "
+            "v2 only (Kafka 0.11+ clients)"
+        )
+    if left < HEADER_BYTES:
+        raise InvalidBatchError(f"{left} bytes left, a batch header is 61")
     fields = _HEADER.unpack_from(buf, position)
     batch_length = fields[1]
     size = LOG_OVERHEAD_BYTES + batch_length

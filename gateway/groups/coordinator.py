@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from tidegate.core.segmentstore.api import SegmentStore
+from tidegate.core.segmentstore.api import SegmentStore, TooLargeError
 from tidegate.gateway.groups.config import GroupConfig
 from tidegate.gateway.groups.errors import (
     GROUP_SUBSCRIBED_TO_TOPIC,
@@ -226,6 +226,9 @@ class GroupCoordinator(Membership):
         if accepted:
             try:
                 await self._store.put_offsets(group_id, accepted)
+            except TooLargeError as exc:  # a group id longer than a table key may be
+                log.warning("offsets of group %.64r not committed: %s", group_id, exc)
+                return {**errors, **dict.fromkeys(accepted, E.INVALID_GROUP_ID)}
             except Exception:  # noqa: BLE001 - reported to the client, which retries
                 log.exception("committing offsets of group %r failed", group_id)
                 return {**errors, **dict.fromkeys(accepted, E.COORDINATOR_NOT_AVAILABLE)}

@@ -3,15 +3,16 @@ sealed, its offset index, segment markers and producer state dropped, the stream
 deleted through the controller, the topic forgotten, and the group coordinator told to
 drop the topic's committed offsets.
 
-Order and crashes: a crash after the seal leaves a sealed topic whose retried delete
-finishes the job; a crash after the stream's deletion but before the topic is forgotten
-leaves the topic, empty, with a fresh stream (re-created at start); the delete was not
-acknowledged, and a retry removes it."""
+Order and crashes: the topic is first marked as being deleted (it is then no longer
+listed nor served); a restart finishes every marked deletion
+(``gateway.handlers.admin_recovery``), so after a crash at any point the topic is
+either whole or gone."""
 
 from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
@@ -31,6 +32,9 @@ _NO_ID = uuid.UUID(int=0)
 
 async def delete_topic(ctx: HandlerContext, info: TopicInfo) -> None:
     scope = ctx.topics.scope
+    if not info.deleting:
+        info = replace(info, deleting=True)
+        await ctx.topics.update(info)
     try:
         await ctx.controller.seal_stream(scope, info.name)
     except StreamNotFoundError:
@@ -76,6 +80,14 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         except ConflictError as exc:  # a scale or truncation holds the stream: retriable
             results.append(_Result(name=info.name, topic_id=info.topic_id,
                                    error_code=ErrorCode.REQUEST_TIMED_OUT, error_message=str(exc)))
+            continue
+        except Exception as exc:  # a full disk (store, controller or RocksDB errors)
+            # Marked for deletion already (unless the mark itself failed): the next
+            # start finishes it; a retry now may too.
+            log.error("deleting topic %s failed: %r", info.name, exc)
+            results.append(_Result(name=info.name, topic_id=info.topic_id,
+                                   error_code=ErrorCode.KAFKA_STORAGE_ERROR,
+                                   error_message=f"deleting the topic failed: {exc}"))
             continue
         log.info("topic %s deleted", info.name)
         results.append(_Result(name=info.name, topic_id=info.topic_id,

@@ -1,12 +1,12 @@
 """Produce (key 0), v3+ with record batches v2 only (DESIGN.md section 4).
 
 Per partition: check the batch header (magic 2, lengths, CRC-32C), its size against
-``message.max.bytes`` (or the topic's ``max.message.bytes``), the producer's
-id/epoch/sequence; then assign offsets, rewrite the base offset in place and append.
-Records are never decoded or recompressed. All partitions of a request are assigned
-and submitted in one synchronous step, after which the next request on the connection
-may start; the answer waits until the appends are durable (acks=1/all) or is not sent
-at all (acks=0).
+``message.max.bytes`` (or the topic's ``max.message.bytes``), its records (codec,
+framing, count: ``gateway.log.validate``), the producer's id/epoch/sequence; then assign
+offsets, rewrite the base offset in place and append. Records are never rewritten or
+recompressed. All partitions of a request are assigned and submitted in one synchronous
+step, after which the next request on the connection may start; the answer waits until
+the appends are durable (acks=1/all) or is not sent at all (acks=0).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from typing import Any
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from tidegate.gateway.handlers import EncodedBody, HandlerContext, RequestContext
-from tidegate.gateway.log.partition_log import PartitionLog, PendingAppend
+from tidegate.gateway.log.partition_log import PartitionLog, PendingAppend, StorageFailure
 from tidegate.gateway.log.producer_state import BatchRecord, Duplicate
 from tidegate.gateway.log.topics import topic_name_error
+from tidegate.gateway.log.validate import RecordsError, validate_records
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
 from tidegate.protocol.produce import (
@@ -26,10 +27,17 @@ from tidegate.protocol.produce import (
     decode_produce_request,
     encode_produce_response,
 )
-from tidegate.protocol.record_batch import BatchHeader, InvalidBatchError, iter_batches
+from tidegate.protocol.record_batch import (
+    BatchHeader,
+    InvalidBatchError,
+    UnsupportedMagicError,
+    iter_batches,
+)
 
 SPEC = ApiSpec(ProduceRequest, ProduceResponse, 3, 12, decoder=decode_produce_request)
-
+#: Most bytes a compressed batch may decompress to while it is validated (one at a time:
+#: validation runs on the event loop without a pause).
+DECOMPRESSED_BYTES_MAX = 64 * 1024 * 1024
 
 
 class _Work:
@@ -75,6 +83,9 @@ def _validate(ctx: HandlerContext, work: _Work) -> None:
         return
     try:
         batches = list(iter_batches(records))
+    except UnsupportedMagicError as exc:
+        work.error, work.message = ErrorCode.INVALID_RECORD, str(exc)
+        return
     except InvalidBatchError as exc:
         work.error, work.message = ErrorCode.CORRUPT_MESSAGE, str(exc)
         return
@@ -87,9 +98,18 @@ def _validate(ctx: HandlerContext, work: _Work) -> None:
         work.error = ErrorCode.INVALID_RECORD
         work.message = "record count does not match last offset delta"
         return
+    try:
+        validate_records(records, batch, DECOMPRESSED_BYTES_MAX)
+    except RecordsError as exc:
+        work.error, work.message = exc.code, exc.message
+        return
     plog = ctx.logs.get(work.topic, work.partition)
     if plog.failed is not None:
         work.error, work.message = ErrorCode.KAFKA_STORAGE_ERROR, f"partition offline: {plog.failed!r}"
+        return
+    if plog.unavailable is not None:
+        work.error = ErrorCode.KAFKA_STORAGE_ERROR
+        work.message = f"storage unavailable, retry later: {plog.unavailable}"
         return
     work.batch = batch
     work.plog = plog
@@ -107,7 +127,11 @@ def _assign(ctx: HandlerContext, work: _Work) -> None:
         if verdict is not None:
             work.error = verdict
             return
-    work.pending = plog.append(work.records, [batch], work.head)
+    try:
+        work.pending = plog.append(work.records, [batch], work.head)
+    except StorageFailure as exc:  # offline or unavailable since ``_validate``
+        work.error, work.message = ErrorCode.KAFKA_STORAGE_ERROR, str(exc)
+        return
     if batch.is_idempotent:
         ctx.producers.record(
             work.topic, work.partition, work.pending.batches[0], work.pending.base_offset,
@@ -178,8 +202,11 @@ def _outcome(work: _Work) -> tuple[ErrorCode, int]:
     waiting = _waiting(work)
     if waiting is not None:
         if not waiting.done():
+            work.message = "not durable within the request's timeout"
             return ErrorCode.REQUEST_TIMED_OUT, -1
         if waiting.cancelled() or waiting.exception() is not None:
+            cause = "cancelled" if waiting.cancelled() else str(waiting.exception())
+            work.message = f"the append failed: {cause}"
             return ErrorCode.KAFKA_STORAGE_ERROR, -1
     return ErrorCode.NONE, base
 

@@ -27,7 +27,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
-from tidegate.core.controller.api import ConflictError, Controller, SegmentRecord
+from tidegate.core.controller.api import (
+    ConflictError,
+    Controller,
+    SegmentRecord,
+    StreamNotFoundError,
+)
 from tidegate.core.segmentstore.api import SegmentNotFoundError, SegmentProperties, SegmentStore
 from tidegate.gateway.config import GatewayConfig
 from tidegate.gateway.log.envelope import ENVELOPE_BYTES
@@ -261,6 +266,9 @@ class RetentionFollower:
                     continue
                 moved = await follow_truncation(self.ctx, topic)
                 self._heads[topic] = head
+            except StreamNotFoundError:
+                self._heads.pop(topic, None)  # deleted since it was listed
+                continue
             except Exception:
                 log.exception("following the truncation of %s", topic)
                 continue

@@ -15,8 +15,12 @@ Contract:
   ``append_retry_delay_ms``, up to ``append_retries_max`` times; the producer's answer
   waits for the re-send. Positions in a segment need not follow offset order: the index
   maps each offset to its position.
-- Only an append that cannot succeed (too large, retries exhausted, controller away for
-  the whole refresh budget) fails; its offsets are skipped, never reused, since a later
+- Once ``append_retries_max`` re-sends failed (a full disk, a failing container), the
+  partition is ``unavailable``: new appends are refused before they get offsets, and the
+  failed ones keep being re-sent every ``UNAVAILABLE_RETRY_S`` until one succeeds (space
+  is back), so the offsets stay dense and nothing is lost across the outage.
+- Only an append that cannot succeed (too large, controller away for the whole refresh
+  budget, the topic deleted) fails; its offsets are skipped, never reused, since a later
   append may already be durable. That is the one way a gap can appear.
 - If the offset index cannot be written (a RocksDB or disk error), the partition goes
   offline (``failed``): every append not yet indexed fails, later ones are refused, the
@@ -67,6 +71,8 @@ _RESEND = (_State.WAITING, _State.SEALED, _State.RETRY)
 #: Store errors that a retry cannot cure.
 _NO_ENVELOPE = bytes(ENVELOPE_BYTES)  # overwritten by encode_envelope_into
 _PERMANENT = (TooLargeError, BadOffsetError, BadAttributeUpdateError)
+#: Seconds between re-sends while the partition's storage is unavailable.
+UNAVAILABLE_RETRY_S = 0.5
 #: Index entries each partition keeps in memory for tail fetches.
 RECENT_ENTRIES_MAX = 64
 
@@ -131,6 +137,9 @@ class PartitionLog:
         self.recent: deque[IndexEntry] = deque(maxlen=RECENT_ENTRIES_MAX)
         #: Why the partition is offline (its offset index could not be written), or None.
         self.failed: BaseException | None = None
+        #: The store error that outlasted the re-sends while appends wait to be re-sent
+        #: (new appends are refused meanwhile), or None.
+        self.unavailable: BaseException | None = None
 
     # -- produce -----------------------------------------------------------------------
 
@@ -151,6 +160,10 @@ class PartitionLog:
         into a new buffer."""
         if self.failed is not None:
             raise StorageFailure(f"{self.topic}/{self.partition} is offline: {self.failed!r}")
+        if self.unavailable is not None:
+            raise StorageFailure(
+                f"{self.topic}/{self.partition}: storage unavailable: {self.unavailable}"
+            )
         base = self.next_offset
         n = len(payload)
         if head is not None and not head.readonly and len(head) >= n + ENVELOPE_BYTES:
@@ -213,15 +226,22 @@ class PartitionLog:
         if exc is None:
             p.position = task.result()
             p.state = _State.DONE
+            if self.unavailable is not None:
+                log.info("%s/%d: storage available again", self.topic, self.partition)
+                self.unavailable = None
             self._advance()
         elif isinstance(exc, SegmentSealedError | SegmentNotFoundError):
             p.state = _State.SEALED
-        elif isinstance(exc, _PERMANENT) or p.attempts >= self._logs.append_retries_max:
+        elif isinstance(exc, _PERMANENT) or self.retired:
             log.error("append to %s/%d failed: %r", self.topic, self.partition, exc)
             self._fail(p, exc)
         else:
             p.attempts += 1
             p.state = _State.RETRY
+            if p.attempts > self._logs.append_retries_max and self.unavailable is None:
+                log.error("%s/%d: storage unavailable (%r): appends wait and are re-sent; "
+                          "new ones are refused", self.topic, self.partition, exc)
+                self.unavailable = exc
         if p.state != _State.DONE:
             self._start_recovery()
         if self._inflight == 0:
@@ -246,7 +266,8 @@ class PartitionLog:
                 await self._settled.wait()
             sealed = any(p.state == _State.SEALED for p in self._pending)
             if any(p.state == _State.RETRY for p in self._pending):
-                await asyncio.sleep(self._logs.append_retry_delay_ms / 1000)
+                delay_s = self._logs.append_retry_delay_ms / 1000
+                await asyncio.sleep(UNAVAILABLE_RETRY_S if self.unavailable else delay_s)
             if sealed or self.segment is None:
                 self.segment = await self._refresh(self.segment if sealed else None)
         except Exception as exc:  # the controller stayed unreachable: give up on these

@@ -86,16 +86,31 @@ class TopicInfo:
     partitions: int
     topic_id: uuid.UUID
     configs: dict[str, str] = field(default_factory=dict)
+    #: Admin operations under way, stored before their first step so that a restart
+    #: finishes them (``gateway.handlers.admin_recovery``): a DeleteTopics, and a
+    #: CreatePartitions' split of the segments from the partition count it started at.
+    deleting: bool = False
+    splitting_from: int | None = None
 
     def encode(self) -> bytes:
-        return json.dumps(
-            {"partitions": self.partitions, "id": str(self.topic_id), "configs": self.configs}
-        ).encode()
+        obj: dict[str, object] = {
+            "partitions": self.partitions, "id": str(self.topic_id), "configs": self.configs
+        }
+        if self.deleting:
+            obj["deleting"] = True
+        if self.splitting_from is not None:
+            obj["splitting_from"] = self.splitting_from
+        return json.dumps(obj).encode()
 
     @staticmethod
     def decode(name: str, raw: bytes) -> TopicInfo:
         obj = json.loads(raw)
-        return TopicInfo(name, int(obj["partitions"]), uuid.UUID(obj["id"]), dict(obj["configs"]))
+        splitting = obj.get("splitting_from")
+        return TopicInfo(
+            name, int(obj["partitions"]), uuid.UUID(obj["id"]), dict(obj["configs"]),
+            deleting=bool(obj.get("deleting", False)),
+            splitting_from=None if splitting is None else int(splitting),
+        )
 
 
 class TopicRegistry:
@@ -120,14 +135,22 @@ class TopicRegistry:
             pass
         for entry in await self.store.table_entries(TOPICS_TABLE):
             info = TopicInfo.decode(entry.key.decode(), entry.value)
-            await self._ensure_stream(info)
+            if not info.deleting:  # a deletion's stream is not brought back
+                await self._ensure_stream(info)
             self._topics[info.name] = info
 
     def get(self, name: str) -> TopicInfo | None:
-        return self._topics.get(name)
+        """The topic, unless it does not exist or is being deleted."""
+        info = self._topics.get(name)
+        return None if info is None or info.deleting else info
 
     def names(self) -> list[str]:
-        return sorted(self._topics)
+        return sorted(n for n, info in self._topics.items() if not info.deleting)
+
+    def unfinished(self) -> list[TopicInfo]:
+        """Topics with an admin operation a crash interrupted (being deleted, or their
+        segments being split for new partitions)."""
+        return [i for i in self._topics.values() if i.deleting or i.splitting_from is not None]
 
     async def _ensure_stream(self, info: TopicInfo) -> None:
         config = stream_config(info.configs, info.partitions)

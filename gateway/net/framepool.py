@@ -31,6 +31,11 @@ is; until then its bytes are never touched.
 - While the pool holds buffers, a sweep every ``SWEEP_INTERVAL_S`` checks all lent ones
   and, after an interval with no large frame, frees the idle ones, so what large frames
   needed is given back when they stop.
+- A frame whose bytes are still arriving (``receive``) gets a pooled buffer only while
+  the frames arriving node-wide hold less than ``arriving_bytes_max``; past that, and
+  for frames larger than ``buffer_bytes_max``, it gets a mapping whose pages are only
+  faulted in as bytes land in them. A size prefix alone then costs no memory: memory
+  grows with the bytes that arrive, not with the sizes clients announce.
 """
 
 from __future__ import annotations
@@ -63,6 +68,15 @@ Buffer = mmap.mmap | bytearray
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
+def lazy_buffer(size: int) -> memoryview:
+    """A writable view of ``size`` zero bytes whose pages are faulted in only as they are
+    written: an anonymous private mapping, without ``MAP_POPULATE``."""
+    if size == 0:
+        return memoryview(bytearray())
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+    return memoryview(mmap.mmap(-1, size, flags=flags))[:size]
+
+
 def _fresh(capacity: int) -> Buffer:
     """A new buffer of ``capacity`` bytes (whole pages). An anonymous mapping made with
     ``MAP_POPULATE`` has its pages faulted in by one ``mmap`` call, already zero, where
@@ -82,8 +96,12 @@ class FramePool:
         buffer_bytes_max: int = 16 * MiB,
         idle_bytes_max: int = 16 * MiB,
         tracked_max: int = 512,
+        arriving_bytes_max: int = 32 * MiB,
     ) -> None:
         self._buffer_bytes_max = buffer_bytes_max
+        self._arriving_bytes_max = arriving_bytes_max
+        #: Bytes of pooled buffers lent to frames still arriving (see ``receive``).
+        self.arriving_bytes = 0
         self._idle_bytes_max = idle_bytes_max
         self._tracked_max = tracked_max
         self._lent: deque[Buffer] = deque()
@@ -127,6 +145,19 @@ class FramePool:
             else:
                 self._sweep = loop.call_later(SWEEP_INTERVAL_S, self.sweep)
         return memoryview(buf)[:size]
+
+    def receive(self, size: int) -> tuple[memoryview, int]:
+        """A writable view of ``size`` bytes for a frame still arriving, and the bytes it
+        is charged to the node-wide arriving bound: give them back with ``arrived`` once
+        the frame is whole or abandoned. Past the bound (and for frames larger than
+        pooled buffers) the view is a ``lazy_buffer``, charged nothing."""
+        if size > self._buffer_bytes_max or self.arriving_bytes + size > self._arriving_bytes_max:
+            return lazy_buffer(size), 0
+        self.arriving_bytes += size
+        return self.take(size), size
+
+    def arrived(self, charged: int) -> None:
+        self.arriving_bytes -= charged
 
     def _free(self, capacity: int) -> Buffer | None:
         """A free buffer of ``capacity`` bytes or a little more, the most recently freed."""

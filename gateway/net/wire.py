@@ -6,11 +6,14 @@ it becomes (``asyncio.StreamReader`` copies every byte twice more — into its b
 out of it — and moves its buffer's tail down on every read, a large share of the event
 loop under produce load).
 
-- Small frames: the loop receives into a staging buffer of ``staging_bytes``; every
+- Small frames: the loop receives into a staging buffer of ``staging_bytes`` (a mapping
+  whose pages are faulted in as bytes arrive: an idle connection costs a page); every
   whole frame in it is copied out (frames are writable, so produce rewrites batch
   offsets where they are); a partial one moves to the front.
 - A frame larger than what the staging buffer holds gets a buffer of its own (a view of
-  exactly its size): the part already staged is copied in, the rest is received into it.
+  exactly its size, from ``FramePool.receive``: memory for it is only taken as its
+  bytes arrive, or charged to a node-wide bound): the part already staged is copied in,
+  the rest is received into it.
 - Frames of ``POOLED_BYTES_MIN`` or more are writable views into buffers from a
   ``FramePool`` shared by the server's connections, reused once released (see
   ``gateway.net.framepool``); smaller ones are ``bytearray``s.
@@ -30,7 +33,7 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 
-from tidegate.gateway.net.framepool import FramePool
+from tidegate.gateway.net.framepool import FramePool, lazy_buffer
 from tidegate.protocol.errors import KafkaProtocolError
 from tidegate.protocol.framing import SIZE_PREFIX_BYTES, frame_size
 
@@ -59,16 +62,18 @@ class KafkaWire(asyncio.BufferedProtocol):
     ) -> None:
         self._frame_bytes_max = frame_bytes_max
         self._on_connect = on_connect
-        self._staging = bytearray(staging_bytes)
-        self._staging_view = memoryview(self._staging)
-        self._staged = 0  # bytes of _staging holding data
+        self._staging_view = lazy_buffer(staging_bytes)
+        self._staged = 0  # bytes of the staging buffer holding data
         self._pool = FramePool() if pool is None else pool
         self._big: memoryview | None = None  # the large frame being received, if any
         self._big_filled = 0
+        self._big_charged = 0  # bytes of the pool's arriving bound it holds
         self._frames: deque[Frame] = deque()
         self._frames_bytes = 0
         self._buffered_bytes_max = buffered_bytes_max
-        self._error: BaseException | None = None  # after the queued frames
+        # Why reading stopped, raised once after the queued frames; ``_stopped`` stays.
+        self._error: BaseException | None = None
+        self._stopped = False
         self._read_waiter: asyncio.Future[None] | None = None
         self._reading_paused = False
         self._write_paused = False
@@ -90,13 +95,13 @@ class KafkaWire(asyncio.BufferedProtocol):
         return self._staging_view[self._staged :]
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._error is not None:
+        if self._stopped:
             return  # refused: whatever still arrives is dropped
         if self._big is not None:
             self._big_filled += nbytes
             if self._big_filled == len(self._big):
                 self._push(self._big)
-                self._big = None
+                self._drop_big()
             return
         self._staged += nbytes
         self._split_staged()
@@ -106,6 +111,7 @@ class KafkaWire(asyncio.BufferedProtocol):
         return True  # half-closed: the answers to what was read are still written
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._drop_big()
         self._stop(exc if exc is not None else ConnectionResetError("connection closed"))
         for waiter in self._drain_waiters:
             if not waiter.done():
@@ -127,11 +133,11 @@ class KafkaWire(asyncio.BufferedProtocol):
     # -- frames -------------------------------------------------------------------------
 
     def _split_staged(self) -> None:
-        buf, view = self._staging, self._staging_view
+        view = self._staging_view
         pos, end = 0, self._staged
         while end - pos >= SIZE_PREFIX_BYTES:
             try:
-                size = frame_size(buf, pos)
+                size = frame_size(view, pos)
             except KafkaProtocolError as exc:
                 self._refuse(exc)
                 return
@@ -142,16 +148,16 @@ class KafkaWire(asyncio.BufferedProtocol):
             if end - body >= size:
                 # One copy, and writable: produce rewrites batch offsets in place.
                 if size < POOLED_BYTES_MIN:
-                    self._push(buf[body : body + size])
+                    self._push(bytearray(view[body : body + size]))
                 else:
                     frame = self._pool.take(size)
                     frame[:] = view[body : body + size]
                     self._push(frame)
                 pos = body + size
                 continue
-            if SIZE_PREFIX_BYTES + size > len(buf):
+            if SIZE_PREFIX_BYTES + size > len(view):
                 # Too large to stage: receive the rest straight into the frame.
-                big = self._pool.take(size)
+                big, self._big_charged = self._pool.receive(size)
                 have = end - body
                 big[:have] = view[body:end]
                 self._big, self._big_filled = big, have
@@ -162,6 +168,11 @@ class KafkaWire(asyncio.BufferedProtocol):
             rest = end - pos
             view[:rest] = view[pos:end]  # memoryviews copy as memmove: no temporary
             self._staged = rest
+
+    def _drop_big(self) -> None:
+        self._big = None
+        self._pool.arrived(self._big_charged)
+        self._big_charged = 0
 
     def _refuse(self, exc: BaseException) -> None:
         """Stop reading for good: the frames before this point are still served."""
@@ -181,8 +192,8 @@ class KafkaWire(asyncio.BufferedProtocol):
         self._wake_reader()
 
     def _stop(self, exc: BaseException) -> None:
-        if self._error is None:
-            self._error = exc
+        if not self._stopped:
+            self._stopped, self._error = True, exc
         self._wake_reader()
 
     def _wake_reader(self) -> None:
@@ -190,13 +201,20 @@ class KafkaWire(asyncio.BufferedProtocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def _take_error(self) -> BaseException:
+        """The stop reason, raised once and not kept, and no local names it: its
+        traceback holds the raising frame, hence ``self``, a cycle only a full
+        collection frees (the server runs with ``gc.freeze()``)."""
+        exc, self._error = self._error, None
+        return exc if exc is not None else ConnectionResetError("connection closed")
+
     async def read_frame(self) -> Frame:
         """The next request frame (without its size prefix). Raises
         ``asyncio.IncompleteReadError`` at end of stream, ``ConnectionError`` when the
         connection was lost, ``FrameTooLargeError`` for an oversized prefix."""
         while not self._frames:
-            if self._error is not None:
-                raise self._error
+            if self._stopped:
+                raise self._take_error()
             self._read_waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._read_waiter
@@ -206,7 +224,7 @@ class KafkaWire(asyncio.BufferedProtocol):
         self._frames_bytes -= len(frame)
         if (
             self._reading_paused
-            and self._error is None
+            and not self._stopped
             and self._frames_bytes < self._buffered_bytes_max
         ):
             self._reading_paused = False

@@ -89,3 +89,19 @@ def test_split_gives_each_partition_its_own_segment(old: int, added: int) -> Non
     for s in segments:
         got_new = any(s.key_range.contains(partition_point(p)) for p in range(old, new))
         assert (s.id in sealed) == got_new
+
+
+def test_split_ranges_scales_with_segments_plus_partitions() -> None:
+    """2,000 -> 10,000 partitions took seconds of the event loop when each segment
+    scanned every point (issue 22, finding 4)."""
+    import time
+
+    from tidegate.core.controller.api import SegmentRecord
+    from tidegate.gateway.log.topics import initial_key_ranges
+
+    segments = [SegmentRecord(i, 0, r.start, r.end)
+                for i, r in enumerate(initial_key_ranges(2000))]
+    started = time.process_time()
+    sealed, ranges = split_ranges(segments, 2000, 10_000)
+    assert time.process_time() - started < 0.5
+    assert len(sealed) == 2000 and len(ranges) == 10_000

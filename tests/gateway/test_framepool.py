@@ -7,7 +7,7 @@ import ctypes
 import gc
 import mmap
 
-from tidegate.gateway.net.framepool import GRANULE, FramePool
+from tidegate.gateway.net.framepool import GRANULE, FramePool, MiB
 
 
 def test_a_released_buffer_is_reused_for_a_frame_of_a_nearby_size() -> None:
@@ -124,3 +124,16 @@ async def test_sweeps_free_what_was_released_while_no_frames_arrive() -> None:
     assert len(pool._lent) == 0 and pool.idle_bytes == 3 * GRANULE
     pool.sweep()  # nothing taken since: freed, and no further sweep
     assert pool.idle_bytes == 0 and pool._sweep is None
+
+
+def test_frames_still_arriving_are_pooled_only_within_the_bound() -> None:
+    pool = FramePool(arriving_bytes_max=3 * MiB)
+    views = [pool.receive(MiB) for _ in range(4)]
+    assert [charged for _, charged in views] == [MiB, MiB, MiB, 0]
+    assert pool.arriving_bytes == 3 * MiB
+    assert pool.allocated == 3  # the fourth is a lazy mapping, outside the pool
+    big, charged = pool.receive(64 * MiB)  # larger than any pooled buffer
+    assert charged == 0 and len(big) == 64 * MiB
+    for _, charged in views:
+        pool.arrived(charged)
+    assert pool.arriving_bytes == 0

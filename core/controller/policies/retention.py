@@ -22,7 +22,13 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from tidegate.core.controller.api import ConflictError, RetentionType, StreamCut, StreamState
+from tidegate.core.controller.api import (
+    ConflictError,
+    RetentionType,
+    StreamCut,
+    StreamNotFoundError,
+    StreamState,
+)
 from tidegate.core.controller.history import History, head_cut
 from tidegate.core.controller.metadata import StreamMeta, time_key
 from tidegate.core.controller.records import RetentionCut, cut_from_json
@@ -54,6 +60,8 @@ class RetentionManager:
                 await self.check(scope, stream)
             except ConflictError:
                 pass  # another workflow holds the stream; next round
+            except StreamNotFoundError:
+                pass  # deleted since it was listed
             except Exception:
                 log.exception("retention of %s/%s", scope, stream)
 

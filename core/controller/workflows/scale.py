@@ -72,7 +72,8 @@ def plan(
         SegmentRecord(segment_id(epoch, number + i), time_ms, r.start, r.end)
         for i, r in enumerate(new_ranges)
     ]
-    kept = [s for s in current.segments if s.id not in set(sealed)]
+    sealed_ids = set(sealed)
+    kept = [s for s in current.segments if s.id not in sealed_ids]
     segments = tuple(sorted(kept + created, key=lambda s: s.key_start))
     check_cover([s.key_range for s in segments], f"epoch {epoch}")
     return EpochRecord(epoch, time_ms, segments)

@@ -1,0 +1,75 @@
+"""Hostile connections against a real ``tidegate serve``: memory grows with the bytes a
+client sends, not with the sizes it announces, and closed connections give theirs back
+(issue 22, findings 1 and 2)."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+from tests.clients.server import Tidegate
+
+MiB = 1024 * 1024
+
+
+def _rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def _settled_rss(pid: int, wait_s: float = 1.0) -> int:
+    """RSS once it stopped growing (the server handles what was sent within ``wait_s``)."""
+    time.sleep(wait_s)
+    return _rss_bytes(pid)
+
+
+def test_announced_sizes_cost_nothing_until_sent(tidegate: Tidegate) -> None:
+    assert tidegate.proc is not None
+    pid = tidegate.proc.pid
+    base = _settled_rss(pid)
+    socks = []
+    try:
+        # In steps, so that a server that allocates what is announced fails the test
+        # after a few hundred MB rather than after 10 GB.
+        for _step in range(10):
+            for _ in range(10):
+                s = socket.create_connection(("127.0.0.1", tidegate.port))
+                # A size of 100 MB and the first 10 bytes of a request header.
+                s.sendall(struct.pack(">i", 100 * 1000 * 1000) + b"\x00\x00\x00\x09\x00\x00\x00\x01\xff\xff")
+                socks.append(s)
+            grown = _settled_rss(pid, 0.3) - base
+            assert grown < 50 * MiB, f"{len(socks)} connections added {grown / MiB:.0f} MiB"
+        grown = _settled_rss(pid) - base
+        assert grown < 50 * MiB, f"100 connections added {grown / MiB:.0f} MiB"
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _connect_and_close(port: int, count: int) -> None:
+    """Half answered and closed by the client, half sending part of a large frame, then a
+    size prefix over ``socket.request.max.bytes`` (closed by the server)."""
+    request = struct.pack(">hhih", 18, 0, 1, -1)  # ApiVersions v0: an empty body
+    cut = struct.pack(">i", 1000 * 1000) + b"x" * 300_000
+    for i in range(count):
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            if i % 2:
+                s.sendall(struct.pack(">i", len(request)) + request)
+                assert len(s.recv(4)) == 4
+            else:
+                s.sendall(cut + b"y" * 700_000 + struct.pack(">i", 2**31 - 1))
+                assert s.recv(4) == b""  # closed by the server
+
+
+def test_closed_connections_give_their_memory_back(tidegate: Tidegate) -> None:
+    assert tidegate.proc is not None
+    pid = tidegate.proc.pid
+    _connect_and_close(tidegate.port, 200)  # warm-up: allocator arenas, caches
+    base = _settled_rss(pid)
+    _connect_and_close(tidegate.port, 2000)
+    after = _settled_rss(pid)
+    assert after < base * 1.1, f"RSS {base / MiB:.0f} -> {after / MiB:.0f} MiB"
