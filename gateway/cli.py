@@ -36,6 +36,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--advertised-listener", help="HOST:PORT given to clients in Metadata")
     serve.add_argument("--rest", help="admin REST HOST:PORT (default 127.0.0.1:9080; off)")
     serve.add_argument("--grpc", help="controller gRPC HOST:PORT (default 127.0.0.1:9090; off)")
+    serve.add_argument("--zookeeper", help="join a cluster: ZooKeeper HOST:PORT[/chroot]")
+    serve.add_argument("--node-id", type=int, help="this node's id in the cluster (default 0)")
+    serve.add_argument("--segment-store", help="segment-store HOST:PORT for the other nodes")
+    serve.add_argument("--tier1-dir", help="Tier-1 logs directory (cluster: shared by all nodes)")
+    serve.add_argument("--tier2-dir", help="Tier-2 directory (cluster: shared by all nodes)")
+    serve.add_argument("--container-count", type=int, help="segment containers in the cluster")
     serve.add_argument("--config", type=Path, help="TOML file; every flag is also a key")
     serve.add_argument(
         "--log-level",
@@ -64,15 +70,39 @@ async def serve(config: GatewayConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
-    store = StreamSegmentStore(config.data_dir / "segmentstore", SegmentStoreConfig(**config.store))
-    await store.start()
-    controller = StreamController(store, ControllerConfig(**config.controller))
-    await controller.start()
+    store_settings = dict(config.store)
+    for key in ("tier1_dir", "tier2_dir"):
+        if getattr(config, key):
+            store_settings[key] = getattr(config, key)
+    if config.container_count > 0:
+        store_settings["container_count"] = config.container_count
+    cluster: Any = None
+    if config.zookeeper:
+        from tidegate.gateway.cluster.wiring import ClusterWiring
+
+        store_settings["owned_containers"] = ()  # the container map says which
+        local = StreamSegmentStore(config.data_dir / "segmentstore", SegmentStoreConfig(**store_settings))
+        cluster = ClusterWiring(config, local)
+        store = cluster.routing
+        controller = StreamController(store, ControllerConfig(**config.controller))
+        cluster.follow_leadership(controller)
+        await cluster.start()
+        # The leader's controller start makes it too, but this node may serve first.
+        await controller.md.ensure_table(controller.md.scopes_table)
+    else:
+        store = local = StreamSegmentStore(
+            config.data_dir / "segmentstore", SegmentStoreConfig(**store_settings)
+        )
+        await store.start()
+        controller = StreamController(store, ControllerConfig(**config.controller))
+        await controller.start()
     gateway = Gateway(config, store, controller)
     rest: tuple[Any, Any] | None = None
     grpc_server: Any = None
     try:
         host, port = await gateway.start()
+        if cluster is not None:
+            await cluster.serve_gateway(gateway)
         if _enabled(config.rest):
             from tidegate.gateway.admin.rest import create_app, serve_rest
 
@@ -110,7 +140,9 @@ async def serve(config: GatewayConfig) -> None:
                 await stop_rest(*rest)
         await gateway.close()
         await controller.close()
-        await store.close()
+        if cluster is not None:
+            await cluster.close()
+        await local.close()
         log.info("tidegate stopped")
 
 
@@ -141,6 +173,12 @@ def main(argv: list[str] | None = None) -> int:
         "advertised-listener": args.advertised_listener,
         "rest": args.rest,
         "grpc": args.grpc,
+        "zookeeper": args.zookeeper,
+        "node-id": args.node_id,
+        "segment-store": args.segment_store,
+        "tier1-dir": args.tier1_dir,
+        "tier2-dir": args.tier2_dir,
+        "container-count": args.container_count,
     }
     try:
         config = load_config(args.config, overrides)

@@ -24,6 +24,7 @@ from typing import Any
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.schemas.fields.codecs.types import Int32, UnsignedVarInt32
 from tidegate.core.segmentstore.api import SegmentStoreError, SegmentTruncatedError
+from tidegate.gateway.cluster.leadership import leaders_of
 from tidegate.gateway.handlers import EncodedBody, HandlerContext, RequestContext
 from tidegate.gateway.log.partition_log import PartitionLog
 from tidegate.protocol.apis import ApiSpec
@@ -174,8 +175,13 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         for t in request.topics
         for p in t.partitions
     ]
+    cluster = leaders_of(ctx.extensions)
     for part in parts:
         _resolve(ctx, part)
+        if cluster is not None and part.error == ErrorCode.NONE:
+            part.error = await cluster.partition_error(part.topic, part.partition)
+            if part.error != ErrorCode.NONE:
+                part.plog = None
     response_max_bytes = min(max(request.max_bytes, 0), ctx.config.fetch_max_bytes)
     max_wait_s = min(max(request.max_wait_ms, 0), ctx.config.fetch_max_wait_ms_max) / 1000
     loop = asyncio.get_running_loop()

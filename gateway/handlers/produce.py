@@ -15,6 +15,7 @@ import asyncio
 from typing import Any
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from tidegate.gateway.cluster.leadership import leaders_of
 from tidegate.gateway.handlers import EncodedBody, HandlerContext, RequestContext
 from tidegate.gateway.log.partition_log import PartitionLog, PendingAppend
 from tidegate.gateway.log.producer_state import BatchRecord, Duplicate
@@ -190,7 +191,13 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     else:
         for work in works:
             _validate(ctx, work)
+        cluster = leaders_of(ctx.extensions)
         for work in works:
+            if work.plog is not None and cluster is not None:
+                work.error = await cluster.partition_error(work.topic, work.partition)
+                if work.error != ErrorCode.NONE:
+                    work.batch = work.plog = None
+                    continue
             if work.plog is not None:
                 try:
                     await work.plog.ensure_segment()

@@ -1,0 +1,107 @@
+"""``ClusterWiring``: what ``tidegate serve --zookeeper`` adds to the embedded node.
+
+Order: the segment-store server listens; the node joins ZooKeeper (registers, follows
+the container map, stands for controller leader); the routing store waits for a map;
+the caller builds the controller over the routing store and the gateway over both; once
+the gateway listens the node registers again with its Kafka address and the gateway
+starts following partition leadership.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Protocol
+
+from tidegate.core.cluster.node import ClusterNode
+from tidegate.core.cluster.routing import RoutingSegmentStore
+from tidegate.core.cluster.zookeeper import ClusterSession
+from tidegate.core.segmentstore.api import SegmentStore
+from tidegate.core.segmentstore.remote.server import SegmentStoreServer
+from tidegate.core.segmentstore.service import StreamSegmentStore
+from tidegate.gateway.cluster.leadership import EXTENSION_KEY, PartitionLeaders
+from tidegate.gateway.config import GatewayConfig, parse_host_port
+
+log = logging.getLogger(__name__)
+
+
+class LeaderController(Protocol):
+    """The controller's lifecycle as the leader runs it."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class ServedGateway(Protocol):
+    ctx: Any
+    address: tuple[str, int] | None
+
+
+class ClusterWiring:
+    def __init__(self, config: GatewayConfig, local: StreamSegmentStore) -> None:
+        self.config = config
+        self.local = local
+        self.server = SegmentStoreServer(local)
+        self.session = ClusterSession(config.zookeeper, config.node_id)
+        self.info: dict[str, Any] = {"node": config.node_id}
+        self.node = ClusterNode(
+            self.session, local, node_id=config.node_id,
+            container_count=local.config.container_count, info=self.info,
+        )
+        self.routing = RoutingSegmentStore(
+            local, config.node_id, local.config.container_count,
+            self.node.containers, self.node.peers,
+        )
+        self.leaders: PartitionLeaders | None = None
+
+    @property
+    def store(self) -> SegmentStore:
+        store: SegmentStore = self.routing
+        return store
+
+    def follow_leadership(self, controller: LeaderController) -> None:
+        """Run the controller's workflows and policies while this node leads."""
+
+        async def changed(leading: bool) -> None:
+            if leading:
+                log.info("controller leader: resuming workflows and starting policies")
+                await controller.start()
+            else:
+                log.info("no longer the controller leader: policies stop")
+                await controller.close()
+
+        self.node.on_leadership = changed
+
+    async def start(self, map_wait_s: float = 30.0) -> None:
+        await self.local.start()  # owns nothing yet: the map decides
+        host, port = parse_host_port(self.config.segment_store)
+        shost, sport = await self.server.start(host, port)
+        self.info.update(
+            store=f"{shost}:{sport}",
+            kafka="{}:{}".format(*self.config.advertised_address),
+            rest=self.config.rest, grpc=self.config.grpc,
+        )
+        await self.node.start()
+        deadline = asyncio.get_running_loop().time() + map_wait_s
+        while len(self.node.containers.owners) < self.local.config.container_count:
+            if asyncio.get_running_loop().time() > deadline:
+                raise OSError(f"no container map in ZooKeeper after {map_wait_s:.0f} s")
+            await self.node.containers.wait_change(0.2)
+        log.info("cluster: node %d joined; containers here: %s",
+                 self.config.node_id, sorted(self.node.owned()))
+
+    async def serve_gateway(self, gateway: ServedGateway) -> None:
+        """Register the Kafka address actually bound and follow partition leadership."""
+        assert gateway.ctx is not None
+        self.info["kafka"] = "{}:{}".format(*self.config.advertised_address)
+        await self.session.register(dict(self.info))
+        self.leaders = PartitionLeaders(gateway.ctx, self.node, self.routing)
+        gateway.ctx.extensions[EXTENSION_KEY] = self.leaders
+        self.node.on_owned = self.leaders.on_owned
+        await self.leaders.on_owned(set(self.node.running), set())
+
+    async def close(self) -> None:
+        await self.node.close()
+        await self.server.close()
+        await self.routing.close()
