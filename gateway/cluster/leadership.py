@@ -39,6 +39,7 @@ class ClusterView(Protocol):
     node_id: int
     members: dict[int, dict[str, Any]]
     running: set[int]
+    containers: Any
 
     @property
     def session(self) -> Any: ...
@@ -52,6 +53,11 @@ class PartitionLeaders:
         self.owners = owners
         self.segment_ttl_ms = segment_ttl_ms
         self._segments: dict[tuple[str, int], tuple[float, str]] = {}
+        #: Containers whose partitions this node serves: running here, and what other
+        #: nodes appended to their segments indexed (``on_owned``).
+        self.ready: set[int] = set()
+        #: The container of the groups' table (``gateway/cluster/groups.py``).
+        self.groups_container: int | None = None
 
     @property
     def node_id(self) -> int:
@@ -80,10 +86,16 @@ class PartitionLeaders:
         return owner if owner in self.node.members else None
 
     async def partition_error(self, topic: str, partition: int) -> ErrorCode:
-        """NONE where this node leads the partition, else the error to answer with."""
-        leader = await self.leader(topic, partition)
-        if leader == self.node_id:
+        """NONE where this node leads the partition and has caught up with its segments,
+        else the error to answer with."""
+        try:
+            name = await self.segment_of(topic, partition)
+        except Exception:  # noqa: BLE001 - stream gone or metadata unreachable
+            return ErrorCode.LEADER_NOT_AVAILABLE
+        cid = container_of(name, self.owners.container_count)
+        if cid in self.ready and cid in self.node.running:
             return ErrorCode.NONE
+        leader = await self.leader(topic, partition)
         if leader is None:
             return ErrorCode.LEADER_NOT_AVAILABLE
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -101,7 +113,27 @@ class PartitionLeaders:
         leader = self.node.session.leader_id
         return self.node_id if leader is None else int(leader)
 
+    def group_coordinator(self) -> tuple[int, tuple[str, int]] | None:
+        """The node coordinating groups and transactional ids, with its Kafka address."""
+        if self.groups_container is None:
+            return None
+        owner = self.container_owner(self.groups_container)
+        address = None if owner is None else self.kafka_address(owner)
+        return None if owner is None or address is None else (owner, address)
+
+    def container_owner(self, cid: int) -> int | None:
+        """The live node owning container ``cid``."""
+        owner = self.node.containers.owners.get(cid)
+        return owner if owner in self.node.members else None
+
+    def kafka_address(self, node: int) -> tuple[str, int] | None:
+        for n, host, port in self.brokers():
+            if n == node:
+                return host, port
+        return None
+
     async def on_owned(self, gained: set[int], lost: set[int]) -> None:
+        self.ready -= lost
         self._segments.clear()
         kept = self.node.running - gained
         count = self.owners.container_count
@@ -111,6 +143,7 @@ class PartitionLeaders:
 
         indexed = await self.logs.rebuild_where(foreign)
         dropped = self.logs.retire_where(lambda topic, p: self._moved(topic, p, kept))
+        self.ready |= gained
         log.info(
             "containers gained %s, lost %s: %d appends indexed, %d partition logs reopened",
             sorted(gained), sorted(lost), indexed, dropped,

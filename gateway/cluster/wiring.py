@@ -19,6 +19,7 @@ from tidegate.core.cluster.zookeeper import ClusterSession
 from tidegate.core.segmentstore.api import SegmentStore
 from tidegate.core.segmentstore.remote.server import SegmentStoreServer
 from tidegate.core.segmentstore.service import StreamSegmentStore
+from tidegate.gateway.cluster.groups import GroupPlacement
 from tidegate.gateway.cluster.leadership import EXTENSION_KEY, PartitionLeaders
 from tidegate.gateway.config import GatewayConfig, parse_host_port
 
@@ -31,6 +32,10 @@ class LeaderController(Protocol):
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
+
+
+class TopicsTable(Protocol):
+    async def reload(self) -> bool: ...
 
 
 class ServedGateway(Protocol):
@@ -54,6 +59,8 @@ class ClusterWiring:
             self.node.containers, self.node.peers,
         )
         self.leaders: PartitionLeaders | None = None
+        self.topics_refresh_ms = 500
+        self._topics_task: asyncio.Task[None] | None = None
 
     @property
     def store(self) -> SegmentStore:
@@ -98,10 +105,32 @@ class ClusterWiring:
         await self.session.register(dict(self.info))
         self.leaders = PartitionLeaders(gateway.ctx, self.node, self.routing)
         gateway.ctx.extensions[EXTENSION_KEY] = self.leaders
-        self.node.on_owned = self.leaders.on_owned
-        await self.leaders.on_owned(set(self.node.running), set())
+        groups = GroupPlacement(gateway.ctx, self.routing, self.local.config.container_count)
+        self.leaders.groups_container = groups.container
+        leaders = self.leaders
+
+        async def owned(gained: set[int], lost: set[int]) -> None:
+            await leaders.on_owned(gained, lost)
+            await groups.follow(self.node.running)
+
+        self.node.on_owned = owned
+        await owned(set(self.node.running), set())
+        self._topics_task = asyncio.get_running_loop().create_task(
+            self._follow_topics(gateway.ctx.topics)
+        )
+
+    async def _follow_topics(self, topics: TopicsTable) -> None:
+        """Topics created, changed or deleted through other nodes become known here."""
+        while True:
+            await asyncio.sleep(self.topics_refresh_ms / 1000)
+            try:
+                await topics.reload()
+            except Exception as exc:  # noqa: BLE001 - the next round tries again
+                log.debug("topics not reloaded: %r", exc)
 
     async def close(self) -> None:
+        if self._topics_task is not None:
+            self._topics_task.cancel()
         await self.node.close()
         await self.server.close()
         await self.routing.close()

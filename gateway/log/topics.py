@@ -27,6 +27,8 @@ from tidegate.core.controller.api import (
     qualified_segment_name,
 )
 from tidegate.core.segmentstore.api import (
+    NOT_EXISTS,
+    BadKeyVersionError,
     SegmentExistsError,
     SegmentStore,
     TableRemoval,
@@ -107,6 +109,19 @@ class TopicRegistry:
             await self._ensure_stream(info)
             self._topics[info.name] = info
 
+    async def reload(self) -> bool:
+        """Read the topics table again (cluster mode: other gateways change it); whether
+        anything changed."""
+        async with self._lock:
+            found = {
+                e.key.decode(): TopicInfo.decode(e.key.decode(), e.value)
+                for e in await self.store.table_entries(TOPICS_TABLE)
+            }
+            if found == self._topics:
+                return False
+            self._topics = found
+            return True
+
     def get(self, name: str) -> TopicInfo | None:
         return self._topics.get(name)
 
@@ -130,7 +145,16 @@ class TopicRegistry:
             if name in self._topics:
                 return None
             info = TopicInfo(name, partitions, uuid.uuid4(), dict(configs or {}))
-            await self.store.table_put(TOPICS_TABLE, [TableUpdate(name.encode(), info.encode())])
+            try:
+                await self.store.table_put(
+                    TOPICS_TABLE, [TableUpdate(name.encode(), info.encode(), NOT_EXISTS)]
+                )
+            except BadKeyVersionError:
+                # Created meanwhile by another gateway of the cluster: take its entry.
+                (entry,) = await self.store.table_get(TOPICS_TABLE, [name.encode()])
+                if entry is not None:
+                    self._topics[name] = TopicInfo.decode(name, entry.value)
+                return None
             await self._ensure_stream(info)
             self._topics[name] = info
             return info

@@ -1,0 +1,18 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.zk import ZooKeeperServer
+
+
+@pytest.fixture
+def zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
+    server = ZooKeeperServer(tmp_path / "zk")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
