@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from tests.clients.server import READY_TIMEOUT_S, Tidegate
+from tests.conftest import free_port
 
 
 class Node(Tidegate):
@@ -18,6 +19,11 @@ class Node(Tidegate):
         self.zookeeper = zookeeper
         self.shared = root / "shared"
         self.container_count = container_count
+        self.grpc_port = free_port()
+
+    @property
+    def grpc(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
 
     def start(self) -> None:
         assert self.proc is None
@@ -28,7 +34,7 @@ class Node(Tidegate):
             cmd = [
                 sys.executable, "-m", "tidegate.gateway.cli", "serve",
                 "--data-dir", str(self.data_dir), "--listen", self.bootstrap,
-                "--rest", "off", "--grpc", "off", "--zookeeper", self.zookeeper,
+                "--rest", "off", "--grpc", self.grpc, "--zookeeper", self.zookeeper,
                 "--node-id", str(self.node_id), "--container-count", str(self.container_count),
                 "--tier1-dir", str(self.shared / "tier1"), "--tier2-dir", str(self.shared / "tier2"),
             ]
