@@ -89,6 +89,9 @@ async def serve(config: GatewayConfig) -> None:
         await cluster.start()
         # The leader's controller start makes it too, but this node may serve first.
         await controller.md.ensure_table(controller.md.scopes_table)
+        from tidegate.gateway.cluster.forwarding import LeaderForwarding
+
+        front: Any = LeaderForwarding(controller, cluster.leader_grpc)
     else:
         store = local = StreamSegmentStore(
             config.data_dir / "segmentstore", SegmentStoreConfig(**store_settings)
@@ -96,7 +99,10 @@ async def serve(config: GatewayConfig) -> None:
         await store.start()
         controller = StreamController(store, ControllerConfig(**config.controller))
         await controller.start()
-    gateway = Gateway(config, store, controller)
+        front = controller
+    # Followers' gateway and REST writes go to the controller leader; gRPC serves this
+    # node's own controller (forwarded writes land there, never travel twice).
+    gateway = Gateway(config, store, front)
     rest: tuple[Any, Any] | None = None
     grpc_server: Any = None
     try:
@@ -107,7 +113,7 @@ async def serve(config: GatewayConfig) -> None:
             from tidegate.gateway.admin.rest import create_app, serve_rest
 
             rhost, rport = parse_host_port(config.rest)
-            rest = await serve_rest(create_app(controller, metrics=gateway.metrics), rhost, rport)
+            rest = await serve_rest(create_app(front, metrics=gateway.metrics), rhost, rport)
         if _enabled(config.grpc):
             from tidegate.gateway.admin.grpc_service import start_grpc_server
 
@@ -139,6 +145,8 @@ async def serve(config: GatewayConfig) -> None:
             with contextlib.suppress(Exception):
                 await stop_rest(*rest)
         await gateway.close()
+        if front is not controller:
+            await front.close_channels()
         await controller.close()
         if cluster is not None:
             await cluster.close()

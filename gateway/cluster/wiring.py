@@ -35,7 +35,11 @@ class LeaderController(Protocol):
 
 
 class TopicsTable(Protocol):
-    async def reload(self) -> bool: ...
+    async def reload(self) -> set[str]: ...
+
+
+class TopicLogs(Protocol):
+    def delete_topic(self, topic: str) -> None: ...
 
 
 class ServedGateway(Protocol):
@@ -66,6 +70,16 @@ class ClusterWiring:
     def store(self) -> SegmentStore:
         store: SegmentStore = self.routing
         return store
+
+    def leader_grpc(self) -> str | None:
+        """The controller leader's gRPC address for forwarded writes; None while this
+        node leads, no leader is known, or the leader serves no gRPC."""
+        if self.node.leader:
+            return None
+        leader = self.session.leader_id
+        info = self.node.members.get(leader) if leader is not None else None
+        address = str(info.get("grpc", "")) if info else ""
+        return address if address not in ("", "off", "none") else None
 
     def follow_leadership(self, controller: LeaderController) -> None:
         """Run the controller's workflows and policies while this node leads."""
@@ -116,17 +130,24 @@ class ClusterWiring:
         self.node.on_owned = owned
         await owned(set(self.node.running), set())
         self._topics_task = asyncio.get_running_loop().create_task(
-            self._follow_topics(gateway.ctx.topics)
+            self._follow_topics(gateway.ctx.topics, gateway.ctx.logs, gateway.ctx.controller)
         )
 
-    async def _follow_topics(self, topics: TopicsTable) -> None:
-        """Topics created, changed or deleted through other nodes become known here."""
+    async def _follow_topics(self, topics: TopicsTable, logs: TopicLogs, controller: Any) -> None:
+        """Topics created, changed or deleted through other nodes become known here; the
+        local logs, index entries, producer state and cached epochs of deleted ones are
+        dropped (a topic of the same name may follow)."""
         while True:
             await asyncio.sleep(self.topics_refresh_ms / 1000)
             try:
-                await topics.reload()
+                gone = await topics.reload()
             except Exception as exc:  # noqa: BLE001 - the next round tries again
-                log.debug("topics not reloaded: %r", exc)
+                log.warning("topics not reloaded: %r", exc)
+                continue
+            for name in sorted(gone):
+                log.info("topic %s was deleted through another node", name)
+                logs.delete_topic(name)
+                controller.forget_stream(self.config.scope, name)
 
     async def close(self) -> None:
         if self._topics_task is not None:

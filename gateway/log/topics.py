@@ -109,18 +109,20 @@ class TopicRegistry:
             await self._ensure_stream(info)
             self._topics[info.name] = info
 
-    async def reload(self) -> bool:
-        """Read the topics table again (cluster mode: other gateways change it); whether
-        anything changed."""
+    async def reload(self) -> set[str]:
+        """Read the topics table again (cluster mode: other gateways change it); return
+        the names of topics gone or replaced by a new topic of the same name."""
         async with self._lock:
             found = {
                 e.key.decode(): TopicInfo.decode(e.key.decode(), e.value)
                 for e in await self.store.table_entries(TOPICS_TABLE)
             }
-            if found == self._topics:
-                return False
+            gone = {
+                name for name, info in self._topics.items()
+                if name not in found or found[name].topic_id != info.topic_id
+            }
             self._topics = found
-            return True
+            return gone
 
     def get(self, name: str) -> TopicInfo | None:
         return self._topics.get(name)
