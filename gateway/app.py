@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from tidegate.core.controller.api import Controller
 from tidegate.core.segmentstore.api import SegmentStore
@@ -32,7 +32,10 @@ class Gateway:
         *,
         registry: Registry | None = None,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        before_listen: Callable[[HandlerContext], Awaitable[None]] | None = None,
     ) -> None:
+        """``before_listen(ctx)`` runs once the handler context is built, before the
+        first request can arrive (cluster mode installs partition leadership there)."""
         self.config = config
         self.store = store
         self.controller = controller
@@ -40,6 +43,7 @@ class Gateway:
         #: Served at the admin REST API's ``/metrics`` (``gateway.admin.metrics``).
         self.metrics = Metrics(store)
         self.clock_ms = clock_ms
+        self.before_listen = before_listen
         self.ctx: HandlerContext | None = None
         self.server: KafkaServer | None = None
         self.address: tuple[str, int] | None = None
@@ -77,6 +81,8 @@ class Gateway:
         follower = RetentionFollower(self.ctx)
         follower.start()
         self.ctx.extensions[RetentionFollower.EXTENSION_KEY] = follower
+        if self.before_listen is not None:
+            await self.before_listen(self.ctx)
         self.server = KafkaServer(self.ctx, self.metrics)
         try:
             self.address = await self.server.start()

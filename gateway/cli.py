@@ -102,13 +102,15 @@ async def serve(config: GatewayConfig) -> None:
         front = controller
     # Followers' gateway and REST writes go to the controller leader; gRPC serves this
     # node's own controller (forwarded writes land there, never travel twice).
-    gateway = Gateway(config, store, front)
+    gateway = Gateway(
+        config, store, front, before_listen=cluster.attach if cluster is not None else None
+    )
     rest: tuple[Any, Any] | None = None
     grpc_server: Any = None
     try:
         host, port = await gateway.start()
         if cluster is not None:
-            await cluster.serve_gateway(gateway)
+            await cluster.announce()
         if _enabled(config.rest):
             from tidegate.gateway.admin.rest import create_app, serve_rest
 

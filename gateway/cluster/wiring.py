@@ -2,9 +2,10 @@
 
 Order: the segment-store server listens; the node joins ZooKeeper (registers, follows
 the container map, stands for controller leader); the routing store waits for a map;
-the caller builds the controller over the routing store and the gateway over both; once
-the gateway listens the node registers again with its Kafka address and the gateway
-starts following partition leadership.
+the caller builds the controller over the routing store and the gateway over both; the
+gateway follows partition leadership before it listens (``attach``: a request served in
+between as by a single node could reuse offsets another node leads); once it listens the
+node registers again with the Kafka address bound (``announce``).
 """
 
 from __future__ import annotations
@@ -40,11 +41,6 @@ class TopicsTable(Protocol):
 
 class TopicLogs(Protocol):
     def delete_topic(self, topic: str) -> None: ...
-
-
-class ServedGateway(Protocol):
-    ctx: Any
-    address: tuple[str, int] | None
 
 
 class ClusterWiring:
@@ -112,14 +108,12 @@ class ClusterWiring:
         log.info("cluster: node %d joined; containers here: %s",
                  self.config.node_id, sorted(self.node.owned()))
 
-    async def serve_gateway(self, gateway: ServedGateway) -> None:
-        """Register the Kafka address actually bound and follow partition leadership."""
-        assert gateway.ctx is not None
-        self.info["kafka"] = "{}:{}".format(*self.config.advertised_address)
-        await self.session.register(dict(self.info))
-        self.leaders = PartitionLeaders(gateway.ctx, self.node, self.routing)
-        gateway.ctx.extensions[EXTENSION_KEY] = self.leaders
-        groups = GroupPlacement(gateway.ctx, self.routing, self.local.config.container_count)
+    async def attach(self, ctx: Any) -> None:
+        """Before the gateway listens: follow partition leadership, the groups' container
+        and the topics table, so no request is ever served as by a single node."""
+        self.leaders = PartitionLeaders(ctx, self.node, self.routing)
+        ctx.extensions[EXTENSION_KEY] = self.leaders
+        groups = GroupPlacement(ctx, self.routing, self.local.config.container_count)
         self.leaders.groups_container = groups.container
         leaders = self.leaders
 
@@ -130,8 +124,13 @@ class ClusterWiring:
         self.node.on_owned = owned
         await owned(set(self.node.running), set())
         self._topics_task = asyncio.get_running_loop().create_task(
-            self._follow_topics(gateway.ctx.topics, gateway.ctx.logs, gateway.ctx.controller)
+            self._follow_topics(ctx.topics, ctx.logs, ctx.controller)
         )
+
+    async def announce(self) -> None:
+        """Once the gateway listens: register again with the Kafka address bound."""
+        self.info["kafka"] = "{}:{}".format(*self.config.advertised_address)
+        await self.session.register(dict(self.info))
 
     async def _follow_topics(self, topics: TopicsTable, logs: TopicLogs, controller: Any) -> None:
         """Topics created, changed or deleted through other nodes become known here; the

@@ -150,7 +150,9 @@ class PartitionLogs:
         count = 0
         for topic in self.topics.names():
             for seg in await self.topics.all_segments(topic):
-                if pick(self.topics.segment_name(topic, seg.id)):
+                name = self.topics.segment_name(topic, seg.id)
+                if pick(name):
+                    self.forget_marker(name)  # what this node knew of it may be behind
                     count += await self._rebuild_segment(topic, seg.id)
         return count
 

@@ -1,9 +1,11 @@
 """ZooKeeper and three ``tidegate serve`` nodes on loopback: partition leaders spread over
 the nodes; an idempotent acks=all producer and a consumer group keep running while one
-node is ``kill -9``ed; every acknowledged record is then read back once, at dense offsets."""
+node is ``kill -9``ed, and again while a second node rejoins with its data directory
+deleted; every acknowledged record is then read back once, at dense offsets."""
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -27,7 +29,7 @@ def _wait_for(what: str, check, timeout_s: float = 60):  # type: ignore[no-untyp
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_kill9_of_a_node_under_load_loses_nothing(tmp_path: Path, zookeeper: ZooKeeperServer) -> None:
+def test_kill9_and_empty_rejoin_under_load_lose_nothing(tmp_path: Path, zookeeper: ZooKeeperServer) -> None:
     nodes = start_nodes(tmp_path, zookeeper.hosts, 3, container_count=6)
     try:
         bootstrap = ",".join(n.bootstrap for n in nodes)
@@ -60,6 +62,18 @@ def test_kill9_of_a_node_under_load_loses_nothing(tmp_path: Path, zookeeper: Zoo
             "the group to consume after the kill",
             lambda: sum(1 for *_, t in consuming.got if t > killed_at) > 300,
         )
+        # A second node loses its data directory and rejoins empty: containers come back
+        # to it (the map rebalances) and it rebuilds its index from the shared segments.
+        emptied = next(n for n in nodes if n is not victim and n.node_id != 1)
+        emptied.kill9()
+        shutil.rmtree(emptied.data_dir)
+        emptied.start()
+        rejoined_at = len(producing.acked)
+        _wait_for(
+            "the emptied node to lead partitions again",
+            lambda: emptied.node_id in leaders(survivors, "orders").values(),
+        )
+        _wait_for("acknowledgements after the rejoin", lambda: len(producing.acked) > rejoined_at + 600)
         producing.stopping.set()
         producing.join(150)
         consuming.stopping.set()
