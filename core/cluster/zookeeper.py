@@ -69,6 +69,9 @@ class ClusterSession:
 
     async def start(self, timeout_s: float = 15.0) -> None:
         self._loop = asyncio.get_running_loop()
+        base, _, chroot = self.hosts.partition("/")
+        if chroot.strip("/"):
+            await self._call(_ensure_chroot, base, "/" + chroot.strip("/"), timeout_s)
         await self._call(self._client.start, timeout=timeout_s)
         await self._call(self._client.ensure_path, NODES_PATH)
         await self._call(self._client.ensure_path, "/controller")
@@ -249,6 +252,17 @@ class ClusterSession:
                 self._to_loop(callback, _decode_map(data), int(stat.version))
 
         self._client.DataWatch(MAP_PATH, changed)
+
+
+def _ensure_chroot(hosts: str, chroot: str, timeout_s: float) -> None:
+    """Create the chroot of ``--zookeeper`` before the session that lives in it starts."""
+    client = KazooClient(hosts=hosts)
+    client.start(timeout=timeout_s)
+    try:
+        client.ensure_path(chroot)
+    finally:
+        client.stop()
+        client.close()
 
 
 def _decode_map(data: bytes) -> dict[int, int]:

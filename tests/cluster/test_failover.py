@@ -30,7 +30,7 @@ def _wait_for(what: str, check, timeout_s: float = 60):  # type: ignore[no-untyp
 
 
 def test_kill9_and_empty_rejoin_under_load_lose_nothing(tmp_path: Path, zookeeper: ZooKeeperServer) -> None:
-    nodes = start_nodes(tmp_path, zookeeper.hosts, 3, container_count=6)
+    nodes = start_nodes(tmp_path, zookeeper.hosts + "/tidegate/east", 3, container_count=6)
     try:
         bootstrap = ",".join(n.bootstrap for n in nodes)
         admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
