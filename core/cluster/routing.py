@@ -6,8 +6,9 @@ container moves (no owner yet, the old owner stopped it, the new one is still re
 it) calls get ``ContainerNotOwnedError`` or ``StoreShutdownError``; they are sent again
 as the map changes, for up to ``retry_ms``, then the error reaches the caller.
 
-Appends are never sent again: an append whose connection was lost may have been applied,
-and only the caller (the gateway's producer state) can tell a re-send from a duplicate.
+Appends go only to this node's own containers and are never sent again (see
+``_append_target``; only the gateway's producer state can tell a re-send from a
+duplicate).
 """
 
 from __future__ import annotations
@@ -118,6 +119,16 @@ class RoutingSegmentStore:
     def owner(self, name: str) -> int | None:
         return self.containers.owners.get(container_of(name, self.container_count))
 
+    def _append_target(self, name: str) -> SegmentStore:
+        """Appends go to this node's own containers only: the gateway appends to the
+        partitions it leads, whose segments live here; an append from a node that lost
+        the lead (a re-send after a scale sealed its segment) must not land behind the
+        new leader's back."""
+        cid = container_of(name, self.container_count)
+        if self.containers.owners.get(cid) != self.node_id:
+            raise ContainerNotOwnedError(name, f"container {cid} is not owned here")
+        return self.local
+
     def _target(self, name: str) -> SegmentStore:
         cid = container_of(name, self.container_count)
         node = self.containers.owners.get(cid)
@@ -164,7 +175,7 @@ class RoutingSegmentStore:
         attribute_updates: Sequence[AttributeUpdate] = (),
         event_count: int = 1,
     ) -> int:
-        return await self._target(name).append(
+        return await self._append_target(name).append(
             name, data, expected_offset=expected_offset,
             attribute_updates=attribute_updates, event_count=event_count,
         )
@@ -180,7 +191,7 @@ class RoutingSegmentStore:
         on_done: DoneCallback | None = None,
     ) -> asyncio.Future[int]:
         try:
-            target = self._target(name)
+            target = self._append_target(name)
         except SegmentStoreError as exc:
             failed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
             failed.set_exception(exc)

@@ -17,6 +17,7 @@ producer state are read again from the rebuilt index, as at start-up.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any, Protocol
@@ -56,6 +57,10 @@ class PartitionLeaders:
         #: Containers whose partitions this node serves: running here, and what other
         #: nodes appended to their segments indexed (``on_owned``).
         self.ready: set[int] = set()
+        #: Partitions whose cached log this node keeps: it has led them since it last
+        #: caught up with their segments (``_catch_up``).
+        self.leading: set[tuple[str, int]] = set()
+        self._catching_up = asyncio.Lock()
         #: The container of the groups' table (``gateway/cluster/groups.py``).
         self.groups_container: int | None = None
 
@@ -94,11 +99,29 @@ class PartitionLeaders:
             return ErrorCode.LEADER_NOT_AVAILABLE
         cid = container_of(name, self.owners.container_count)
         if cid in self.ready and cid in self.node.running:
+            if (topic, partition) not in self.leading:
+                await self._catch_up(topic, partition)
             return ErrorCode.NONE
+        self.leading.discard((topic, partition))
         leader = await self.leader(topic, partition)
         if leader is None:
             return ErrorCode.LEADER_NOT_AVAILABLE
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    async def _catch_up(self, topic: str, partition: int) -> None:
+        """Before this node first serves a partition it did not lead just before (a scale
+        moved its current segment into a container of this node, or it was led elsewhere
+        while this node ran): index what the topic's segments hold past this node's
+        markers, and reopen the partition's log from the index."""
+        async with self._catching_up:
+            if (topic, partition) in self.leading:
+                return
+            prefix = self.topics.segment_name(topic, 0).rsplit("/", 1)[0] + "/"
+            indexed = await self.logs.rebuild_where(lambda name: name.startswith(prefix))
+            self.logs.retire_where(lambda t, p: t == topic and p == partition)
+            self.leading.add((topic, partition))
+            if indexed:
+                log.info("%s/%d led here now: %d appends indexed", topic, partition, indexed)
 
     def brokers(self) -> list[tuple[int, str, int]]:
         """Every live node with a Kafka listener: (node id, host, port)."""
@@ -143,6 +166,7 @@ class PartitionLeaders:
 
         indexed = await self.logs.rebuild_where(foreign)
         dropped = self.logs.retire_where(lambda topic, p: self._moved(topic, p, kept))
+        self.leading = {k for k in self.leading if not self._moved(*k, kept)}
         self.ready |= gained
         log.info(
             "containers gained %s, lost %s: %d appends indexed, %d partition logs reopened",
