@@ -80,6 +80,12 @@ class ClusterNode:
         self.members = await self.session.members()
         self._peers_from_members()
         owners, version = await self.session.read_map()
+        if owners and sorted(owners) != list(range(self.container_count)):
+            await self.session.close()
+            raise CoordinationError(
+                f"the cluster has {len(owners)} segment containers, this node was given "
+                f"{self.container_count} (--container-count must match on every node)"
+            )
         self.containers.update(owners, version)
         loop = asyncio.get_running_loop()
         for job in (self._reconcile_loop, self._rebalance_loop, self._leadership_loop):

@@ -30,6 +30,7 @@ from kazoo.exceptions import BadVersionError as _BadVersion
 from kazoo.exceptions import KazooException
 from kazoo.exceptions import NodeExistsError as _NodeExists
 from kazoo.exceptions import NoNodeError as _NoNode
+from kazoo.handlers.threading import KazooTimeoutError
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class ClusterSession:
 
     # -- session ---------------------------------------------------------------------
 
-    async def start(self, timeout_s: float = 15.0) -> None:
+    async def start(self, timeout_s: float = 10.0) -> None:
         self._loop = asyncio.get_running_loop()
         base, _, chroot = self.hosts.partition("/")
         if chroot.strip("/"):
@@ -91,7 +92,7 @@ class ClusterSession:
             return await asyncio.to_thread(fn, *args, **kw)
         except _BadVersion as exc:
             raise MapVersionError(str(exc)) from exc
-        except (KazooException, TimeoutError) as exc:
+        except (KazooException, KazooTimeoutError, TimeoutError) as exc:
             raise CoordinationError(f"{type(exc).__name__}: {exc}") from exc
 
     def _to_loop(self, fn: Callable[..., None], *args: Any) -> None:

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from tidegate.core.cluster.node import ClusterNode
 from tidegate.core.cluster.routing import RoutingSegmentStore
-from tidegate.core.cluster.zookeeper import ClusterSession
+from tidegate.core.cluster.zookeeper import ClusterSession, CoordinationError
 from tidegate.core.segmentstore.api import SegmentStore
 from tidegate.core.segmentstore.remote.server import SegmentStoreServer
 from tidegate.core.segmentstore.service import StreamSegmentStore
@@ -99,7 +99,10 @@ class ClusterWiring:
             kafka="{}:{}".format(*self.config.advertised_address),
             rest=self.config.rest, grpc=self.config.grpc,
         )
-        await self.node.start()
+        try:
+            await self.node.start()
+        except CoordinationError as exc:  # reported as a start-up failure, exit code 1
+            raise OSError(f"cannot join the cluster at {self.config.zookeeper}: {exc}") from exc
         deadline = asyncio.get_running_loop().time() + map_wait_s
         while len(self.node.containers.owners) < self.local.config.container_count:
             if asyncio.get_running_loop().time() > deadline:

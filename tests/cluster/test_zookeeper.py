@@ -1,14 +1,17 @@
 """``ClusterSession`` against a real ZooKeeper: membership, leader hand-over and the
-container map's compare-and-set."""
+container map's compare-and-set; ``tidegate serve`` refusing to join clearly."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from tidegate.core.cluster.zookeeper import ClusterSession, MapVersionError
 
+from tests.cluster.nodes import Node, start_nodes
 from tests.cluster.zk import ZooKeeperServer
+from tests.conftest import free_port
 
 
 async def _until(check, timeout_s: float = 15.0) -> None:  # type: ignore[no-untyped-def]
@@ -58,3 +61,25 @@ async def test_members_leader_and_map(zookeeper: ZooKeeperServer) -> None:
     finally:
         await a.close()
         await b.close()
+
+
+def test_serve_refuses_a_container_count_the_cluster_does_not_have(
+    tmp_path: Path, zookeeper: ZooKeeperServer
+) -> None:
+    (first,) = start_nodes(tmp_path, zookeeper.hosts, 1, container_count=4)
+    try:
+        odd = Node(tmp_path, 2, zookeeper.hosts, container_count=6)
+        with pytest.raises(AssertionError, match="exited with 1") as failure:
+            odd.start()
+        assert "--container-count must match" in str(failure.value)
+        odd.close()
+    finally:
+        first.close()
+
+
+def test_serve_without_zookeeper_fails_clearly(tmp_path: Path) -> None:
+    lonely = Node(tmp_path, 1, f"127.0.0.1:{free_port()}", container_count=4)
+    with pytest.raises(AssertionError, match="exited with 1") as failure:
+        lonely.start()
+    assert "cannot join the cluster" in str(failure.value)
+    lonely.close()
