@@ -150,9 +150,11 @@ async def serve(config: GatewayConfig) -> None:
         if front is not controller:
             await front.close_channels()
         await controller.close()
+        # Containers stop (logs synced) before the node leaves: their next owners then
+        # recover them whole instead of fencing them mid-flush.
+        await local.close()
         if cluster is not None:
             await cluster.close()
-        await local.close()
         log.info("tidegate stopped")
 
 

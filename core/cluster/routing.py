@@ -70,15 +70,16 @@ class PeerStores:
     def __init__(self) -> None:
         self.addresses: dict[int, tuple[str, int]] = {}
         self._stores: dict[int, tuple[tuple[str, int], RemoteSegmentStore]] = {}
-        self._retired: list[RemoteSegmentStore] = []
+        self._closing: set[asyncio.Task[None]] = set()
 
     def update(self, addresses: Mapping[int, tuple[str, int]]) -> None:
         self.addresses = dict(addresses)
         for node, (address, store) in list(self._stores.items()):
             if self.addresses.get(node) != address:
-                del self._stores[node]
-                self._retired.append(store)
-                asyncio.ensure_future(store.close())
+                del self._stores[node]  # the node left or moved: close its link
+                task = asyncio.ensure_future(store.close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
 
     def store(self, node: int) -> RemoteSegmentStore:
         address = self.addresses.get(node)
@@ -92,10 +93,9 @@ class PeerStores:
         return remote
 
     async def close(self) -> None:
-        stores = [s for _, s in self._stores.values()] + self._retired
+        stores = [s for _, s in self._stores.values()]
         self._stores.clear()
-        self._retired.clear()
-        await asyncio.gather(*(s.close() for s in stores), return_exceptions=True)
+        await asyncio.gather(*(s.close() for s in stores), *self._closing, return_exceptions=True)
 
 
 class RoutingSegmentStore:
