@@ -16,3 +16,6 @@ def zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
         yield server
     finally:
         server.close()
+
+
+from tests.java.conftest import java  # noqa: E402,F401 - the compiled Java clients, for cluster tests
