@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.zk import ZooKeeperServer
+from tests.java.conftest import java  # noqa: F401 - the compiled Java clients, a fixture
 
 
 @pytest.fixture
@@ -17,5 +18,3 @@ def zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
     finally:
         server.close()
 
-
-from tests.java.conftest import java  # noqa: E402,F401 - the compiled Java clients, for cluster tests
