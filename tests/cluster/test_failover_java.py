@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.cluster.clients import QUIET, leaders, read_back
@@ -26,6 +26,8 @@ def _stored(bootstrap: str, topic: str) -> int:
             consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
             for p in range(PARTITIONS)
         )
+    except KafkaException:  # the topic not known to this client yet
+        return 0
     finally:
         consumer.close()
 
