@@ -30,11 +30,18 @@ from tests.cluster.zk import ZooKeeperServer
 CONTAINERS = 6
 
 
-def _zk_state(hosts: str) -> tuple[dict[int, int], int]:
+def _zk_state(hosts: str, nodes: int = 3) -> tuple[dict[int, int], int]:
+    """The container map once it spreads over all ``nodes`` (a node is ready as soon as
+    every container has an owner, maybe before the map that includes it), and the leader."""
     zk = KazooClient(hosts=hosts)
     zk.start(10)
     try:
-        owners = json.loads(zk.get("/containers/map")[0])["owners"]
+        deadline = time.monotonic() + 30
+        while True:
+            owners = json.loads(zk.get("/containers/map")[0])["owners"]
+            if len(set(owners.values())) >= nodes or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         leader = json.loads(zk.get("/controller/leader")[0])["node"]
     finally:
         zk.stop()

@@ -55,7 +55,15 @@ def test_scale_moves_a_partition_to_another_node_under_load(
         deadline = time.monotonic() + 30
         while leaders(bootstrap, topic).get(0) != after_node and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert leaders(bootstrap, topic).get(0) == after_node
+        if leaders(bootstrap, topic).get(0) != after_node:
+            views = {n.node_id: leaders(n.bootstrap, topic) for n in nodes}
+            segs = {
+                n.node_id: str(_stub(n).GetSegmentForKey(
+                    pb2.SegmentForKeyRequest(scope="kafka", stream=topic, key=0.0), timeout=5
+                )).replace("\n", " ")
+                for n in nodes
+            }
+            raise AssertionError(f"leader not moved to {after_node}: {views} {segs} {_zk_state(zookeeper.hosts)}")
         while len(producing.acked) < at_scale + 600 and time.monotonic() < deadline + 30:
             time.sleep(0.1)
         producing.stopping.set()
