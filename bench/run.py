@@ -54,6 +54,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument(
+        "--cluster", action="store_true",
+        help="instead: one node against a cluster of three (bench/cluster.py)",
+    )
     p.add_argument("--runs", type=int, default=3, help="rounds; medians are quoted")
     p.add_argument(
         "--systems",
@@ -460,6 +464,10 @@ def _describe(e: Exception, server: systems.Server) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.cluster:
+        from bench import cluster
+
+        return cluster.main([])
     started, load_at_start = datetime.now(UTC), os.getloadavg()[0]
     out_dir = args.results_dir / started.strftime("%Y%m%dT%H%M%SZ")
     own_work_dir = args.work_dir is None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from tidegate.core.controller.api import Controller
 from tidegate.core.segmentstore.api import SegmentStore
@@ -38,10 +38,13 @@ class Gateway:
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         traffic: PartitionTraffic | None = None,
         controller_counts: ControllerCounts | None = None,
+        before_listen: Callable[[HandlerContext], Awaitable[None]] | None = None,
     ) -> None:
         """``traffic`` counts produce traffic per partition; pass the one the controller's
         auto-scaler reads (``StreamController(key_traffic=...)``). ``controller_counts``
-        (the in-process controller's ``stats``) feeds the scale and truncation metrics."""
+        (the in-process controller's ``stats``) feeds the scale and truncation metrics.
+        ``before_listen(ctx)`` runs once the handler context is built, before the first
+        request can arrive (cluster mode installs partition leadership there)."""
         self.config = config
         self.store = store
         self.controller = controller
@@ -53,6 +56,7 @@ class Gateway:
         self.traffic = traffic or PartitionTraffic(
             config.scope, int(config.store.get("traffic_window_ms", 10_000))
         )
+        self.before_listen = before_listen
         self.ctx: HandlerContext | None = None
         self.server: KafkaServer | None = None
         self.address: tuple[str, int] | None = None
@@ -79,18 +83,23 @@ class Gateway:
             log.info("offset index: %d appends indexed from the segments", rebuilt)
         producer_ids = ProducerIdAllocator(self.store)
         await producer_ids.start()
-        groups = GroupCoordinator(self.store, GroupConfig.from_table(self.config.groups))
+        # Consumer groups (gateway/groups): coordinator state from its table segment; in
+        # cluster mode the node owning that segment's container loads it (before_listen).
+        groups = None
+        if not self.config.zookeeper:
+            groups = GroupCoordinator(self.store, GroupConfig.from_table(self.config.groups))
+            await groups.start()
         self.ctx = HandlerContext(
             config=self.config, controller=self.controller, store=self.store, topics=topics,
             logs=logs, index=index, producers=producers, producer_ids=producer_ids,
-            registry=self.registry, groups=groups, clock_ms=self.clock_ms,
+            registry=self.registry, group_coordinator=groups, clock_ms=self.clock_ms,
         )
-        # Consumer groups (gateway/groups): coordinator state from its table segment.
-        await groups.start()
         # Log starts follow the controller's retention truncation (gateway/log/log_start.py).
         follower = RetentionFollower(self.ctx)
         follower.start()
         self.ctx.retention_follower = follower
+        if self.before_listen is not None:
+            await self.before_listen(self.ctx)
         from tidegate.gateway.handlers.admin_recovery import finish_admin_operations
 
         await finish_admin_operations(self.ctx)
@@ -117,6 +126,8 @@ class Gateway:
             await self.server.close(timeout_s)
         await self.ctx.logs.drain(timeout_s)
         self.ctx.logs.close()
-        await self.ctx.groups.close()
+        groups, self.ctx.group_coordinator = self.ctx.group_coordinator, None
+        if groups is not None:
+            await groups.close()
         self.ctx.index.close()
         self.ctx = None

@@ -44,6 +44,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--advertised-listener", help="HOST:PORT given to clients in Metadata")
     serve.add_argument("--rest", help="admin REST HOST:PORT (default 127.0.0.1:9080; off)")
     serve.add_argument("--grpc", help="controller gRPC HOST:PORT (default 127.0.0.1:9090; off)")
+    serve.add_argument("--zookeeper", help="join a cluster: ZooKeeper HOST:PORT[/chroot]")
+    serve.add_argument("--node-id", type=int, help="this node's id in the cluster (default 0)")
+    serve.add_argument("--segment-store", help="segment-store HOST:PORT for the other nodes")
+    serve.add_argument("--tier1-dir", help="Tier-1 logs directory (cluster: shared by all nodes)")
+    serve.add_argument("--tier2-dir", help="Tier-2 directory (cluster: shared by all nodes)")
+    serve.add_argument("--container-count", type=int, help="segment containers in the cluster")
     serve.add_argument("--config", type=Path, help="TOML file; every flag is also a key")
     serve.add_argument(
         "--log-level",
@@ -74,25 +80,61 @@ async def serve(config: GatewayConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
-    store_config = SegmentStoreConfig(**config.store)
-    store = StreamSegmentStore(config.data_dir / "segmentstore", store_config)
-    await store.start()
-    # The auto-scaler splits topics between partitions, where the gateway's measured
-    # per-partition traffic divides (never inside a partition).
-    traffic = PartitionTraffic(config.scope, store_config.traffic_window_ms)
-    controller = StreamController(
-        store, ControllerConfig(**config.controller), key_traffic=traffic
-    )
-    await controller.start()
+    store_settings = dict(config.store)
+    for key in ("tier1_dir", "tier2_dir"):
+        if getattr(config, key):
+            store_settings[key] = getattr(config, key)
+    if config.container_count > 0:
+        store_settings["container_count"] = config.container_count
+    traffic = PartitionTraffic(config.scope, SegmentStoreConfig(**store_settings).traffic_window_ms)
+    cluster: Any = None
+    if config.zookeeper:
+        from tidegate.gateway.cluster.wiring import ClusterWiring
+
+        store_settings["owned_containers"] = ()  # the container map says which
+        local = StreamSegmentStore(config.data_dir / "segmentstore", SegmentStoreConfig(**store_settings))
+        cluster = ClusterWiring(config, local)
+        store = cluster.routing
+        # A node measures only the partitions it leads: the leader's auto-scaler cuts
+        # between partition points by the segments' own rates (read from their owners).
+        controller = StreamController(
+            store, ControllerConfig(**config.controller), key_points=traffic.key_points
+        )
+        cluster.follow_leadership(controller)
+        await cluster.start()
+        # The leader's controller start makes it too, but this node may serve first.
+        await controller.md.ensure_table(controller.md.scopes_table)
+        from tidegate.gateway.cluster.forwarding import LeaderForwarding
+
+        front: Any = LeaderForwarding(controller, cluster.leader_grpc)
+    else:
+        store = local = StreamSegmentStore(
+            config.data_dir / "segmentstore", SegmentStoreConfig(**store_settings)
+        )
+        await store.start()
+        # The auto-scaler splits topics between partitions, where the gateway's measured
+        # per-partition traffic divides (never inside a partition).
+        controller = StreamController(
+            store, ControllerConfig(**config.controller), key_traffic=traffic
+        )
+        await controller.start()
+        front = controller
+    # Followers' gateway and REST writes go to the controller leader; gRPC serves this
+    # node's own controller (forwarded writes land there, never travel twice).
     gateway = Gateway(
-        config, store, controller, traffic=traffic, controller_counts=controller.stats
-    )
-    # The admin APIs may not seal, delete or truncate the streams under Kafka topics.
-    admin = KafkaScopeGuard(controller, config.scope)
+        config, store, front, traffic=traffic, controller_counts=controller.stats,
+        before_listen=cluster.attach if cluster is not None else None,
+    )  # fmt: skip
+    # The admin APIs may not seal, delete or truncate the streams under Kafka topics;
+    # writes a follower's gateway forwards to this node's gRPC are the gateway's own.
+    admin = KafkaScopeGuard(front, config.scope)
+    grpc_admin = KafkaScopeGuard(controller, config.scope)
     rest: tuple[Any, Any] | None = None
     grpc_server: Any = None
     try:
         host, port = await gateway.start()
+        if cluster is not None:
+            await cluster.announce()
         if _enabled(config.rest):
             from tidegate.gateway.admin.rest import create_app, serve_rest
 
@@ -102,7 +144,7 @@ async def serve(config: GatewayConfig) -> None:
             from tidegate.gateway.admin.grpc_service import start_grpc_server
 
             ghost, gport = parse_host_port(config.grpc)
-            grpc_server = await start_grpc_server(admin, ghost, gport)
+            grpc_server = await start_grpc_server(grpc_admin, ghost, gport, forwarded=controller)
         log.info(
             "tidegate ready: kafka=%s:%d advertised=%s rest=%s grpc=%s data-dir=%s",
             host,
@@ -128,8 +170,14 @@ async def serve(config: GatewayConfig) -> None:
             with contextlib.suppress(Exception):
                 await stop_rest(*rest)
         await gateway.close()
+        if front is not controller:
+            await front.close_channels()
         await controller.close()
-        await store.close()
+        # Containers stop (logs synced) before the node leaves: their next owners then
+        # recover them whole instead of fencing them mid-flush.
+        await local.close()
+        if cluster is not None:
+            await cluster.close()
         log.info("tidegate stopped")
 
 
@@ -160,6 +208,12 @@ def main(argv: list[str] | None = None) -> int:
         "advertised-listener": args.advertised_listener,
         "rest": args.rest,
         "grpc": args.grpc,
+        "zookeeper": args.zookeeper,
+        "node-id": args.node_id,
+        "segment-store": args.segment_store,
+        "tier1-dir": args.tier1_dir,
+        "tier2-dir": args.tier2_dir,
+        "container-count": args.container_count,
     }
     try:
         config = load_config(args.config, overrides)

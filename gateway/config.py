@@ -33,6 +33,15 @@ class GatewayConfig:
     rest: str = "127.0.0.1:9080"
     grpc: str = "127.0.0.1:9090"
     node_id: int = 0
+    #: Cluster mode (``docs/cluster.md``): ZooKeeper's connect string ``HOST:PORT[/chroot]``
+    #: ("" runs the embedded single node), where this node serves its segment store to the
+    #: others (port 0: any free one), the Tier-1 and Tier-2 directories every node shares,
+    #: and the segment containers of the whole cluster (0: the store's default).
+    zookeeper: str = ""
+    segment_store: str = "127.0.0.1:0"
+    tier1_dir: str = ""
+    tier2_dir: str = ""
+    container_count: int = 0
     cluster_id: str = "tidegate"
     #: The controller scope that holds Kafka topics as streams.
     scope: str = "kafka"

@@ -245,6 +245,12 @@ class StreamController:
             self._histories[meta.table] = h
         return h
 
+    def forget_stream(self, scope: str, stream: str) -> None:
+        """Drop what is cached of a stream another node deleted (cluster mode)."""
+        table = self.md.stream_table(scope, stream)
+        self.md.forget(table)
+        self._histories.pop(table, None)
+
     async def create_stream(
         self,
         scope: str,

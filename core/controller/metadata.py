@@ -92,6 +92,11 @@ class MetadataStore:
             await self.store.delete_table(table)
         except SegmentNotFoundError:
             pass
+        self.forget(table)
+
+    def forget(self, table: str) -> None:
+        """Drop the cached epochs of ``table`` (its stream was deleted, maybe by another
+        node of the cluster, and a stream of the same name may follow)."""
         for k in [k for k in self._epochs if k[0] == table]:
             del self._epochs[k]
 

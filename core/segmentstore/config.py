@@ -66,6 +66,10 @@ class SegmentStoreConfig:
     #: on another device than Tier-1, the two copies of each byte (log, then chunk) no
     #: longer share one disk's bandwidth.
     tier2_dir: str | None = None
+    #: Where the containers' Tier-1 logs and inactive-segment records live (``None``: the
+    #: store's data directory). Cluster mode shares it between nodes, so a container can
+    #: be recovered on another node (fenced by the Tier-1 epoch).
+    tier1_dir: str | None = None
     #: Largest single Tier-2 write.
     tier2_write_bytes_max: int = 16 * MiB
     #: Tier-2 (filesystem) chunk files are rolled at this size; truncation frees whole

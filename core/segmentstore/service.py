@@ -80,6 +80,9 @@ class StreamSegmentStore:
         self._clock = clock
         self._wall_clock = wall_clock
         self._tier1_factory = tier1_factory or self._file_log
+        # A container's Tier-1 log and its inactive-segment records move with it between
+        # nodes: in cluster mode both live in the directory every node shares.
+        self._shared_dir = Path(config.tier1_dir) if config.tier1_dir else self.data_dir
         if tier2 is None:
             from tidegate.tier2.filesystem import FileSystemStorage
 
@@ -103,7 +106,7 @@ class StreamSegmentStore:
     def _file_log(self, container_id: int) -> DurableDataLog:
         from tidegate.core.segmentstore.tier1.filelog import FileDurableDataLog
 
-        directory = self.data_dir / "tier1" / f"container-{container_id}"
+        directory = self._shared_dir / "tier1" / f"container-{container_id}"
         log: DurableDataLog = FileDurableDataLog(
             directory,
             file_bytes_max=self.config.tier1_file_bytes_max,
@@ -121,7 +124,7 @@ class StreamSegmentStore:
             self.cache,
             self.traffic_meters,
             index_dir=self.data_dir / "tier1-index" / f"container-{cid}",
-            metadata_dir=self.data_dir / "metadata" / f"container-{cid}",
+            metadata_dir=self._shared_dir / "metadata" / f"container-{cid}",
             clock=self._clock,
             wall_clock=self._wall_clock,
         )
@@ -143,6 +146,7 @@ class StreamSegmentStore:
     async def start_container(self, cid: int) -> None:
         """Start (recover) one container; a stopped or failed one is replaced. Once
         started, a failure of the container restarts it (``container_restart_delay_ms``)."""
+        self.owned = self.owned | {cid}
         await self._restart(cid)
         if self.config.container_restart_delay_ms > 0:
             watcher = self._watchers.get(cid)
@@ -158,7 +162,7 @@ class StreamSegmentStore:
         most = max(first, self.config.container_restart_delay_max_ms / 1000)
         while not self._closed:
             c = self.containers.get(cid)
-            if c is None:
+            if c is None or cid not in self.owned:
                 return
             await c.needs_restart.wait()
             delay = first
@@ -167,8 +171,8 @@ class StreamSegmentStore:
                     "container %d failed (%r); restarting in %d ms", cid, c.failure, delay * 1000
                 )
                 await asyncio.sleep(delay)
-                if self._closed:
-                    return
+                if self._closed or cid not in self.owned:
+                    return  # closed, or moved to another node (which fenced this one)
                 try:
                     await self._restart(cid)
                     self.restarts += 1
@@ -187,10 +191,12 @@ class StreamSegmentStore:
         await c.start()
 
     async def stop_container(self, cid: int) -> None:
+        """Stop one container and give up its ownership (it moves to another node)."""
+        self.owned = self.owned - {cid}
         watcher = self._watchers.pop(cid, None)
         if watcher is not None:
             watcher.cancel()
-        c = self.containers.get(cid)
+        c = self.containers.pop(cid, None)
         if c is not None:
             await c.stop()
 

@@ -59,6 +59,10 @@ _CODE_OF: dict[type[ControllerError], grpc.StatusCode] = {
 
 
 
+#: Set ("1") on the calls a cluster node's gateway forwards to the controller leader.
+FORWARDED_METADATA_KEY = "tidegate-forwarded"
+
+
 class Unimplemented(Exception):
     """The controller behind the service lacks an optional capability."""
 
@@ -109,8 +113,18 @@ _ServicerBase: Any = pb2_grpc.ControllerServiceServicer
 
 
 class ControllerServicer(_ServicerBase):  # type: ignore[misc]  # the generated base is untyped
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: Controller, forwarded: Controller | None = None) -> None:
         self._c = controller
+        #: What a cluster node's gateway forwards (``FORWARDED_METADATA_KEY``) runs on,
+        #: unguarded: those writes are the Kafka gateway's own (DeleteTopics, ...).
+        self._forwarded = forwarded
+
+    def _for(self, context: grpc.aio.ServicerContext) -> Controller:
+        if self._forwarded is not None:
+            for key, value in context.invocation_metadata() or ():
+                if key == FORWARDED_METADATA_KEY and value == "1":
+                    return self._forwarded
+        return self._c
 
     def _stream(self, request: Any) -> tuple[str, str]:
         return check_name(request.scope, "scope"), check_name(request.stream, "stream")
@@ -133,7 +147,7 @@ class ControllerServicer(_ServicerBase):  # type: ignore[misc]  # the generated 
 
     @_rpc
     async def DeleteScope(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await self._c.delete_scope(check_name(request.scope, "scope"))
+        await self._for(context).delete_scope(check_name(request.scope, "scope"))
         return pb2.ScopeResponse(scope=request.scope)
 
     @_rpc
@@ -167,12 +181,12 @@ class ControllerServicer(_ServicerBase):  # type: ignore[misc]  # the generated 
     @_rpc
     async def SealStream(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         scope, stream = self._stream(request)
-        await self._c.seal_stream(scope, stream)
+        await self._for(context).seal_stream(scope, stream)
         return stream_to_pb(await self._c.get_stream(scope, stream))
 
     @_rpc
     async def DeleteStream(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await self._c.delete_stream(*self._stream(request))
+        await self._for(context).delete_stream(*self._stream(request))
         return pb2.DeleteStreamResponse()
 
     # segments and epochs
@@ -246,7 +260,7 @@ class ControllerServicer(_ServicerBase):  # type: ignore[misc]  # the generated 
     @_rpc
     async def Truncate(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         scope, stream = self._stream(request)
-        await self._c.truncate(scope, stream, dict(request.cut.cut))
+        await self._for(context).truncate(scope, stream, dict(request.cut.cut))
         return pb2.StreamCut(cut=await self._c.get_head_segments(scope, stream))
 
 
@@ -292,8 +306,11 @@ class ControllerServicer(_ServicerBase):  # type: ignore[misc]  # the generated 
         return pb2.TransactionList(transactions=[txn_to_pb(t, txns) for t in found])
 
 
-async def start_grpc_server(controller: Controller, host: str, port: int) -> grpc.aio.Server:
+async def start_grpc_server(
+    controller: Controller, host: str, port: int, *, forwarded: Controller | None = None
+) -> grpc.aio.Server:
     """Serve ``ControllerService`` on ``host:port`` (plaintext); started on return.
+    Calls marked as forwarded by a cluster node's gateway run on ``forwarded``.
 
     Raises ``OSError`` when the address cannot be bound. Stop with
     ``await server.stop(grace_s)``."""
@@ -303,7 +320,7 @@ async def start_grpc_server(controller: Controller, host: str, port: int) -> grp
         ("grpc.so_reuseport", 0),
     ]
     server = grpc.aio.server(options=options)
-    pb2_grpc.add_ControllerServiceServicer_to_server(ControllerServicer(controller), server)
+    pb2_grpc.add_ControllerServiceServicer_to_server(ControllerServicer(controller, forwarded), server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         bound = server.add_insecure_port(address)

@@ -41,6 +41,7 @@ from typing import Any
 
 from tidegate.core.controller.api import Controller
 from tidegate.core.segmentstore.api import SegmentStore
+from tidegate.gateway.cluster.leadership import PartitionLeaders
 from tidegate.gateway.config import GatewayConfig
 from tidegate.gateway.groups.coordinator import GroupCoordinator
 from tidegate.gateway.log.log_start import RetentionFollower
@@ -160,7 +161,10 @@ class HandlerContext:
       DeleteRecords is the envelope start, ``position - ENVELOPE_BYTES``).
     - ``controller``, ``store``: the stream and segment APIs underneath.
     - ``groups`` (``gateway.groups.GroupCoordinator``): the consumer groups' coordinator,
-      started before the listener and closed before the segment store.
+      started before the listener and closed before the segment store; in cluster mode
+      only on the node owning the groups' table container (``gateway/cluster/groups.py``).
+    - ``cluster`` (``gateway.cluster.leadership.PartitionLeaders``): which node leads
+      each partition, in cluster mode.
     - ``retention_follower`` (``gateway.log.log_start.RetentionFollower``): moves log
       starts after the controller's retention truncated a stream; set once the context
       exists (it reads the context).
@@ -175,7 +179,8 @@ class HandlerContext:
     producers: ProducerStates
     producer_ids: ProducerIdAllocator
     registry: Registry
-    groups: GroupCoordinator
+    #: None on a cluster node that does not coordinate groups now (``groups`` raises).
+    group_coordinator: GroupCoordinator | None
     #: Wall clock in milliseconds (injected for tests).
     clock_ms: Callable[[], int]
     #: Set when the gateway shuts down: long polls end early.
@@ -183,6 +188,16 @@ class HandlerContext:
     #: Called (synchronously) once ``stopping`` is set: long polls waiting by callback.
     on_stop: list[Callable[[], None]] = field(default_factory=list)
     retention_follower: RetentionFollower | None = None
+    #: Partition leadership in cluster mode; None on the embedded single node.
+    cluster: PartitionLeaders | None = None
+
+    @property
+    def groups(self) -> GroupCoordinator:
+        if self.group_coordinator is None:
+            # The request fails and the connection closes; the client looks its
+            # coordinator up again (FindCoordinator names the node that has it).
+            raise RuntimeError("this node does not coordinate consumer groups now")
+        return self.group_coordinator
 
     def stop(self) -> None:
         self.stopping.set()

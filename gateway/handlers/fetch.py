@@ -174,8 +174,13 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         for t in request.topics
         for p in t.partitions
     ]
+    cluster = ctx.cluster
     for part in parts:
         _resolve(ctx, part)
+        if cluster is not None and part.error == ErrorCode.NONE:
+            part.error = await cluster.partition_error(part.topic, part.partition)
+            # The log opened before the check may predate this node's takeover.
+            part.plog = ctx.logs.get(part.topic, part.partition) if part.error == ErrorCode.NONE else None
     response_max_bytes = min(max(request.max_bytes, 0), ctx.config.fetch_max_bytes)
     max_wait_s = min(max(request.max_wait_ms, 0), ctx.config.fetch_max_wait_ms_max) / 1000
     loop = asyncio.get_running_loop()

@@ -1,6 +1,6 @@
 """FindCoordinator (key 10): this node coordinates every group and every transactional
-id it is asked about. That is right for the embedded single node; a cluster must send
-each key to one node, because a coordinator keeps its groups' live state in memory.
+id it is asked about; in cluster mode one node does, the owner of the container of the
+groups' table, because a coordinator keeps its groups' live state in memory.
 v4+ batches keys; share-group keys (type 2) are not served."""
 
 from __future__ import annotations
@@ -24,6 +24,14 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     key_type = request.key_type if req.api_version >= 1 else 0
     error = ErrorCode.NONE if key_type in _SERVED_KEY_TYPES else ErrorCode.INVALID_REQUEST
     message = None if error == ErrorCode.NONE else f"key type {key_type} is not served"
+    cluster = ctx.cluster
+    if cluster is not None and error == ErrorCode.NONE:
+        # Cluster mode: the owner of the groups' table container (gateway/cluster/groups.py).
+        found = cluster.group_coordinator()
+        if found is None:
+            error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is moving"
+        else:
+            node, (host, port) = found
     if req.api_version < 4:
         ok = error == ErrorCode.NONE
         return FindCoordinatorResponse(

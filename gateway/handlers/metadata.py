@@ -1,4 +1,6 @@
-"""Metadata (key 3): this node leads every partition; leader epochs are -1 (no
+"""Metadata (key 3): this node leads every partition (in cluster mode: every live node
+is a broker, and a partition's leader is the owner of its current segment's container,
+``gateway/cluster/leadership.py``); leader epochs are -1 (no
 OffsetForLeaderEpoch yet). Unknown topics are created when both the request
 (``allow_auto_topic_creation``, v4+) and ``auto.create.topics.enable`` allow it."""
 
@@ -19,15 +21,22 @@ _Topic = MetadataResponse.MetadataResponseTopic
 _Partition = _Topic.MetadataResponsePartition
 
 
-def topic_response(ctx: HandlerContext, info: TopicInfo) -> Any:
+def topic_response(ctx: HandlerContext, info: TopicInfo, leaders: list[int | None] | None = None) -> Any:
+    """``leaders``: each partition's leader in cluster mode (None: not available)."""
     node = ctx.config.node_id
-    partitions = [
-        _Partition(
-            error_code=0, partition_index=p, leader_id=node, leader_epoch=-1,
-            replica_nodes=[node], isr_nodes=[node], offline_replicas=[],
-        )
-        for p in range(info.partitions)
-    ]
+    partitions = []
+    for p in range(info.partitions):
+        leader = node if leaders is None else leaders[p]
+        if leader is None:
+            partitions.append(_Partition(
+                error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=p, leader_id=-1,
+                leader_epoch=-1, replica_nodes=[], isr_nodes=[], offline_replicas=[],
+            ))
+            continue
+        partitions.append(_Partition(
+            error_code=0, partition_index=p, leader_id=leader, leader_epoch=-1,
+            replica_nodes=[leader], isr_nodes=[leader], offline_replicas=[],
+        ))
     return _Topic(
         error_code=0, name=info.name, topic_id=info.topic_id, is_internal=False,
         partitions=partitions,
@@ -63,6 +72,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         names = [t.name for t in requested]
         allow = version < 4 or bool(request.allow_auto_topic_creation)
     topics = []
+    cluster = ctx.cluster
     for name in names:
         if name is None:
             topics.append(_error_topic("", ErrorCode.UNKNOWN_TOPIC_ID))
@@ -70,13 +80,24 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         found = await ensure_topic(ctx, name, allow)
         if isinstance(found, ErrorCode):
             topics.append(_error_topic(name, found))
+        elif cluster is not None:
+            leaders = [await cluster.leader(name, p) for p in range(found.partitions)]
+            topics.append(topic_response(ctx, found, leaders))
         else:
             topics.append(topic_response(ctx, found))
-    host, port = ctx.config.advertised_address
-    broker = MetadataResponse.MetadataResponseBroker(
-        node_id=ctx.config.node_id, host=host, port=port, rack=None
-    )
+    if cluster is not None:
+        brokers = [
+            MetadataResponse.MetadataResponseBroker(node_id=n, host=h, port=p, rack=None)
+            for n, h, p in cluster.brokers()
+        ]
+        controller_id = cluster.controller_id()
+    else:
+        host, port = ctx.config.advertised_address
+        brokers = [MetadataResponse.MetadataResponseBroker(
+            node_id=ctx.config.node_id, host=host, port=port, rack=None
+        )]
+        controller_id = ctx.config.node_id
     return MetadataResponse(
-        throttle_time_ms=0, brokers=[broker], cluster_id=ctx.config.cluster_id,
-        controller_id=ctx.config.node_id, topics=topics,
+        throttle_time_ms=0, brokers=brokers, cluster_id=ctx.config.cluster_id,
+        controller_id=controller_id, topics=topics,
     )

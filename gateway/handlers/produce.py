@@ -222,7 +222,15 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     else:
         for work in works:
             _validate(ctx, work)
+        cluster = ctx.cluster
         for work in works:
+            if work.plog is not None and cluster is not None:
+                work.error = await cluster.partition_error(work.topic, work.partition)
+                if work.error != ErrorCode.NONE:
+                    work.batch = work.plog = None
+                    continue
+                # The log opened before the check may predate this node's takeover.
+                work.plog = ctx.logs.get(work.topic, work.partition)
             if work.plog is not None:
                 try:
                     await work.plog.ensure_segment()
@@ -230,6 +238,9 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                     work.error, work.message = ErrorCode.NOT_LEADER_OR_FOLLOWER, repr(exc)
         # No await from here until every partition is submitted (offset order).
         for work in works:
+            if cluster is not None and work.plog is not None and work.plog.retired:
+                # Leadership moved meanwhile (gateway/cluster/leadership.py).
+                work.error, work.batch, work.plog = ErrorCode.NOT_LEADER_OR_FOLLOWER, None, None
             if work.error == ErrorCode.NONE and work.batch is not None:
                 _assign(ctx, work)
     req.release()

@@ -12,7 +12,7 @@ import asyncio
 import bisect
 import itertools
 import logging
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,6 +148,29 @@ class PartitionLogs:
             for seg in await self.topics.all_segments(topic):
                 count += await self._rebuild_segment(topic, seg.id)
         return count
+
+    async def rebuild_where(self, pick: Callable[[str], bool]) -> int:
+        """Index what the picked segments (by name) hold past their markers (cluster mode:
+        a node that newly leads partitions catches up on what another node appended)."""
+        count = 0
+        for topic in self.topics.names():
+            for seg in await self.topics.all_segments(topic):
+                name = self.topics.segment_name(topic, seg.id)
+                if pick(name):
+                    self.forget_marker(name)  # what this node knew of it may be behind
+                    count += await self._rebuild_segment(topic, seg.id)
+        return count
+
+    def cached(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get((topic, partition))
+
+    def retire_where(self, drop: Callable[[str, int], bool]) -> int:
+        """Forget the cached logs of the picked partitions; the next ``get`` opens them
+        again from the index (their high watermark and next offset as indexed)."""
+        keys = [k for k in self._logs if drop(*k)]
+        for key in keys:
+            self._logs.pop(key).retired = True
+        return len(keys)
 
     async def _read_exact(self, name: str, offset: int, length: int) -> bytes:
         out = bytearray()

@@ -32,6 +32,8 @@ from tidegate.core.controller.api import (
     qualified_segment_name,
 )
 from tidegate.core.segmentstore.api import (
+    NOT_EXISTS,
+    BadKeyVersionError,
     SegmentExistsError,
     SegmentStore,
     TableRemoval,
@@ -139,6 +141,21 @@ class TopicRegistry:
                 await self._ensure_stream(info)
             self._topics[info.name] = info
 
+    async def reload(self) -> set[str]:
+        """Read the topics table again (cluster mode: other gateways change it); return
+        the names of topics gone or replaced by a new topic of the same name."""
+        async with self._lock:
+            found = {
+                e.key.decode(): TopicInfo.decode(e.key.decode(), e.value)
+                for e in await self.store.table_entries(TOPICS_TABLE)
+            }
+            gone = {
+                name for name, info in self._topics.items()
+                if name not in found or found[name].topic_id != info.topic_id
+            }
+            self._topics = found
+            return gone
+
     def get(self, name: str) -> TopicInfo | None:
         """The topic, unless it does not exist or is being deleted."""
         info = self._topics.get(name)
@@ -168,7 +185,16 @@ class TopicRegistry:
             if name in self._topics:
                 return None
             info = TopicInfo(name, partitions, uuid.uuid4(), dict(configs or {}))
-            await self.store.table_put(TOPICS_TABLE, [TableUpdate(name.encode(), info.encode())])
+            try:
+                await self.store.table_put(
+                    TOPICS_TABLE, [TableUpdate(name.encode(), info.encode(), NOT_EXISTS)]
+                )
+            except BadKeyVersionError:
+                # Created meanwhile by another gateway of the cluster: take its entry.
+                (entry,) = await self.store.table_get(TOPICS_TABLE, [name.encode()])
+                if entry is not None:
+                    self._topics[name] = TopicInfo.decode(name, entry.value)
+                return None
             await self._ensure_stream(info)
             self._topics[name] = info
             return info

@@ -92,6 +92,13 @@ class PartitionTraffic:
             return []  # not loaded yet, or being created: leave the stream alone
         return [KeyTraffic(partition_point(p), *self.rates(stream, p)) for p in range(count)]
 
+    def key_points(self, scope: str, stream: str) -> Sequence[float] | None:
+        """The partitions' points of a topic (``KeyPoints``), None when not known here."""
+        if scope != self.scope or self._partitions is None:
+            return None
+        count = self._partitions(stream)
+        return [partition_point(p) for p in range(count)] if count else None
+
     def forget_topic(self, topic: str) -> None:
         for key in [k for k in self._meters if k[0] == topic]:
             del self._meters[key]

@@ -1,0 +1,214 @@
+"""``ClusterNode``: one node's part in cluster mode.
+
+- Membership: the node registers its addresses (ephemeral ``/nodes/<id>``) and follows
+  the others'; the segment-store addresses feed ``PeerStores``.
+- Controller leader: the node stands for election; the leader (and only it) keeps the
+  container map balanced over the live nodes (``assignment.assign``) whenever one joins
+  or leaves or it has just been elected, and ``on_leadership`` tells the caller, which
+  starts or stops the controller's workflows and policies.
+- Containers: every node follows the map, stopping the containers it no longer owns and
+  starting (recovering) the ones it now owns. A container a stale owner still runs is
+  fenced when the new owner opens its Tier-1 log (the epoch), so there is one writer.
+  ``on_owned(gained, lost)`` runs after each change so the gateway can rebuild state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from tidegate.core.cluster.assignment import assign, moves
+from tidegate.core.cluster.routing import ContainerMap, PeerStores
+from tidegate.core.cluster.zookeeper import (
+    ClusterSession,
+    CoordinationError,
+    MapVersionError,
+    Members,
+)
+
+log = logging.getLogger(__name__)
+
+
+class LocalContainers(Protocol):
+    """What the node needs of its own segment store."""
+
+    async def start_container(self, cid: int) -> None: ...
+
+    async def stop_container(self, cid: int) -> None: ...
+
+
+OwnedCallback = Callable[[set[int], set[int]], Awaitable[None]]
+LeadershipCallback = Callable[[bool], Awaitable[None]]
+
+
+class ClusterNode:
+    def __init__(
+        self,
+        session: ClusterSession,
+        local: LocalContainers,
+        *,
+        node_id: int,
+        container_count: int,
+        info: dict[str, Any],
+        start_retry_ms: int = 500,
+    ) -> None:
+        self.session = session
+        self.local = local
+        self.node_id = node_id
+        self.container_count = container_count
+        self.info = info
+        self.start_retry_ms = start_retry_ms
+        self.containers = ContainerMap()
+        self.peers = PeerStores()
+        self.members: Members = {}
+        self.running: set[int] = set()
+        self.leader = False
+        self.on_owned: OwnedCallback | None = None
+        self.on_leadership: LeadershipCallback | None = None
+        self._reconcile_wake = asyncio.Event()
+        self._rebalance_wake = asyncio.Event()
+        self._leadership_events: asyncio.Queue[bool] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
+
+    async def start(self) -> None:
+        """Join: register, follow members and the map, stand for controller leader."""
+        await self.session.start()
+        await self.session.register(self.info)
+        self.members = await self.session.members()
+        self._peers_from_members()
+        owners, version = await self.session.read_map()
+        if owners and sorted(owners) != list(range(self.container_count)):
+            await self.session.close()
+            raise CoordinationError(
+                f"the cluster has {len(owners)} segment containers, this node was given "
+                f"{self.container_count} (--container-count must match on every node)"
+            )
+        self.containers.update(owners, version)
+        loop = asyncio.get_running_loop()
+        for job in (self._reconcile_loop, self._rebalance_loop, self._leadership_loop):
+            self._tasks.append(loop.create_task(job()))
+        self.session.watch_members(self._members_changed)
+        self.session.watch_map(self._map_changed)
+        await self.session.campaign(self._leadership_changed)
+
+    async def close(self) -> None:
+        """Leave: stop following, close the session (its ephemerals go), close peers.
+        The caller stops the local containers (the store's close)."""
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self.session.close()
+        await self.peers.close()
+
+    def owned(self) -> set[int]:
+        return {c for c, n in self.containers.owners.items() if n == self.node_id}
+
+    # -- watches (on the event loop) ---------------------------------------------------
+
+    def _peers_from_members(self) -> None:
+        addresses: dict[int, tuple[str, int]] = {}
+        for node, info in self.members.items():
+            host, _, port = str(info.get("store", "")).rpartition(":")
+            if node != self.node_id and host and port.isdigit():
+                addresses[node] = (host, int(port))
+        self.peers.update(addresses)
+
+    def _members_changed(self, members: Members) -> None:
+        self.members = members
+        self._peers_from_members()
+        self._rebalance_wake.set()
+
+    def _map_changed(self, owners: dict[int, int], version: int) -> None:
+        if version >= self.containers.version or version < 0:
+            self.containers.update(owners, version)
+        self._reconcile_wake.set()
+        self._rebalance_wake.set()  # the leader repairs a map that lost its balance
+
+    def _leadership_changed(self, leading: bool) -> None:
+        self._leadership_events.put_nowait(leading)
+
+    # -- loops -----------------------------------------------------------------------
+
+    async def _leadership_loop(self) -> None:
+        while True:
+            leading = await self._leadership_events.get()
+            if leading == self.leader:
+                continue
+            self.leader = leading
+            if leading:
+                self._rebalance_wake.set()
+            if self.on_leadership is not None:
+                try:
+                    await self.on_leadership(leading)
+                except Exception:
+                    log.exception("controller leadership change (%s) failed", leading)
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            await self._rebalance_wake.wait()
+            self._rebalance_wake.clear()
+            if not self.leader:
+                continue
+            try:
+                await self._rebalance()
+            except CoordinationError as exc:
+                log.warning("container map not written: %r", exc)
+                await asyncio.sleep(0.2)
+                self._rebalance_wake.set()
+
+    async def _rebalance(self) -> None:
+        owners, version = await self.session.read_map()
+        live = set(await self.session.members())
+        wanted = assign(owners, self.container_count, live)
+        if wanted == owners or not wanted:
+            return
+        try:
+            await self.session.write_map(wanted, version)
+        except MapVersionError:
+            self._rebalance_wake.set()  # written meanwhile: read it again
+            return
+        log.info(
+            "container map: %d moved over nodes %s: %s",
+            moves(owners, wanted), sorted(live), wanted,
+        )
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            await self._reconcile_wake.wait()
+            self._reconcile_wake.clear()
+            try:
+                await self._reconcile()
+            except Exception:
+                log.exception("following the container map failed")
+                await asyncio.sleep(self.start_retry_ms / 1000)
+                self._reconcile_wake.set()
+
+    async def _reconcile(self) -> None:
+        want = self.owned()
+        lost = self.running - want
+        for cid in sorted(lost):
+            log.info("container %d moves away: stopping it", cid)
+            self.running.discard(cid)
+            await self.local.stop_container(cid)
+        gained: set[int] = set()
+        failed = False
+        for cid in sorted(want - self.running):
+            try:
+                await self.local.start_container(cid)
+            except Exception as exc:  # noqa: BLE001 - retried while the map says so
+                log.warning("container %d did not start (%r); retrying", cid, exc)
+                failed = True
+                continue
+            log.info("container %d started here", cid)
+            self.running.add(cid)
+            gained.add(cid)
+        if (gained or lost) and self.on_owned is not None:
+            await self.on_owned(gained, lost)
+        if failed:
+            await asyncio.sleep(self.start_retry_ms / 1000)
+            self._reconcile_wake.set()

@@ -1,0 +1,271 @@
+"""ZooKeeper through ``kazoo``: the only module that imports it.
+
+``ClusterSession`` is cluster mode's one ZooKeeper session. kazoo is synchronous and
+threaded: every blocking call runs in a worker thread (``asyncio.to_thread``) and every
+watch is handed to the event loop (``call_soon_threadsafe``), so the loop never waits on
+ZooKeeper and callbacks never run on kazoo's threads. Errors reach callers as
+``CoordinationError``, never as kazoo's.
+
+Layout under the chroot of ``--zookeeper``::
+
+    /nodes/<id>          ephemeral, JSON: the node's Kafka, segment-store, REST, gRPC addresses
+    /controller/leader   ephemeral, JSON {"node": id}: the controller leader
+    /containers/map      JSON {"version": n, "owners": {"<cid>": node}}: container owners
+
+An expired session loses its ephemeral nodes: ``register`` makes the node again once a
+new session is connected, and leadership is given up (``on_leadership(False)``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError as _BadVersion
+from kazoo.exceptions import KazooException
+from kazoo.exceptions import NodeExistsError as _NodeExists
+from kazoo.exceptions import NoNodeError as _NoNode
+from kazoo.handlers.threading import KazooTimeoutError
+
+log = logging.getLogger(__name__)
+
+NODES_PATH = "/nodes"
+LEADER_PATH = "/controller/leader"
+MAP_PATH = "/containers/map"
+
+Members = dict[int, dict[str, Any]]
+
+
+class CoordinationError(Exception):
+    """ZooKeeper could not be reached or refused a call."""
+
+
+class MapVersionError(CoordinationError):
+    """The container map changed since it was read (another leader wrote it)."""
+
+
+class ClusterSession:
+    """Membership, leader election and the container map over one kazoo session."""
+
+    def __init__(self, hosts: str, node_id: int, *, session_timeout_s: float = 6.0) -> None:
+        self.hosts = hosts
+        self.node_id = node_id
+        self._client = KazooClient(hosts=hosts, timeout=session_timeout_s)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._registration: bytes | None = None
+        self._lock = threading.Lock()
+        self._on_leadership: Callable[[bool], None] | None = None
+        self._leader = False
+        #: The controller leader's node id as last seen (None: none elected).
+        self.leader_id: int | None = None
+        self._closed = False
+        self._client.add_listener(self._on_state)
+
+    # -- session ---------------------------------------------------------------------
+
+    async def start(self, timeout_s: float = 10.0) -> None:
+        self._loop = asyncio.get_running_loop()
+        base, _, chroot = self.hosts.partition("/")
+        if chroot.strip("/"):
+            await self._call(_ensure_chroot, base, "/" + chroot.strip("/"), timeout_s)
+        await self._call(self._client.start, timeout=timeout_s)
+        await self._call(self._client.ensure_path, NODES_PATH)
+        await self._call(self._client.ensure_path, "/controller")
+        await self._call(self._client.ensure_path, "/containers")
+
+    async def close(self) -> None:
+        self._closed = True
+
+        def stop() -> None:
+            self._client.stop()
+            self._client.close()
+
+        await asyncio.to_thread(stop)
+
+    async def _call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        try:
+            return await asyncio.to_thread(fn, *args, **kw)
+        except _BadVersion as exc:
+            raise MapVersionError(str(exc)) from exc
+        except (KazooException, KazooTimeoutError, TimeoutError) as exc:
+            raise CoordinationError(f"{type(exc).__name__}: {exc}") from exc
+
+    def _to_loop(self, fn: Callable[..., None], *args: Any) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed() and not self._closed:
+            loop.call_soon_threadsafe(fn, *args)
+
+    def _on_state(self, state: str) -> None:
+        """kazoo's thread: a LOST session dropped our ephemerals, leadership included."""
+        if state == KazooState.LOST:
+            log.warning("ZooKeeper session lost")
+            if self._leader and self._on_leadership is not None:
+                self._leader = False
+                self._to_loop(self._on_leadership, False)
+        elif state == KazooState.CONNECTED and not self._closed:
+            # A new session after LOST: make our ephemeral nodes again (not on this thread).
+            threading.Thread(target=self._reassert, daemon=True).start()
+
+    def _reassert(self) -> None:
+        try:
+            with self._lock:
+                data = self._registration
+            if data is not None:
+                self._ensure_ephemeral(f"{NODES_PATH}/{self.node_id}", data)
+            if self._on_leadership is not None and not self._leader:
+                self._try_lead()
+        except KazooException as exc:
+            log.warning("re-registration after a new ZooKeeper session failed: %r", exc)
+
+    # -- membership ------------------------------------------------------------------
+
+    def _ensure_ephemeral(self, path: str, data: bytes) -> None:
+        try:
+            self._client.create(path, data, ephemeral=True, makepath=True)
+        except _NodeExists:
+            _, stat = self._client.get(path)
+            if stat.ephemeralOwner == self._client.client_id[0]:
+                self._client.set(path, data)
+                return
+            # Left by an earlier session of this node id until its timeout: replace it.
+            self._client.delete(path)
+            self._client.create(path, data, ephemeral=True, makepath=True)
+
+    async def register(self, info: dict[str, Any]) -> None:
+        """Announce this node (ephemeral ``/nodes/<id>``), again after a session loss."""
+        data = json.dumps(info, sort_keys=True).encode()
+        with self._lock:
+            self._registration = data
+        await self._call(self._ensure_ephemeral, f"{NODES_PATH}/{self.node_id}", data)
+
+    async def members(self) -> Members:
+        return await self._call(self._read_members)  # type: ignore[no-any-return]
+
+    def _read_members(self) -> Members:
+        out: Members = {}
+        for child in self._client.get_children(NODES_PATH):
+            try:
+                data, _ = self._client.get(f"{NODES_PATH}/{child}")
+            except _NoNode:
+                continue
+            if child.isdigit():
+                out[int(child)] = json.loads(data)
+        return out
+
+    def watch_members(self, callback: Callable[[Members], None]) -> None:
+        """``callback(members)`` on the event loop now and whenever a node joins or leaves."""
+
+        def changed(children: list[str]) -> None:
+            try:
+                members = self._read_members()
+            except KazooException as exc:
+                log.warning("reading members failed: %r", exc)
+                return
+            self._to_loop(callback, members)
+
+        self._client.ChildrenWatch(NODES_PATH, changed)
+
+    # -- controller leader -----------------------------------------------------------
+
+    async def campaign(self, on_leadership: Callable[[bool], None]) -> None:
+        """Stand for controller leader: whoever creates the ephemeral ``/controller/leader``
+        leads until its session ends; the others watch it and try again when it goes.
+        ``on_leadership(True/False)`` runs on the event loop as this node wins or loses."""
+        self._on_leadership = on_leadership
+
+        def watch(data: bytes | None, stat: Any) -> None:
+            self.leader_id = int(json.loads(data)["node"]) if data else None
+            if data is None and not self._closed:
+                self._try_lead()
+
+        await self._call(self._try_lead)
+        self._client.DataWatch(LEADER_PATH, watch)
+
+    def _try_lead(self) -> None:
+        with self._lock:
+            if self._leader:
+                return
+            try:
+                self._client.create(
+                    LEADER_PATH, json.dumps({"node": self.node_id}).encode(), ephemeral=True
+                )
+            except _NodeExists:
+                return
+            self._leader = True
+        log.info("node %d is the controller leader", self.node_id)
+        if self._on_leadership is not None:
+            self._to_loop(self._on_leadership, True)
+
+    async def leader(self) -> int | None:
+        try:
+            data, _ = await self._call(self._client.get, LEADER_PATH)
+        except CoordinationError as exc:
+            if isinstance(exc.__cause__, _NoNode):
+                return None
+            raise
+        return int(json.loads(data)["node"])
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader
+
+    # -- container map ---------------------------------------------------------------
+
+    async def read_map(self) -> tuple[dict[int, int], int]:
+        """The container owners and the znode's version (-1: no map yet)."""
+        return await self._call(self._read_map)  # type: ignore[no-any-return]
+
+    def _read_map(self) -> tuple[dict[int, int], int]:
+        try:
+            data, stat = self._client.get(MAP_PATH)
+        except _NoNode:
+            return {}, -1
+        return _decode_map(data), int(stat.version)
+
+    async def write_map(self, owners: dict[int, int], version: int) -> int:
+        """Write the map if it is still at ``version`` (-1: create it); its new version.
+        ``MapVersionError`` if another writer came first."""
+        data = json.dumps({"owners": {str(c): n for c, n in sorted(owners.items())}}).encode()
+
+        def write() -> int:
+            if version < 0:
+                try:
+                    self._client.create(MAP_PATH, data, makepath=True)
+                except _NodeExists as exc:
+                    raise _BadVersion() from exc
+                return 0
+            return int(self._client.set(MAP_PATH, data, version=version).version)
+
+        return await self._call(write)  # type: ignore[no-any-return]
+
+    def watch_map(self, callback: Callable[[dict[int, int], int], None]) -> None:
+        """``callback(owners, version)`` on the event loop now and after every change."""
+
+        def changed(data: bytes | None, stat: Any) -> None:
+            if data is None:
+                self._to_loop(callback, {}, -1)
+            else:
+                self._to_loop(callback, _decode_map(data), int(stat.version))
+
+        self._client.DataWatch(MAP_PATH, changed)
+
+
+def _ensure_chroot(hosts: str, chroot: str, timeout_s: float) -> None:
+    """Create the chroot of ``--zookeeper`` before the session that lives in it starts."""
+    client = KazooClient(hosts=hosts)
+    client.start(timeout=timeout_s)
+    try:
+        client.ensure_path(chroot)
+    finally:
+        client.stop()
+        client.close()
+
+
+def _decode_map(data: bytes) -> dict[int, int]:
+    obj = json.loads(data) if data else {}
+    return {int(c): int(n) for c, n in obj.get("owners", {}).items()}

@@ -1,0 +1,185 @@
+"""Which node leads each Kafka partition, in cluster mode.
+
+The leader of a partition is the owner of the container holding the partition's current
+segment (the one whose key range holds its point). Produce and Fetch for a partition led
+elsewhere answer ``NOT_LEADER_OR_FOLLOWER``; clients refresh Metadata and follow.
+
+A partition's current segment is looked up through the controller and kept for
+``segment_ttl_ms`` (a scale moves it; the map moves its container): a stale answer costs
+one ``NOT_LEADER_OR_FOLLOWER`` round trip, never data, since only the container's owner
+can append to the segment.
+
+On a change of owned containers, the node indexes what the segments of containers it did
+not hold throughout gained meanwhile (another node appended them), then forgets its cached
+logs of partitions it did not lead throughout, so their offsets, high watermark and
+producer state are read again from the rebuilt index, as at start-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Protocol
+
+from tidegate.core.segmentstore.service import container_of
+from tidegate.protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+class Owners(Protocol):
+    container_count: int
+
+    def owner(self, name: str) -> int | None: ...
+
+
+class ClusterView(Protocol):
+    node_id: int
+    members: dict[int, dict[str, Any]]
+    running: set[int]
+    containers: Any
+
+    @property
+    def session(self) -> Any: ...
+
+
+class PartitionLeaders:
+    def __init__(self, ctx: Any, node: ClusterView, owners: Owners, *, segment_ttl_ms: int = 1000) -> None:
+        self.topics = ctx.topics
+        self.logs = ctx.logs
+        self.node = node
+        self.owners = owners
+        self.segment_ttl_ms = segment_ttl_ms
+        self._segments: dict[tuple[str, int], tuple[float, str]] = {}
+        #: Containers whose partitions this node serves: running here, and what other
+        #: nodes appended to their segments indexed (``on_owned``).
+        self.ready: set[int] = set()
+        #: Partitions whose cached log this node keeps: it has led them since it last
+        #: caught up with their segments (``_catch_up``).
+        self.leading: set[tuple[str, int]] = set()
+        self._catching_up = asyncio.Lock()
+        #: The container of the groups' table (``gateway/cluster/groups.py``).
+        self.groups_container: int | None = None
+
+    @property
+    def node_id(self) -> int:
+        return self.node.node_id
+
+    async def segment_of(self, topic: str, partition: int) -> str:
+        key = (topic, partition)
+        now = time.monotonic()
+        known = self._segments.get(key)
+        if known is not None and known[0] > now:
+            return known[1]
+        seg = await self.topics.current_segment(topic, partition)
+        name: str = self.topics.segment_name(topic, seg.id)
+        if len(self._segments) > 100_000:
+            self._segments.clear()
+        self._segments[key] = (now + self.segment_ttl_ms / 1000, name)
+        return name
+
+    async def leader(self, topic: str, partition: int) -> int | None:
+        try:
+            name = await self.segment_of(topic, partition)
+        except Exception as exc:  # noqa: BLE001 - stream gone or metadata unreachable
+            log.debug("no segment for %s/%d: %r", topic, partition, exc)
+            return None
+        owner = self.owners.owner(name)
+        return owner if owner in self.node.members else None
+
+    async def partition_error(self, topic: str, partition: int) -> ErrorCode:
+        """NONE where this node leads the partition and has caught up with its segments,
+        else the error to answer with."""
+        try:
+            name = await self.segment_of(topic, partition)
+        except Exception:  # noqa: BLE001 - stream gone or metadata unreachable
+            return ErrorCode.LEADER_NOT_AVAILABLE
+        cid = container_of(name, self.owners.container_count)
+        if cid in self.ready and cid in self.node.running:
+            if (topic, partition) not in self.leading:
+                await self._catch_up(topic, partition)
+            return ErrorCode.NONE
+        self.leading.discard((topic, partition))
+        leader = await self.leader(topic, partition)
+        if leader is None:
+            return ErrorCode.LEADER_NOT_AVAILABLE
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    async def _catch_up(self, topic: str, partition: int) -> None:
+        """Before this node first serves a partition it did not lead just before (a scale
+        moved its current segment into a container of this node, or it was led elsewhere
+        while this node ran): index what the topic's segments hold past this node's
+        markers, and reopen the partition's log from the index."""
+        async with self._catching_up:
+            if (topic, partition) in self.leading:
+                return
+            prefix = self.topics.segment_name(topic, 0).rsplit("/", 1)[0] + "/"
+            indexed = await self.logs.rebuild_where(lambda name: name.startswith(prefix))
+            self.logs.retire_where(lambda t, p: t == topic and p == partition)
+            self.leading.add((topic, partition))
+            if indexed:
+                log.info("%s/%d led here now: %d appends indexed", topic, partition, indexed)
+
+    def brokers(self) -> list[tuple[int, str, int]]:
+        """Every live node with a Kafka listener: (node id, host, port)."""
+        out = []
+        for node, info in sorted(self.node.members.items()):
+            host, _, port = str(info.get("kafka", "")).rpartition(":")
+            if host and port.isdigit():
+                out.append((node, host, int(port)))
+        return out
+
+    def controller_id(self) -> int:
+        leader = self.node.session.leader_id
+        return self.node_id if leader is None else int(leader)
+
+    def group_coordinator(self) -> tuple[int, tuple[str, int]] | None:
+        """The node coordinating groups and transactional ids, with its Kafka address."""
+        if self.groups_container is None:
+            return None
+        owner = self.container_owner(self.groups_container)
+        address = None if owner is None else self.kafka_address(owner)
+        return None if owner is None or address is None else (owner, address)
+
+    def container_owner(self, cid: int) -> int | None:
+        """The live node owning container ``cid``."""
+        owner = self.node.containers.owners.get(cid)
+        return owner if owner in self.node.members else None
+
+    def kafka_address(self, node: int) -> tuple[str, int] | None:
+        for n, host, port in self.brokers():
+            if n == node:
+                return host, port
+        return None
+
+    async def on_owned(self, gained: set[int], lost: set[int]) -> None:
+        self.ready -= lost
+        self._segments.clear()
+        kept = self.node.running - gained
+        count = self.owners.container_count
+
+        def foreign(name: str) -> bool:
+            return container_of(name, count) not in kept
+
+        indexed = await self.logs.rebuild_where(foreign)
+        dropped = self.logs.retire_where(lambda topic, p: self._moved(topic, p, kept))
+        self.leading = {k for k in self.leading if not self._moved(*k, kept)}
+        self.ready |= gained
+        log.info(
+            "containers gained %s, lost %s: %d appends indexed, %d partition logs reopened",
+            sorted(gained), sorted(lost), indexed, dropped,
+        )
+
+    def _moved(self, topic: str, partition: int, kept: set[int]) -> bool:
+        """Whether the partition's cached log may be stale: its segment is not in a
+        container this node held throughout (unknown segment: stale)."""
+        known = self._segments.get((topic, partition))
+        if known is None:
+            plog = self.logs.cached(topic, partition)
+            seg = getattr(plog, "segment", None)
+            if seg is None:
+                return True
+            name = self.topics.segment_name(topic, seg.id)
+        else:
+            name = known[1]
+        return container_of(name, self.owners.container_count) not in kept

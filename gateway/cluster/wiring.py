@@ -1,0 +1,159 @@
+"""``ClusterWiring``: what ``tidegate serve --zookeeper`` adds to the embedded node.
+
+Order: the segment-store server listens; the node joins ZooKeeper (registers, follows
+the container map, stands for controller leader); the routing store waits for a map;
+the caller builds the controller over the routing store and the gateway over both; the
+gateway follows partition leadership before it listens (``attach``: a request served in
+between as by a single node could reuse offsets another node leads); once it listens the
+node registers again with the Kafka address bound (``announce``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Protocol
+
+from tidegate.core.cluster.node import ClusterNode
+from tidegate.core.cluster.routing import RoutingSegmentStore
+from tidegate.core.cluster.zookeeper import ClusterSession, CoordinationError
+from tidegate.core.segmentstore.api import SegmentStore
+from tidegate.core.segmentstore.remote.server import SegmentStoreServer
+from tidegate.core.segmentstore.service import StreamSegmentStore
+from tidegate.gateway.cluster.groups import GroupPlacement
+from tidegate.gateway.cluster.leadership import PartitionLeaders
+from tidegate.gateway.config import GatewayConfig, parse_host_port
+
+log = logging.getLogger(__name__)
+
+
+class LeaderController(Protocol):
+    """The controller's lifecycle as the leader runs it."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class TopicsTable(Protocol):
+    async def reload(self) -> set[str]: ...
+
+
+class TopicLogs(Protocol):
+    def delete_topic(self, topic: str) -> None: ...
+
+
+class ClusterWiring:
+    def __init__(self, config: GatewayConfig, local: StreamSegmentStore) -> None:
+        self.config = config
+        self.local = local
+        self.server = SegmentStoreServer(local)
+        self.session = ClusterSession(config.zookeeper, config.node_id)
+        self.info: dict[str, Any] = {"node": config.node_id}
+        self.node = ClusterNode(
+            self.session, local, node_id=config.node_id,
+            container_count=local.config.container_count, info=self.info,
+        )
+        self.routing = RoutingSegmentStore(
+            local, config.node_id, local.config.container_count,
+            self.node.containers, self.node.peers,
+        )
+        self.leaders: PartitionLeaders | None = None
+        self.topics_refresh_ms = 500
+        self._topics_task: asyncio.Task[None] | None = None
+
+    @property
+    def store(self) -> SegmentStore:
+        store: SegmentStore = self.routing
+        return store
+
+    def leader_grpc(self) -> str | None:
+        """The controller leader's gRPC address for forwarded writes; None while this
+        node leads, no leader is known, or the leader serves no gRPC."""
+        if self.node.leader:
+            return None
+        leader = self.session.leader_id
+        info = self.node.members.get(leader) if leader is not None else None
+        address = str(info.get("grpc", "")) if info else ""
+        return address if address not in ("", "off", "none") else None
+
+    def follow_leadership(self, controller: LeaderController) -> None:
+        """Run the controller's workflows and policies while this node leads."""
+
+        async def changed(leading: bool) -> None:
+            if leading:
+                log.info("controller leader: resuming workflows and starting policies")
+                await controller.start()
+            else:
+                log.info("no longer the controller leader: policies stop")
+                await controller.close()
+
+        self.node.on_leadership = changed
+
+    async def start(self, map_wait_s: float = 30.0) -> None:
+        await self.local.start()  # owns nothing yet: the map decides
+        host, port = parse_host_port(self.config.segment_store)
+        shost, sport = await self.server.start(host, port)
+        self.info.update(
+            store=f"{shost}:{sport}",
+            kafka="{}:{}".format(*self.config.advertised_address),
+            rest=self.config.rest, grpc=self.config.grpc,
+        )
+        try:
+            await self.node.start()
+        except CoordinationError as exc:  # reported as a start-up failure, exit code 1
+            raise OSError(f"cannot join the cluster at {self.config.zookeeper}: {exc}") from exc
+        deadline = asyncio.get_running_loop().time() + map_wait_s
+        while len(self.node.containers.owners) < self.local.config.container_count:
+            if asyncio.get_running_loop().time() > deadline:
+                raise OSError(f"no container map in ZooKeeper after {map_wait_s:.0f} s")
+            await self.node.containers.wait_change(0.2)
+        log.info("cluster: node %d joined; containers here: %s",
+                 self.config.node_id, sorted(self.node.owned()))
+
+    async def attach(self, ctx: Any) -> None:
+        """Before the gateway listens: follow partition leadership, the groups' container
+        and the topics table, so no request is ever served as by a single node."""
+        self.leaders = PartitionLeaders(ctx, self.node, self.routing)
+        ctx.cluster = self.leaders
+        groups = GroupPlacement(ctx, self.routing, self.local.config.container_count)
+        self.leaders.groups_container = groups.container
+        leaders = self.leaders
+
+        async def owned(gained: set[int], lost: set[int]) -> None:
+            await leaders.on_owned(gained, lost)
+            await groups.follow(self.node.running)
+
+        self.node.on_owned = owned
+        await owned(set(self.node.running), set())
+        self._topics_task = asyncio.get_running_loop().create_task(
+            self._follow_topics(ctx.topics, ctx.logs, ctx.controller)
+        )
+
+    async def announce(self) -> None:
+        """Once the gateway listens: register again with the Kafka address bound."""
+        self.info["kafka"] = "{}:{}".format(*self.config.advertised_address)
+        await self.session.register(dict(self.info))
+
+    async def _follow_topics(self, topics: TopicsTable, logs: TopicLogs, controller: Any) -> None:
+        """Topics created, changed or deleted through other nodes become known here; the
+        local logs, index entries, producer state and cached epochs of deleted ones are
+        dropped (a topic of the same name may follow)."""
+        while True:
+            await asyncio.sleep(self.topics_refresh_ms / 1000)
+            try:
+                gone = await topics.reload()
+            except Exception as exc:  # noqa: BLE001 - the next round tries again
+                log.warning("topics not reloaded: %r", exc)
+                continue
+            for name in sorted(gone):
+                log.info("topic %s was deleted through another node", name)
+                logs.delete_topic(name)
+                controller.forget_stream(self.config.scope, name)
+
+    async def close(self) -> None:
+        if self._topics_task is not None:
+            self._topics_task.cancel()
+        await self.node.close()
+        await self.server.close()
+        await self.routing.close()

@@ -1,0 +1,98 @@
+"""Kafka clients running beside a cluster test: an idempotent acks=all producer and a
+consumer-group member, each on its own thread, and a read-back of whole partitions."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+QUIET = {"log_level": 3}
+
+
+def leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    md = AdminClient({"bootstrap.servers": bootstrap, **QUIET}).list_topics(topic, timeout=10)
+    t = md.topics.get(topic)
+    if t is None or t.error is not None:
+        return {}
+    return {p: pm.leader for p, pm in t.partitions.items() if pm.error is None}
+
+
+class Producing(threading.Thread):
+    """Sends value ``i`` to partition ``i % partitions`` until stopped; keeps every
+    acknowledged (partition, offset, value)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, rate_per_s: int = 400) -> None:
+        super().__init__(daemon=True)
+        self.topic, self.partitions, self.rate_per_s = topic, partitions, rate_per_s
+        self.producer = Producer({
+            "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+            "linger.ms": 5, "message.timeout.ms": 120_000, **QUIET,
+        })
+        self.acked: list[tuple[int, int, bytes]] = []
+        self.errors: list[str] = []
+        self.stopping = threading.Event()
+
+    def _done(self, err: KafkaError | None, msg: object) -> None:
+        if err is not None:
+            self.errors.append(str(err))
+        else:
+            self.acked.append((msg.partition(), msg.offset(), msg.value()))  # type: ignore[attr-defined]
+
+    def run(self) -> None:
+        i = 0
+        while not self.stopping.is_set():
+            for _ in range(self.rate_per_s // 20):
+                self.producer.produce(
+                    self.topic, value=str(i).encode(), partition=i % self.partitions,
+                    on_delivery=self._done,
+                )
+                i += 1
+            self.producer.poll(0.05)
+        self.unflushed = self.producer.flush(120)
+
+
+class Consuming(threading.Thread):
+    """One member of a consumer group, polling until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
+        super().__init__(daemon=True)
+        self.consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+            "session.timeout.ms": 10_000, **QUIET,
+        })
+        self.consumer.subscribe([topic])
+        self.got: list[tuple[int, int, bytes, float]] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            msg = self.consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                self.got.append((msg.partition(), msg.offset(), msg.value(), time.monotonic()))
+        self.consumer.close()
+
+
+def read_back(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60) -> list[tuple[int, int, bytes]]:
+    """Every record of every partition, from offset 0 to the high watermark."""
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": "read-back", "enable.auto.commit": False, **QUIET,
+    })
+    ends = {}
+    for p in range(partitions):
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=20)
+        ends[p] = high
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: list[tuple[int, int, bytes]] = []
+    seen = {p: 0 for p in range(partitions)}
+    deadline = time.monotonic() + timeout_s
+    while any(seen[p] < ends[p] for p in ends) and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is None or msg.error() is not None:
+            continue
+        out.append((msg.partition(), msg.offset(), msg.value()))
+        seen[msg.partition()] = msg.offset() + 1
+    consumer.close()
+    return out
