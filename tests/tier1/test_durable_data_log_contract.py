@@ -8,6 +8,7 @@ a competing owner would see it.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -51,11 +52,37 @@ def _file(tmp: Path) -> LogMaker:
     return make
 
 
+def _replicated(request: pytest.FixtureRequest, tmp: Path) -> LogMaker:
+    """Three real plog servers and ZooKeeper (session-wide); a log name per test."""
+    from tidegate.core.cluster.zookeeper import ZooKeeper
+    from tidegate.core.segmentstore.tier1.replicated.cluster import ZooKeeperPlogCoordinator
+    from tidegate.core.segmentstore.tier1.replicated.log import ReplicatedDurableDataLog
+
+    cluster = request.getfixturevalue("plog_cluster")
+    name = "contract-" + re.sub(r"[^A-Za-z0-9_-]", "_", request.node.name)[-48:]
+    clients: list[ZooKeeper] = []
+    request.addfinalizer(lambda: [zk.stop_blocking() for zk in clients])
+
+    def make(**kw: int) -> DurableDataLog:
+        zk = ZooKeeper(cluster.zookeeper.hosts)
+        clients.append(zk)
+        return ReplicatedDurableDataLog(
+            name,
+            ZooKeeperPlogCoordinator(zk, cluster.root),
+            plog_bytes_max=kw.get("roll", 5) * 100,
+            in_flight_bytes_max=kw.get("in_flight_bytes_max", 1 << 20),
+        )
+
+    return make
+
+
 MAKERS: dict[str, Callable[[Path], LogMaker]] = {"inmemory": _inmemory, "file": _file}
 
 
-@pytest.fixture(params=sorted(MAKERS))
+@pytest.fixture(params=[*sorted(MAKERS), "replicated"])
 def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> LogMaker:
+    if request.param == "replicated":
+        return _replicated(request, tmp_path)
     return MAKERS[request.param](tmp_path / "t1")
 
 

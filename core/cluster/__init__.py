@@ -1,0 +1,1 @@
+"""Cluster coordination. ``zookeeper`` is the one module that talks to ZooKeeper."""
