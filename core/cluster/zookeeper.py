@@ -59,12 +59,18 @@ class ZooKeeper:
         self._client = KazooClient(hosts=hosts, timeout=session_timeout_s)
         self._ephemerals: dict[str, bytes] = {}
         self._lock = threading.Lock()
+        self._start_lock = threading.Lock()
         self._client.add_listener(self._on_state)
 
     async def start(self) -> None:
         """Connect (again a no-op once connected)."""
         if not self._client.connected:
-            await self._call(self._client.start, timeout=self._timeout_s)
+            await self._call(self._start)
+
+    def _start(self) -> None:
+        with self._start_lock:  # concurrent first calls share one connect
+            if not self._client.connected:
+                self._client.start(timeout=self._timeout_s)
 
     async def stop(self) -> None:
         await asyncio.to_thread(self.stop_blocking)

@@ -81,7 +81,7 @@ class PlogServer:
         self._conn_append_bytes_max = conn_append_bytes_max
         self._conn_requests_max = conn_requests_max
         self._server: asyncio.Server | None = None
-        self._conns: set[asyncio.Task[None]] = set()
+        self._conns: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
 
     async def start(self) -> None:
         await self.store.open()
@@ -96,8 +96,10 @@ class PlogServer:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-        for t in list(self._conns):
-            t.cancel()
+        for w in self._conns.values():
+            w.close()  # their read loops end; cancelling would log the cancellation
+        if self._conns:
+            await asyncio.wait(list(self._conns), timeout=5)
         if self.zk is not None:
             await self.zk.stop()
         await self.store.close()
@@ -105,13 +107,13 @@ class PlogServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._conns.add(task)
+        self._conns[task] = writer
         try:
             await _Connection(self, reader, writer).run()
         except (ConnectionError, asyncio.IncompleteReadError, WireError) as exc:
             log.debug("plog connection closed: %r", exc)
         finally:
-            self._conns.discard(task)
+            self._conns.pop(task, None)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

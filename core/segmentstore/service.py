@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import crc32c
+from tidegate.core.cluster.zookeeper import ZooKeeper
 from tidegate.core.segmentstore.api import (
     AttributeUpdate,
     ContainerNotOwnedError,
@@ -79,7 +80,10 @@ class StreamSegmentStore:
         self.config = config
         self._clock = clock
         self._wall_clock = wall_clock
-        self._tier1_factory = tier1_factory or self._file_log
+        self._zookeeper: ZooKeeper | None = None
+        if tier1_factory is None and config.tier1_plog_zookeeper:
+            self._zookeeper = ZooKeeper(config.tier1_plog_zookeeper)
+        self._tier1_factory = tier1_factory or (self._plog_log if self._zookeeper else self._file_log)
         if tier2 is None:
             from tidegate.tier2.filesystem import FileSystemStorage
 
@@ -109,6 +113,22 @@ class StreamSegmentStore:
             file_bytes_max=self.config.tier1_file_bytes_max,
             spare_files=self.config.tier1_spare_files,
             drop_written_bytes=self.config.tier1_drop_written_bytes,
+        )
+        return log
+
+    def _plog_log(self, container_id: int) -> DurableDataLog:
+        from tidegate.core.segmentstore.tier1.replicated.cluster import ZooKeeperPlogCoordinator
+        from tidegate.core.segmentstore.tier1.replicated.log import ReplicatedDurableDataLog
+
+        assert self._zookeeper is not None
+        c = self.config
+        log: DurableDataLog = ReplicatedDurableDataLog(
+            f"{c.tier1_plog_log_prefix}container-{container_id}",
+            ZooKeeperPlogCoordinator(self._zookeeper, c.tier1_plog_zookeeper_root),
+            replication_factor=c.tier1_replication_factor,
+            plog_bytes_max=c.tier1_plog_bytes_max,
+            entry_bytes_max=max(c.frame_bytes_max, c.append_bytes_max) + 64 * 1024,
+            timeout_ms=c.tier1_plog_timeout_ms,
         )
         return log
 
@@ -200,6 +220,8 @@ class StreamSegmentStore:
             watcher.cancel()
         self._watchers.clear()
         await asyncio.gather(*(c.stop() for c in self.containers.values()))
+        if self._zookeeper is not None:
+            await self._zookeeper.stop()
 
     async def flush_to_storage(self) -> None:
         """Checkpoint every container, move everything durable to Tier-2 and truncate

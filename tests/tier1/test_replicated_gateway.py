@@ -1,0 +1,62 @@
+"""``tidegate serve`` with its Tier-1 on plog servers (``store.tier1_plog_zookeeper``):
+acknowledged records survive ``kill -9`` of the node, recovered from the replicated
+log (the node's data directory holds no Tier-1 files)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.cluster import PlogCluster
+from tests.clients.server import Tidegate
+
+TOPIC = "replicated"
+RECORDS = 3000
+
+
+def test_serve_on_replicated_tier1_survives_kill9(plog_cluster: PlogCluster, tmp_path: Path) -> None:
+    config = tmp_path / "tidegate.toml"
+    config.write_text(
+        "[store]\n"
+        f'tier1_plog_zookeeper = "{plog_cluster.zookeeper.hosts}"\n'
+        f'tier1_plog_zookeeper_root = "{plog_cluster.root}"\n'
+        f'tier1_plog_log_prefix = "gw-{uuid.uuid4().hex[:8]}-"\n'
+        "tier1_plog_bytes_max = 1048576\n"
+    )
+    node = Tidegate(tmp_path / "data", tmp_path / "tidegate.log", config)
+    node.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": node.bootstrap})
+        for f in admin.create_topics([NewTopic(TOPIC, num_partitions=2)]).values():
+            f.result(timeout=30)
+        acked: list[bytes] = []
+        producer = Producer({"bootstrap.servers": node.bootstrap, "acks": "all",
+                             "enable.idempotence": True, "linger.ms": 2})
+        for n in range(RECORDS):
+            producer.produce(TOPIC, value=b"rec-%06d" % n, partition=n % 2,
+                             on_delivery=lambda err, msg: acked.append(msg.value()) if err is None else None)
+            if n % 200 == 0:
+                producer.poll(0)
+        assert producer.flush(60) == 0
+        assert len(acked) == RECORDS
+        node.kill9()
+        assert not (tmp_path / "data" / "segmentstore" / "tier1").exists()
+        node.start()
+        consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "check",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(2)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(got) < RECORDS and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+        consumer.close()
+        assert sorted(got) == sorted(acked)
+    finally:
+        if node.proc is not None:
+            node.stop()
