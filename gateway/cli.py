@@ -137,6 +137,7 @@ def _set_malloc_mmap_threshold(threshold_bytes: int) -> None:
 
 
 def _plog_server(args: argparse.Namespace) -> int:
+    from tidegate.core.cluster.zookeeper import ZooKeeperError
     from tidegate.core.plog.server import run_server
 
     try:
@@ -146,7 +147,7 @@ def _plog_server(args: argparse.Namespace) -> int:
         return 2
     try:
         asyncio.run(run_server(args.data_dir, host, port, args.zookeeper, args.server_id, args.zookeeper_root))
-    except OSError as exc:
+    except (OSError, ZooKeeperError) as exc:
         print(f"tidegate: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -20,6 +20,7 @@ from kazoo.exceptions import BadVersionError as _BadVersion
 from kazoo.exceptions import KazooException
 from kazoo.exceptions import NodeExistsError as _NodeExists
 from kazoo.exceptions import NoNodeError as _NoNode
+from kazoo.handlers.threading import KazooTimeoutError
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,10 @@ class ZooKeeper:
     async def start(self) -> None:
         """Connect (again a no-op once connected)."""
         if not self._client.connected:
-            await self._call(self._start)
+            try:
+                await self._call(self._start)
+            except ZooKeeperError as exc:
+                raise ZooKeeperError(f"cannot connect to ZooKeeper at {self.hosts}: {exc}") from exc
 
     def _start(self) -> None:
         with self._start_lock:  # concurrent first calls share one connect
@@ -83,7 +87,7 @@ class ZooKeeper:
     async def _call(self, fn: Any, *args: Any, **kw: Any) -> Any:
         try:
             return await asyncio.to_thread(fn, *args, **kw)
-        except (KazooException, TimeoutError) as exc:
+        except (KazooException, KazooTimeoutError, TimeoutError) as exc:
             raise _translate(exc) from exc
 
     # ------------------------------------------------------------ nodes

@@ -241,9 +241,7 @@ class PlogStore:
 
     def _accept(self, p: _Plog, data: memoryview, reply: Reply) -> None:
         off, n = p.accepted, len(data)
-        head = bytearray(CHUNK_HEADER.pack(off, n, 0))
-        crc = crc32c.crc32c(data, crc32c.crc32c(head[:12]))
-        struct.pack_into(">I", head, 12, crc)
+        head = bytearray(CHUNK_HEADER.pack(off, n, 0))  # the writer thread fills in the CRC
         p.offsets.append(off)
         p.positions.append(p.file_end)
         item: _Write = (p, p.file_end, off + n, [memoryview(head), data], reply)
@@ -277,10 +275,16 @@ class PlogStore:
             left -= take
             i += 1
         fd = p.fd
+        p.in_flight += 1  # delete waits for it: the descriptor stays open meanwhile
+        p.drained.clear()
         try:
             parts = await asyncio.to_thread(lambda: [os.pread(fd, n, at) for at, n in spans])
         except OSError as exc:
             return Status.IO_ERROR, [repr(exc).encode()]
+        finally:
+            p.in_flight -= 1
+            if p.in_flight == 0:
+                p.drained.set()
         return Status.OK, [head, *parts]
 
     async def seal(self, plog_id: str, epoch: int, offset: int) -> tuple[int, bytes]:
@@ -351,6 +355,9 @@ class PlogStore:
             try:
                 fds: dict[int, None] = {}
                 for p, pos, _, bufs, _ in batch:
+                    head, data = bufs
+                    crc = crc32c.crc32c(data, crc32c.crc32c(head[:12]))
+                    struct.pack_into(">I", head, 12, crc)
                     pwritev_all(p.fd, bufs, pos)
                     fds[p.fd] = None
                 for fd in fds:

@@ -11,8 +11,8 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.cluster import PlogCluster
 from tests.clients.server import Tidegate
+from tests.cluster import PlogCluster
 
 TOPIC = "replicated"
 RECORDS = 3000

@@ -91,7 +91,13 @@ class PlogConnection:
                 if entry is not None and not entry[0].done():
                     entry[0].set_result((status, body[5:]))
         except asyncio.CancelledError:
-            pass
+            # Cancelled from outside (the event loop shutting down): nothing failed,
+            # so nothing is reported as a failure of the server.
+            if self.failure is None:
+                self.failure = ConnectionError("cancelled")
+            pending, self.pending = self.pending, {}
+            for fut, _ in pending.values():
+                fut.cancel()
         except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
             if self.failure is None:
                 self.failure = exc

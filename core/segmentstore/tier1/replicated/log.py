@@ -134,6 +134,7 @@ class ReplicatedDurableDataLog:
         self._epoch = 0
         self._state = "new"  # new -> open -> closed
         self._failed: BaseException | None = None
+        self._failure_reported = False  # an append has failed with ``_failed``
         self._meta = LogMeta()
         self._version = -1
         self._meta_lock = asyncio.Lock()
@@ -268,6 +269,10 @@ class ReplicatedDurableDataLog:
     # ------------------------------------------------------------ append
 
     def _check_usable(self) -> None:
+        if isinstance(self._failed, DataLogFencedError) and not self._failure_reported:
+            # Fenced in the background (a record or a spare): the next append says so.
+            self._failure_reported = True
+            raise DataLogFencedError(str(self._failed)) from self._failed
         if self._failed is not None:
             raise DataLogClosedError("log closed after a failed append") from self._failed
         if self._state != "open":
@@ -346,7 +351,7 @@ class ReplicatedDurableDataLog:
         fut.add_done_callback(partial(self._on_reply, seg, sid))
 
     def _on_reply(self, seg: _Seg, sid: str, fut: asyncio.Future[Answer]) -> None:
-        if self._failed is not None or seg.final is not None:
+        if self._failed is not None or seg.final is not None or fut.cancelled():
             return
         exc = fut.exception()
         if exc is not None:
@@ -546,6 +551,7 @@ class ReplicatedDurableDataLog:
         if self._failed is not None:
             return
         self._failed = exc
+        self._failure_reported = bool(self._unacked)
         log.warning("log %s closed: %r", self.name, exc)
         closed = DataLogClosedError("log closed after a failed append")
         closed.__cause__ = exc
@@ -612,5 +618,4 @@ class ReplicatedDurableDataLog:
                 m.plogs = [p for p in m.plogs if p.index >= upto.file_id]
 
             await self._update(cut)
-        for p in dead:
-            await self.replicas.delete(p.id, p.servers)
+        await asyncio.gather(*(self.replicas.delete(p.id, p.servers) for p in dead))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import time
 from collections.abc import Callable, Iterable
@@ -33,6 +34,8 @@ from tidegate.core.segmentstore.tier1.replicated.conn import (
     ServerUnavailableError,
 )
 from tidegate.core.segmentstore.tier1.replicated.meta import PlogCoordinator
+
+log = logging.getLogger(__name__)
 
 
 class TooFewServersError(DataLogError):
@@ -98,6 +101,8 @@ class Replicas:
     def suspect(self, sid: str, reason: str) -> None:
         """Give up on ``sid``: close its connection (its pending calls fail)."""
         first = not self.is_suspect(sid)
+        if first:
+            log.warning("plog server %s given up on: %s", sid, reason)
         self.suspects[sid] = time.monotonic()
         conn = self._conns.pop(sid, None)
         if conn is not None:
@@ -166,9 +171,10 @@ class Replicas:
             raise ServerUnavailableError(f"creating {plog_id} failed on {failed}")
 
     async def delete(self, plog_id: str, servers: Iterable[str]) -> None:
-        """Best effort: a server that is down keeps the plog (the caller's record of it
-        is gone, so nothing reads it again)."""
-        ids = [s for s in servers if not self.is_suspect(s)]
+        """Best effort, suspect servers included (a stalled one may be back): a server
+        that is down keeps the plog (the caller's record of it is gone, so nothing
+        reads it again)."""
+        ids = list(servers)
         await asyncio.gather(
             *(self.call(s, Op.DELETE, pack_id(plog_id)) for s in ids), return_exceptions=True
         )
