@@ -224,3 +224,27 @@ async def test_too_few_live_servers_is_an_error_at_open(make: Any) -> None:
     with pytest.raises(TooFewServersError, match="replication factor needs 5"):
         await log.open()
     assert time.monotonic() - started < 5
+
+
+async def test_truncation_deletes_whole_plogs_on_every_server(make: Any, cluster: PlogCluster) -> None:
+    log = make(plog_bytes_max=16 * 1024)
+    await log.open()
+    addrs = [await log.append(payload(i)) for i in range(120)]
+    chain = {p.index: p for p in log._meta.plogs}
+    cut = addrs[100]
+    dead = [p for i, p in chain.items() if i < cut.file_id]
+    assert len(dead) >= 3
+    await log.truncate(cut)
+    files = {f.name for s in cluster.servers for f in (s.data_dir / "plogs").iterdir()}
+    for p in dead:
+        assert f"{p.id}.plog" not in files
+    kept = [p for i, p in chain.items() if i >= cut.file_id]
+    for p in kept:
+        assert sum(f"{p.id}.plog" in {f.name for f in (server(cluster, s).data_dir / "plogs").iterdir()}
+                   for s in p.servers) == 3
+    await log.close()
+    check = make()
+    await check.open()
+    got = await read_all(check)
+    assert got == [(a, payload(i)) for i, a in enumerate(addrs) if i >= 100]
+    await check.close()
