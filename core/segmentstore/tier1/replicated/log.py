@@ -441,6 +441,8 @@ class ReplicatedDurableDataLog:
 
     async def _make_spare(self) -> None:
         delay = 0.05
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._failover_timeout_s
         while not self._spares and self._state == "open" and self._failed is None:
             if self._failing:
                 await asyncio.sleep(0.01)
@@ -449,6 +451,11 @@ class ReplicatedDurableDataLog:
                 async with self._meta_lock:
                     spare = await self._new_plog()
             except TooFewServersError as exc:
+                if not self._pending:
+                    deadline = loop.time() + self._failover_timeout_s
+                elif loop.time() > deadline:
+                    self._fail(exc)  # appends wait for a roll that cannot happen
+                    return
                 log.warning("log %s: no spare plog: %s", self.name, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
