@@ -42,6 +42,9 @@ class SegmentStoreConfig:
     #: A plog server that leaves a call unanswered this long is given up on: the plog
     #: is sealed and appends go on in a new one on other servers.
     tier1_plog_timeout_ms: int = 2000
+    #: Run a plog server inside this node too, listening here (``HOST:PORT``), its plogs
+    #: under ``plog/`` in the store's data directory; ``None``: none.
+    tier1_plog_server_listen: str | None = None
     #: Container ``N``'s log is named ``<prefix>container-N`` in ZooKeeper.
     tier1_plog_log_prefix: str = "tidegate-"
     #: Largest single append.

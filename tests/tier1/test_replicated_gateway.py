@@ -60,3 +60,37 @@ def test_serve_on_replicated_tier1_survives_kill9(plog_cluster: PlogCluster, tmp
     finally:
         if node.proc is not None:
             node.stop()
+
+
+async def test_serve_embeds_a_plog_server(plog_cluster: PlogCluster, tmp_path: Path) -> None:
+    """``tier1_plog_server_listen``: the node runs a plog server of its own, registered
+    beside the others (its plogs under the node's data directory)."""
+    from tidegate.core.cluster.zookeeper import ZooKeeper
+
+    from tests.conftest import free_port
+
+    root = f"/embedded-{uuid.uuid4().hex[:8]}"
+    config = tmp_path / "tidegate.toml"
+    config.write_text(
+        "[store]\n"
+        f'tier1_plog_zookeeper = "{plog_cluster.zookeeper.hosts}"\n'
+        f'tier1_plog_zookeeper_root = "{root}"\n'
+        f'tier1_plog_server_listen = "127.0.0.1:{free_port()}"\n'
+        "tier1_replication_factor = 1\n"
+    )
+    node = Tidegate(tmp_path / "data", tmp_path / "tidegate.log", config)
+    node.start()
+    zk = ZooKeeper(plog_cluster.zookeeper.hosts)
+    try:
+        await zk.start()
+        assert len(await zk.children(f"{root}/servers")) == 1
+        producer = Producer({"bootstrap.servers": node.bootstrap, "acks": "all"})
+        acked: list[bytes] = []
+        for n in range(100):
+            producer.produce(TOPIC, value=b"e-%d" % n,
+                             on_delivery=lambda err, msg: acked.append(msg.value()) if err is None else None)
+        assert producer.flush(60) == 0 and len(acked) == 100
+        assert any((tmp_path / "data" / "segmentstore" / "plog" / "plogs").iterdir())
+    finally:
+        await zk.stop()
+        node.stop()
