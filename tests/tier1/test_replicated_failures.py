@@ -230,7 +230,7 @@ async def test_truncation_deletes_whole_plogs_on_every_server(make: Any, cluster
     log = make(plog_bytes_max=16 * 1024)
     await log.open()
     addrs = [await log.append(payload(i)) for i in range(120)]
-    chain = {p.index: p for p in log._meta.plogs}
+    chain = {p.index: p for p in log._chain.meta.plogs}
     cut = addrs[100]
     dead = [p for i, p in chain.items() if i < cut.file_id]
     assert len(dead) >= 3

@@ -32,7 +32,6 @@ import contextlib
 import logging
 import random
 import re
-import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
@@ -47,11 +46,10 @@ from tidegate.core.segmentstore.tier1.api import (
     EntryData,
     LogAddress,
 )
+from tidegate.core.segmentstore.tier1.replicated.chain import Chain
 from tidegate.core.segmentstore.tier1.replicated.conn import Answer, ServerUnavailableError
 from tidegate.core.segmentstore.tier1.replicated.meta import (
     LogMeta,
-    MetadataConflictError,
-    MetadataExistsError,
     PlogCoordinator,
     PlogRecord,
     Spare,
@@ -119,7 +117,6 @@ class ReplicatedDurableDataLog:
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
             raise ValueError(f"log name {name!r}: letters, digits, '_' and '-' only")
         self.name = name
-        self._coordinator = coordinator
         self._rf = replication_factor
         self._plog_bytes_max = plog_bytes_max
         self._entry_bytes_max = entry_bytes_max
@@ -135,9 +132,7 @@ class ReplicatedDurableDataLog:
         self._state = "new"  # new -> open -> closed
         self._failed: BaseException | None = None
         self._failure_reported = False  # an append has failed with ``_failed``
-        self._meta = LogMeta()
-        self._version = -1
-        self._meta_lock = asyncio.Lock()
+        self._chain = Chain(name, coordinator)
         self._segs: list[_Seg] = []
         self._spares: list[Spare] = []
         self._pending: deque[_Entry] = deque()
@@ -159,44 +154,6 @@ class ReplicatedDurableDataLog:
     def epoch(self) -> int:
         return self._epoch
 
-    # ------------------------------------------------------------ metadata
-
-    async def _update(self, change: Callable[[LogMeta], None]) -> None:
-        """Apply ``change`` to the record, conditionally. Hold ``_meta_lock``."""
-        meta = LogMeta.from_bytes(self._meta.to_bytes())
-        change(meta)
-        try:
-            self._version = await self._coordinator.write_log(self.name, meta.to_bytes(), self._version)
-        except MetadataConflictError:
-            raise DataLogFencedError(f"log {self.name}: epoch {self._epoch} fenced (record changed)") from None
-        except Exception as exc:  # noqa: BLE001 - the outcome is unknown: stop writing
-            raise DataLogError(f"log {self.name}: recording failed: {exc!r}") from exc
-        self._meta = meta
-
-    async def _claim(self) -> None:
-        """Read the record (made if absent) and bump its epoch."""
-        while True:
-            try:
-                got = await self._coordinator.read_log(self.name)
-                if got is None:
-                    try:
-                        await self._coordinator.create_log(self.name, LogMeta().to_bytes())
-                    except MetadataExistsError:
-                        pass
-                    continue
-                meta = LogMeta.from_bytes(got[0])
-                meta.epoch += 1
-                self._version = await self._coordinator.write_log(self.name, meta.to_bytes(), got[1])
-            except MetadataConflictError:
-                continue  # another owner moved first: try again on its record
-            except DataLogError:
-                raise
-            except Exception as exc:  # noqa: BLE001
-                raise DataLogError(f"log {self.name}: cannot read its record: {exc!r}") from exc
-            self._meta = meta
-            self._epoch = meta.epoch
-            return
-
     # ------------------------------------------------------------ open
 
     async def open(self) -> None:
@@ -213,58 +170,37 @@ class ReplicatedDurableDataLog:
         self._want_spare()
 
     async def _open(self) -> None:
-        await self._claim()
+        await self._chain.claim()
+        self._epoch = self._chain.epoch
         await self.replicas.refresh()
-        async with self._meta_lock:
-            last = self._meta.plogs[-1] if self._meta.plogs else None
+        async with self._chain.lock:
+            last = self._chain.meta.plogs[-1] if self._chain.meta.plogs else None
             if last is not None and last.end is None:
                 end = await self.replicas.seal_min(last.id, last.servers, self._epoch)
 
                 def sealed(m: LogMeta) -> None:
                     m.plogs[-1].end = end
 
-                await self._update(sealed)
-            old_spares = list(self._meta.spares)
+                await self._chain.update(sealed)
+            old_spares = list(self._chain.meta.spares)
             if old_spares:
 
                 def no_spares(m: LogMeta) -> None:
                     m.spares = []
 
-                await self._update(no_spares)
+                await self._chain.update(no_spares)
             for s in old_spares:
                 await self.replicas.delete(s.id, s.servers)
-            first = await self._new_plog()
-            index = self._meta.next_index()
+            first = await self._chain.new_plog(self.replicas, self._rf, self._capacity)
+            index = self._chain.meta.next_index()
 
             def promote(m: LogMeta) -> None:
                 m.spares = [s for s in m.spares if s.id != first.id]
                 m.plogs.append(PlogRecord(index, first.id, first.servers, None))
 
-            await self._update(promote)
+            await self._chain.update(promote)
         self._segs = [_Seg(index, first.id, first.servers, recorded=True)]
         self._acked_to = LogAddress(index, 0)
-
-    async def _new_plog(self) -> Spare:
-        """A new empty plog on a healthy group, recorded as a spare before it is made.
-        Hold ``_meta_lock``. ``TooFewServersError`` if there is no healthy group."""
-        while True:
-            servers = await self.replicas.choose_group(self._rf)
-            spare = Spare(f"{self.name}-{self._epoch}-{uuid.uuid4().hex[:16]}", servers)
-
-            def add(m: LogMeta, spare: Spare = spare) -> None:
-                m.spares.append(spare)
-
-            await self._update(add)
-            try:
-                await self.replicas.create(spare.id, servers, self._capacity)
-                return spare
-            except ServerUnavailableError as exc:
-                log.warning("log %s: %s; trying another group", self.name, exc)
-
-                def drop(m: LogMeta, spare: Spare = spare) -> None:
-                    m.spares = [s for s in m.spares if s.id != spare.id]
-
-                await self._update(drop)
 
     # ------------------------------------------------------------ append
 
@@ -415,7 +351,7 @@ class ReplicatedDurableDataLog:
                 old, new = self._segs[0], self._segs[1]
                 if old.ack_end() < old.sent:
                     break
-                async with self._meta_lock:
+                async with self._chain.lock:
                     if self._failing or self._failed is not None or self._segs[:2] != [old, new]:
                         break
                     end = old.sent
@@ -426,7 +362,7 @@ class ReplicatedDurableDataLog:
                         m.plogs.append(PlogRecord(new.index, new.id, new.servers, None))
 
                     try:
-                        await self._update(switch)
+                        await self._chain.update(switch)
                     except DataLogError as exc:
                         self._fail(exc)
                         return
@@ -448,8 +384,8 @@ class ReplicatedDurableDataLog:
                 await asyncio.sleep(0.01)
                 continue
             try:
-                async with self._meta_lock:
-                    spare = await self._new_plog()
+                async with self._chain.lock:
+                    spare = await self._chain.new_plog(self.replicas, self._rf, self._capacity)
             except TooFewServersError as exc:
                 if not self._pending:
                     deadline = loop.time() + self._failover_timeout_s
@@ -487,7 +423,7 @@ class ReplicatedDurableDataLog:
         try:
             while self._needs_failover() and self._failed is None and self._state == "open":
                 try:
-                    async with self._meta_lock:
+                    async with self._chain.lock:
                         await self._failover_once()
                     self.failovers += 1
                 except TooFewServersError as exc:
@@ -521,7 +457,7 @@ class ReplicatedDurableDataLog:
         if fresh is not None:
             self._spares.remove(fresh)
         else:
-            fresh = await self._new_plog()
+            fresh = await self._chain.new_plog(self.replicas, self._rf, self._capacity)
         index = kept[-1][0].index + 1
         dropped = {s.id for s in abandoned} | {fresh.id} | {seg.id for seg, _ in kept}
 
@@ -535,7 +471,7 @@ class ReplicatedDurableDataLog:
             m.spares = [s for s in m.spares if s.id not in dropped]
             m.plogs.append(PlogRecord(index, fresh.id, fresh.servers, None))
 
-        await self._update(record)
+        await self._chain.update(record)
         for seg, end in kept:
             seg.final, seg.recorded = end, True
         self._advance()
@@ -598,7 +534,7 @@ class ReplicatedDurableDataLog:
     async def read(self, start: LogAddress | None = None) -> AsyncIterator[tuple[LogAddress, EntryData]]:
         if self._state == "new":
             raise DataLogClosedError("open the log before reading it")
-        meta = self._meta
+        meta = self._chain.meta
         lower = max(a for a in (start, meta.start, LogAddress(0, 0)) if a is not None)
         acked = self._acked_to
         chain = [(p.index, p.id, p.servers, p.end) for p in meta.plogs]
@@ -615,14 +551,14 @@ class ReplicatedDurableDataLog:
         self._check_usable()
         if upto > self._acked_to:
             raise DataLogError(f"truncate at {upto}, past the durable end {self._acked_to}")
-        async with self._meta_lock:
-            if self._meta.start is not None and upto <= self._meta.start:
+        async with self._chain.lock:
+            if self._chain.meta.start is not None and upto <= self._chain.meta.start:
                 return
-            dead = [p for p in self._meta.plogs if p.index < upto.file_id]
+            dead = [p for p in self._chain.meta.plogs if p.index < upto.file_id]
 
             def cut(m: LogMeta) -> None:
                 m.start = upto
                 m.plogs = [p for p in m.plogs if p.index >= upto.file_id]
 
-            await self._update(cut)
+            await self._chain.update(cut)
         await asyncio.gather(*(self.replicas.delete(p.id, p.servers) for p in dead))
