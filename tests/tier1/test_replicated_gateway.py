@@ -94,3 +94,83 @@ async def test_serve_embeds_a_plog_server(plog_cluster: PlogCluster, tmp_path: P
     finally:
         await zk.stop()
         node.stop()
+
+
+def test_produce_through_a_plog_server_kill9(zookeeper, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A plog server ``kill -9``ed while an idempotent producer runs: the containers'
+    logs fail over to new plogs, every acknowledged record is stored once, and a
+    ``kill -9`` of the node then recovers them all from the remaining servers."""
+    import threading
+
+    cluster = PlogCluster(tmp_path / "plog", 4, zookeeper, f"/gwkill-{uuid.uuid4().hex[:8]}")
+    cluster.start()
+    config = tmp_path / "tidegate.toml"
+    config.write_text(
+        "[store]\n"
+        f'tier1_plog_zookeeper = "{zookeeper.hosts}"\n'
+        f'tier1_plog_zookeeper_root = "{cluster.root}"\n'
+        "tier1_plog_timeout_ms = 1000\n"
+    )
+    node = Tidegate(tmp_path / "data", tmp_path / "tidegate.log", config)
+    try:
+        node.start()
+        acked: list[bytes] = []
+        failed: list[str] = []
+        producer = Producer({"bootstrap.servers": node.bootstrap, "acks": "all",
+                             "enable.idempotence": True, "linger.ms": 2,
+                             "message.timeout.ms": 60_000})
+
+        def on_delivery(err: object, msg: object) -> None:
+            if err is not None:
+                failed.append(str(err))
+            else:
+                acked.append(msg.value())  # type: ignore[attr-defined]
+
+        stop = threading.Event()
+
+        def produce() -> None:
+            n = 0
+            while not stop.is_set():
+                try:
+                    producer.produce(TOPIC, value=b"k-%07d" % n, partition=n % 2, on_delivery=on_delivery)
+                    n += 1
+                except BufferError:
+                    producer.poll(0.05)
+                if n % 100 == 0:
+                    producer.poll(0.005)
+
+        admin = AdminClient({"bootstrap.servers": node.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, num_partitions=2)])[TOPIC].result(timeout=30)
+        thread = threading.Thread(target=produce)
+        thread.start()
+        try:
+            time.sleep(1.5)
+            before = len(acked)
+            cluster.servers[0].kill9()
+            time.sleep(4)
+        finally:
+            stop.set()
+            thread.join()
+        assert producer.flush(60) == 0
+        assert not failed, failed[:3]
+        assert len(acked) > before > 0
+        # Some container's log had the killed server in its group (four containers,
+        # groups of three out of four servers) and moved on.
+        assert b"failover sealed" in node.log_path.read_bytes()
+        node.kill9()
+        node.start()
+        consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "check",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(2)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(got) < len(acked) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+        consumer.close()
+        assert len(got) == len(set(got)) and set(got) == set(acked)
+    finally:
+        if node.proc is not None:
+            node.stop()
+        cluster.stop()
