@@ -73,7 +73,7 @@ def resumed_after(app: Appender, index: int, since: float) -> float:
 
 
 async def test_kill9_of_one_server_under_appends(make: Any, cluster: PlogCluster) -> None:
-    log = make()
+    log = make(plog_bytes_max=64 << 20)  # no roll: the victim stays in the active group
     await log.open()
     app = Appender(log.append_future)
     await app.wait_acked(300, 20)
@@ -94,7 +94,7 @@ async def test_kill9_of_one_server_under_appends(make: Any, cluster: PlogCluster
 
 
 async def test_sigstop_of_one_server_seals_past_the_timeout(make: Any, cluster: PlogCluster) -> None:
-    log = make()
+    log = make(plog_bytes_max=64 << 20)  # no roll: the stopped server stays in the active group
     await log.open()
     app = Appender(log.append_future)
     await app.wait_acked(300, 20)
@@ -191,7 +191,8 @@ async def test_client_crash_between_sealing_and_recording(make: Any, cluster: Pl
         raw, _ = await (await _started(zk)).get(f"{cluster.root}/logs/{name}")
         victim = server(cluster, json.loads(raw)["plogs"][-1]["servers"][0])
         victim.kill9()
-        for line in await asyncio.to_thread(child.stdout.readlines):
+        rest = await asyncio.wait_for(asyncio.to_thread(child.stdout.readlines), 30)
+        for line in rest:
             lines.append(line)
             if line[0].isdigit():
                 i, f, p = line.split()
