@@ -249,3 +249,23 @@ async def test_truncation_deletes_whole_plogs_on_every_server(make: Any, cluster
     got = await read_all(check)
     assert got == [(a, payload(i)) for i, a in enumerate(addrs) if i >= 100]
     await check.close()
+
+
+async def test_kill9_while_plogs_roll_constantly(make: Any, cluster: PlogCluster) -> None:
+    """Plogs of a few entries: a failure lands in the middle of switches (an old plog
+    not yet recorded as sealed, a new one already written to), which a failover seals,
+    records or abandons; still nothing acknowledged is lost or doubled."""
+    log = make(plog_bytes_max=8 * 1024)
+    await log.open()
+    app = Appender(log.append_future)
+    await app.wait_acked(300, 20)
+    victim = server(cluster, log._segs[-1].servers[0])
+    victim.kill9()
+    await app.wait_acked(len(app.acked) + 600, 30)
+    await app.stop()
+    await log.close()
+    assert not app.errors
+    check = make()
+    await check.open()
+    check_read_back(await read_all(check), app.acked)
+    await check.close()
