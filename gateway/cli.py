@@ -51,13 +51,20 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tier2-dir", help="Tier-2 directory (cluster: shared by all nodes)")
     serve.add_argument("--container-count", type=int, help="segment containers in the cluster")
     serve.add_argument("--config", type=Path, help="TOML file; every flag is also a key")
-    serve.add_argument(
-        "--log-level",
-        default="INFO",
-        type=str.upper,
-        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
-        help="least severe log lines printed on stderr (default INFO)",
-    )
+    plog = sub.add_parser("plog-server", help="run a plog server (replicated Tier-1)")
+    plog.add_argument("--data-dir", type=Path, required=True, help="where its plogs are kept")
+    plog.add_argument("--listen", default="127.0.0.1:9190", help="HOST:PORT (default 127.0.0.1:9190)")
+    plog.add_argument("--zookeeper", help="ZooKeeper connect string to register in")
+    plog.add_argument("--zookeeper-root", default="/tidegate/plog", help="its ZooKeeper path")
+    plog.add_argument("--server-id", help="id in ZooKeeper (default: made once, kept in the data dir)")
+    for p in (serve, plog):
+        p.add_argument(
+            "--log-level",
+            default="INFO",
+            type=str.upper,
+            choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+            help="least severe log lines printed on stderr (default INFO)",
+        )
     return parser
 
 
@@ -196,12 +203,31 @@ def _set_malloc_mmap_threshold(threshold_bytes: int) -> None:
         log.warning("malloc mmap threshold not set (no glibc mallopt)")
 
 
+def _plog_server(args: argparse.Namespace) -> int:
+    from tidegate.core.cluster.zookeeper import ZooKeeperError
+    from tidegate.core.plog.server import run_server
+
+    try:
+        host, port = parse_host_port(args.listen)
+    except ValueError as exc:
+        print(f"tidegate: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(run_server(args.data_dir, host, port, args.zookeeper, args.server_id, args.zookeeper_root))
+    except (OSError, ZooKeeperError) as exc:
+        print(f"tidegate: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
         level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.command == "plog-server":
+        return _plog_server(args)
     overrides = {
         "data-dir": args.data_dir,
         "listen": args.listen,

@@ -30,6 +30,23 @@ class SegmentStoreConfig:
     #: time this many have gathered (``POSIX_FADV_DONTNEED``; 0: never). They are read
     #: back only at recovery and for data the cache evicted before Tier-2 had it.
     tier1_drop_written_bytes: int = 4 * MiB
+    #: Replicated Tier-1 (plog servers, ``tier1/replicated/``): the ZooKeeper connect
+    #: string where plog servers register and each container's plog chain is kept.
+    #: ``None`` (the embedded node): each container's Tier-1 is the local file log.
+    tier1_plog_zookeeper: str | None = None
+    tier1_plog_zookeeper_root: str = "/tidegate/plog"
+    #: Servers each plog is written to (a persistence group).
+    tier1_replication_factor: int = 3
+    #: A plog is switched for the next one at this size.
+    tier1_plog_bytes_max: int = 64 * MiB
+    #: A plog server that leaves a call unanswered this long is given up on: the plog
+    #: is sealed and appends go on in a new one on other servers.
+    tier1_plog_timeout_ms: int = 2000
+    #: Run a plog server inside this node too, listening here (``HOST:PORT``), its plogs
+    #: under ``plog/`` in the store's data directory; ``None``: none.
+    tier1_plog_server_listen: str | None = None
+    #: Container ``N``'s log is named ``<prefix>container-N`` in ZooKeeper.
+    tier1_plog_log_prefix: str = "tidegate-"
     #: Largest single append.
     append_bytes_max: int = 8 * MiB
     #: Largest table key and value.

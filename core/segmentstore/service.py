@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import crc32c
+from tidegate.core.cluster.zookeeper import ZooKeeper
+from tidegate.core.plog.server import PlogServer
 from tidegate.core.segmentstore.api import (
     AttributeUpdate,
     ContainerNotOwnedError,
@@ -79,7 +81,11 @@ class StreamSegmentStore:
         self.config = config
         self._clock = clock
         self._wall_clock = wall_clock
-        self._tier1_factory = tier1_factory or self._file_log
+        self._zookeeper: ZooKeeper | None = None
+        self.plog_server: PlogServer | None = None
+        if tier1_factory is None and config.tier1_plog_zookeeper:
+            self._zookeeper = ZooKeeper(config.tier1_plog_zookeeper)
+        self._tier1_factory = tier1_factory or (self._plog_log if self._zookeeper else self._file_log)
         # A container's Tier-1 log and its inactive-segment records move with it between
         # nodes: in cluster mode both live in the directory every node shares.
         self._shared_dir = Path(config.tier1_dir) if config.tier1_dir else self.data_dir
@@ -115,6 +121,22 @@ class StreamSegmentStore:
         )
         return log
 
+    def _plog_log(self, container_id: int) -> DurableDataLog:
+        from tidegate.core.segmentstore.tier1.replicated.cluster import ZooKeeperPlogCoordinator
+        from tidegate.core.segmentstore.tier1.replicated.log import ReplicatedDurableDataLog
+
+        assert self._zookeeper is not None
+        c = self.config
+        log: DurableDataLog = ReplicatedDurableDataLog(
+            f"{c.tier1_plog_log_prefix}container-{container_id}",
+            ZooKeeperPlogCoordinator(self._zookeeper, c.tier1_plog_zookeeper_root),
+            replication_factor=c.tier1_replication_factor,
+            plog_bytes_max=c.tier1_plog_bytes_max,
+            entry_bytes_max=max(c.frame_bytes_max, c.append_bytes_max) + 64 * 1024,
+            timeout_ms=c.tier1_plog_timeout_ms,
+        )
+        return log
+
     def _new_container(self, cid: int) -> SegmentContainer:
         return SegmentContainer(
             cid,
@@ -136,12 +158,29 @@ class StreamSegmentStore:
         Tier-2 calls overlap the others' replay. The first failure is raised once every
         start has ended."""
         self._closed = False
+        await self._start_plog_server()
         results = await asyncio.gather(
             *(self.start_container(cid) for cid in sorted(self.owned)), return_exceptions=True
         )
         for result in results:
             if isinstance(result, BaseException):
                 raise result
+
+    async def _start_plog_server(self) -> None:
+        """The embedded plog server (``tier1_plog_server_listen``), registered in the
+        ZooKeeper the replicated Tier-1 logs use, before any container opens its log."""
+        listen = self.config.tier1_plog_server_listen
+        if listen is None or self.plog_server is not None:
+            return
+        host, _, port = listen.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"tier1_plog_server_listen: expected HOST:PORT, got {listen!r}")
+        self.plog_server = PlogServer(
+            self.data_dir / "plog", host.strip("[]"), int(port),
+            zookeeper=self.config.tier1_plog_zookeeper,
+            root=self.config.tier1_plog_zookeeper_root,
+        )
+        await self.plog_server.start()
 
     async def start_container(self, cid: int) -> None:
         """Start (recover) one container; a stopped or failed one is replaced. Once
@@ -206,6 +245,11 @@ class StreamSegmentStore:
             watcher.cancel()
         self._watchers.clear()
         await asyncio.gather(*(c.stop() for c in self.containers.values()))
+        if self._zookeeper is not None:
+            await self._zookeeper.stop()
+        if self.plog_server is not None:
+            await self.plog_server.close()
+            self.plog_server = None
 
     async def flush_to_storage(self) -> None:
         """Checkpoint every container, move everything durable to Tier-2 and truncate

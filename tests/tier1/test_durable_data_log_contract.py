@@ -8,6 +8,7 @@ a competing owner would see it.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -51,11 +52,39 @@ def _file(tmp: Path) -> LogMaker:
     return make
 
 
+def _replicated(request: pytest.FixtureRequest, tmp: Path) -> LogMaker:
+    """Three real plog servers and ZooKeeper (session-wide); a log name per test."""
+    from tidegate.core.cluster.zookeeper import ZooKeeper
+    from tidegate.core.segmentstore.tier1.replicated.cluster import ZooKeeperPlogCoordinator
+    from tidegate.core.segmentstore.tier1.replicated.log import ReplicatedDurableDataLog
+
+    cluster = request.getfixturevalue("plog_cluster")
+    name = "contract-" + re.sub(r"[^A-Za-z0-9_-]", "_", request.node.name)[-48:]
+    clients: list[ZooKeeper] = []
+    request.addfinalizer(lambda: [zk.stop_blocking() for zk in clients])
+
+    def make(**kw: int) -> DurableDataLog:
+        zk = ZooKeeper(cluster.zookeeper.hosts)
+        clients.append(zk)
+        return ReplicatedDurableDataLog(
+            name,
+            ZooKeeperPlogCoordinator(zk, cluster.root),
+            plog_bytes_max=kw.get("roll", 5) * 100,
+            in_flight_bytes_max=kw.get("in_flight_bytes_max", 1 << 20),
+            # Only the failure tests fail servers: a disk slowed by other work must not.
+            timeout_ms=20_000,
+        )
+
+    return make
+
+
 MAKERS: dict[str, Callable[[Path], LogMaker]] = {"inmemory": _inmemory, "file": _file}
 
 
-@pytest.fixture(params=sorted(MAKERS))
+@pytest.fixture(params=[*sorted(MAKERS), "replicated"])
 def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> LogMaker:
+    if request.param == "replicated":
+        return _replicated(request, tmp_path)
     return MAKERS[request.param](tmp_path / "t1")
 
 
@@ -99,6 +128,7 @@ async def test_concurrent_appends_complete_in_order(make_log: LogMaker) -> None:
     await log2.open()
     got = await _read_all(log2)
     assert [d for _, d in got] == [i.to_bytes(4, "big") * (i % 13 + 1) for i in range(200)]
+    await log2.close()
 
 
 async def test_in_flight_bound_keeps_order(make_log: LogMaker) -> None:
@@ -111,6 +141,7 @@ async def test_in_flight_bound_keeps_order(make_log: LogMaker) -> None:
     log2 = make_log()
     await log2.open()
     assert [d for _, d in await _read_all(log2)] == payloads
+    await log2.close()
 
 
 async def test_read_from_address(make_log: LogMaker) -> None:
@@ -123,6 +154,7 @@ async def test_read_from_address(make_log: LogMaker) -> None:
     got = await _read_all(log2, addrs[7])
     assert got == [(a, b"e%d" % i) for i, a in enumerate(addrs) if i >= 7]
     assert await _read_all(log2, LogAddress(10**6, 0)) == []
+    await log2.close()
 
 
 async def test_truncate(make_log: LogMaker) -> None:

@@ -1,0 +1,223 @@
+"""The plog server: ``PlogStore`` over TCP (``wire.py``), registered in ZooKeeper.
+
+Each connection reads whole frames and answers each request once; appends are answered
+when durable, out of order with other requests (the request id pairs them). A frame
+that cannot be parsed closes its connection. Per connection, the bytes of appends not
+yet answered are bounded: past ``conn_append_bytes_max`` the server stops reading that
+connection until some are answered; other requests run concurrently, at most
+``conn_requests_max`` at a time.
+
+Registration: an ephemeral node ``<root>/servers/<server id>`` holding
+``{"host": H, "port": P}``; clients find live servers there. The server id is given,
+or made once and kept in ``<data dir>/server-id``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from collections.abc import Awaitable
+from pathlib import Path
+
+from tidegate.core.cluster.zookeeper import ZooKeeper
+from tidegate.core.plog.store import PlogStore
+from tidegate.core.plog.wire import (
+    FRAME_BYTES_MAX,
+    FRAME_HEADER_BYTES,
+    INFO,
+    LENGTH_BYTES,
+    READ_BYTES_MAX,
+    U64,
+    U64U32,
+    U64U64,
+    Op,
+    Status,
+    WireError,
+    frame,
+    unpack,
+    unpack_id,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ROOT = "/tidegate/plog"
+
+
+def server_id_of(data_dir: Path, given: str | None) -> str:
+    path = data_dir / "server-id"
+    if given:
+        return given
+    if path.exists():
+        return path.read_text().strip()
+    sid = uuid.uuid4().hex[:12]
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(sid + "\n")
+    return sid
+
+
+class PlogServer:
+    def __init__(
+        self,
+        data_dir: Path,
+        host: str,
+        port: int,
+        *,
+        zookeeper: str | None = None,
+        root: str = DEFAULT_ROOT,
+        server_id: str | None = None,
+        conn_append_bytes_max: int = 64 * 1024 * 1024,
+        conn_requests_max: int = 64,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.host, self.port = host, port
+        self.store = PlogStore(self.data_dir)
+        self.server_id = server_id_of(self.data_dir, server_id)
+        self._zk_hosts = zookeeper
+        self._root = root
+        self.zk: ZooKeeper | None = None
+        self._conn_append_bytes_max = conn_append_bytes_max
+        self._conn_requests_max = conn_requests_max
+        self._server: asyncio.Server | None = None
+        self._conns: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+
+    async def start(self) -> None:
+        await self.store.open()
+        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        if self._zk_hosts:
+            self.zk = ZooKeeper(self._zk_hosts)
+            await self.zk.start()
+            info = json.dumps({"host": self.host, "port": self.port}).encode()
+            await self.zk.register(f"{self._root}/servers/{self.server_id}", info)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for w in self._conns.values():
+            w.close()  # their read loops end; cancelling would log the cancellation
+        if self._conns:
+            await asyncio.wait(list(self._conns), timeout=5)
+        if self.zk is not None:
+            await self.zk.stop()
+        await self.store.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._conns[task] = writer
+        try:
+            await _Connection(self, reader, writer).run()
+        except (ConnectionError, asyncio.IncompleteReadError, WireError) as exc:
+            log.debug("plog connection closed: %r", exc)
+        finally:
+            self._conns.pop(task, None)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+
+class _Connection:
+    def __init__(self, server: PlogServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.store = server.store
+        self.reader, self.writer = reader, writer
+        self.append_bytes = 0
+        self.append_bytes_max = server._conn_append_bytes_max
+        self.room = asyncio.Event()
+        self.room.set()
+        self.requests_max = server._conn_requests_max
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await self.room.wait()
+                while len(self.tasks) >= self.requests_max:
+                    await asyncio.wait(self.tasks, return_when=asyncio.FIRST_COMPLETED)
+                head = await self.reader.readexactly(LENGTH_BYTES)
+                n = int.from_bytes(head, "big")
+                if n < FRAME_HEADER_BYTES - LENGTH_BYTES or n > FRAME_BYTES_MAX:
+                    raise WireError(f"frame of {n} bytes")
+                body = memoryview(await self.reader.readexactly(n))
+                op, rid = body[0], int.from_bytes(body[1:5], "big")
+                self.dispatch(op, rid, body[5:])
+                if self.writer.transport.get_write_buffer_size() > 4 * FRAME_BYTES_MAX:
+                    await self.writer.drain()
+        finally:
+            for t in self.tasks:
+                t.cancel()
+
+    def reply(self, rid: int, status: int, parts: list[bytes | memoryview]) -> None:
+        if not self.writer.is_closing():
+            self.writer.writelines(frame(status, rid, *parts))
+
+    def dispatch(self, op: int, rid: int, body: memoryview) -> None:
+        plog_id, rest = unpack_id(body)
+        if op == Op.APPEND:
+            (offset,), data = unpack(U64, rest)
+            size = len(data)
+            self.append_bytes += size
+            if self.append_bytes > self.append_bytes_max:
+                self.room.clear()
+
+            def answered(status: int, parts: list[bytes | memoryview]) -> None:
+                self.append_bytes -= size
+                if self.append_bytes <= self.append_bytes_max:
+                    self.room.set()
+                self.reply(rid, status, parts)
+
+            self.store.append(plog_id, offset, data, answered)
+        elif op == Op.INFO:
+            info = self.store.info(plog_id)
+            if info is None:
+                self.reply(rid, Status.NOT_FOUND, [b"no such plog"])
+            else:
+                packed = INFO.pack(info.end, info.sealed, info.seal_epoch, info.capacity)
+                self.reply(rid, Status.OK, [packed])
+        elif op == Op.CREATE:
+            (capacity,), _ = unpack(U64, rest)
+            self.spawn(rid, self.store.create(plog_id, capacity))
+        elif op == Op.SEAL:
+            (epoch, offset), _ = unpack(U64U64, rest)
+            self.spawn(rid, self.store.seal(plog_id, epoch, offset))
+        elif op == Op.DELETE:
+            self.spawn(rid, self.store.delete(plog_id))
+        elif op == Op.READ:
+            (offset, max_bytes), _ = unpack(U64U32, rest)
+            self.spawn(rid, self.store.read(plog_id, offset, min(max_bytes, READ_BYTES_MAX)))
+        else:
+            self.reply(rid, Status.INVALID, [f"unknown op {op}".encode()])
+
+    def spawn(self, rid: int, call: Awaitable[tuple[int, bytes | list[bytes]]]) -> None:
+        async def run() -> None:
+            status, body = await call
+            parts: list[bytes | memoryview] = [*body] if isinstance(body, list) else [body]
+            self.reply(rid, status, parts)
+
+        t = asyncio.ensure_future(run())
+        self.tasks.add(t)
+        t.add_done_callback(self.tasks.discard)
+
+
+async def run_server(
+    data_dir: Path, host: str, port: int, zookeeper: str | None, server_id: str | None,
+    root: str = DEFAULT_ROOT,
+) -> None:
+    """``tidegate plog-server``: serve until SIGTERM/SIGINT."""
+    import signal
+
+    server = PlogServer(data_dir, host, port, zookeeper=zookeeper, root=root, server_id=server_id)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await server.start()
+    log.info("plog server ready: id=%s listen=%s:%d data-dir=%s", server.server_id, host, server.port, data_dir)
+    try:
+        await stop.wait()
+    finally:
+        await server.close()
+        log.info("plog server stopped")
+
