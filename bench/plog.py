@@ -31,7 +31,7 @@ from tidegate.core.segmentstore.tier1.replicated.cluster import ZooKeeperPlogCoo
 from tidegate.core.segmentstore.tier1.replicated.log import ReplicatedDurableDataLog
 
 from bench.baselines import MIB
-from tests.cluster import PlogCluster, ZooKeeperServer
+from tests.cluster.plog import PlogCluster, ZooKeeperServer
 
 
 async def measure(make: Callable[[], DurableDataLog], entry_bytes: int, total_bytes: int,
@@ -105,7 +105,7 @@ def main() -> None:
                 )
     finally:
         cluster.stop()
-        zk.stop()
+        zk.close()
         shutil.rmtree(work, ignore_errors=True)
     print("RESULT " + json.dumps({"cpus": os.cpu_count(), "results": results}))
 

@@ -39,18 +39,21 @@ class Gateway:
         traffic: PartitionTraffic | None = None,
         controller_counts: ControllerCounts | None = None,
         before_listen: Callable[[HandlerContext], Awaitable[None]] | None = None,
+        local_store: object | None = None,
     ) -> None:
         """``traffic`` counts produce traffic per partition; pass the one the controller's
         auto-scaler reads (``StreamController(key_traffic=...)``). ``controller_counts``
         (the in-process controller's ``stats``) feeds the scale and truncation metrics.
         ``before_listen(ctx)`` runs once the handler context is built, before the first
-        request can arrive (cluster mode installs partition leadership there)."""
+        request can arrive (cluster mode installs partition leadership there).
+        ``local_store`` is this node's own store where ``store`` routes to others (cluster
+        mode): the metrics describe this node's containers."""
         self.config = config
         self.store = store
         self.controller = controller
         self.registry = registry or default_registry()
         #: Served at the admin REST API's ``/metrics`` (``gateway.admin.metrics``).
-        self.metrics = Metrics(store)
+        self.metrics = Metrics(local_store if local_store is not None else store)
         self.clock_ms = clock_ms
         self.controller_counts = controller_counts
         self.traffic = traffic or PartitionTraffic(

@@ -130,7 +130,7 @@ async def serve(config: GatewayConfig) -> None:
     # node's own controller (forwarded writes land there, never travel twice).
     gateway = Gateway(
         config, store, front, traffic=traffic, controller_counts=controller.stats,
-        before_listen=cluster.attach if cluster is not None else None,
+        before_listen=cluster.attach if cluster is not None else None, local_store=local,
     )  # fmt: skip
     # The admin APIs may not seal, delete or truncate the streams under Kafka topics;
     # writes a follower's gateway forwards to this node's gRPC are the gateway's own.

@@ -22,18 +22,18 @@ def port() -> int:
 @pytest.fixture(scope="session")
 def zookeeper(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """One standalone ZooKeeper for the session; tests use distinct paths in it."""
-    from tests.cluster import ZooKeeperServer
+    from tests.cluster.zk import ZooKeeperServer
 
     zk = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
     zk.start()
     yield zk
-    zk.stop()
+    zk.close()
 
 
 @pytest.fixture(scope="session")
 def plog_cluster(zookeeper, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """Three plog servers for the session (ZooKeeper root ``/plog-shared``)."""
-    from tests.cluster import PlogCluster
+    from tests.cluster.plog import PlogCluster
 
     cluster = PlogCluster(tmp_path_factory.mktemp("plog"), 3, zookeeper, "/plog-shared")
     cluster.start()

@@ -3,6 +3,7 @@ port with a temporary data directory. Fails loudly when it cannot start."""
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import time
@@ -25,6 +26,8 @@ class ZooKeeperServer:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> None:
+        if not Path("/usr/share/java/zookeeper.jar").exists() or shutil.which("java") is None:
+            raise AssertionError("ZooKeeper tests need Debian's zookeeper package and java")
         data = self.work_dir / "zk-data"
         data.mkdir(parents=True, exist_ok=True)
         cfg = self.work_dir / "zoo.cfg"

@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import docker
 import pytest
@@ -19,25 +18,7 @@ from testcontainers.core.container import DockerContainer
 
 from tests.conftest import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
 KCAT = shutil.which("kcat") or "kcat"
-#: The first build makes the base image with debootstrap and builds every wheel.
-BUILD_TIMEOUT_S = 900
-TAG = "tidegate:test"
-
-
-@pytest.fixture(scope="module")
-def image() -> str:
-    try:
-        docker.from_env().ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means no engine to test with
-        pytest.fail(f"no Docker engine reachable ({exc}); `make test` starts dockerd as root")
-    build = subprocess.run(
-        [str(ROOT / "compose" / "build-image.sh"), TAG],
-        capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
-    )  # fmt: skip
-    assert build.returncode == 0, build.stderr[-4000:]
-    return TAG
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from tidegate.core.segmentstore.tier1.replicated.cluster import ZooKeeperPlogCoo
 from tidegate.core.segmentstore.tier1.replicated.log import ReplicatedDurableDataLog
 from tidegate.core.segmentstore.tier1.replicated.replicas import TooFewServersError
 
-from tests.cluster import PlogCluster, PlogServerProcess, ZooKeeperServer
+from tests.cluster.plog import PlogCluster, PlogServerProcess, ZooKeeperServer
 from tests.tier1.plog_helpers import Appender, check_read_back, payload
 
 TIMEOUT_MS = 1000

@@ -14,7 +14,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.clients.server import Tidegate
-from tests.cluster import PlogCluster
+from tests.cluster.plog import PlogCluster
 
 TOPIC = "replicated"
 RECORDS = 3000
