@@ -54,6 +54,12 @@ class Gateway:
             topics, self.store, index, producers,
             rebuild_read_bytes=self.config.rebuild_read_bytes,
         )
+        # Transactions (gateway/txn): each partition's transaction index is kept with the
+        # offset index, so it is hooked in before the rebuild replays the segments.
+        from tidegate.gateway.txn.partition_txns import PartitionTxns
+
+        partition_txns = PartitionTxns(index)
+        logs.index_hook = partition_txns
         rebuilt = await logs.rebuild()
         if rebuilt:
             log.info("offset index: %d appends indexed from the segments", rebuilt)
@@ -71,6 +77,22 @@ class Gateway:
         groups = GroupCoordinator(self.store, GroupConfig.from_table(self.config.groups))
         await groups.start()
         self.ctx.extensions[EXTENSION_KEY] = groups
+        # The transaction coordinator: in-doubt transactions are completed before serving.
+        from tidegate.gateway.txn import wiring as txn_wiring
+        from tidegate.gateway.txn.coordinator import TransactionCoordinator, TxnConfig
+
+        self.ctx.extensions[txn_wiring.INDEX_KEY] = partition_txns
+        txns = TransactionCoordinator(
+            self.store, producer_ids,
+            txn_wiring.LogMarkerWriter(topics, logs, self.clock_ms),
+            txn_wiring.GroupOffsetsAdapter(groups), self.clock_ms,
+            TxnConfig(
+                max_timeout_ms=self.config.transaction_max_timeout_ms,
+                check_interval_ms=self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+            ),
+        )
+        await txns.start()
+        self.ctx.extensions[txn_wiring.EXTENSION_KEY] = txns
         # Log starts follow the controller's retention truncation (gateway/log/log_start.py).
         from tidegate.gateway.log.log_start import RetentionFollower
 
@@ -93,6 +115,9 @@ class Gateway:
         if self.ctx is None:
             return
         self.ctx.stop()
+        txns = self.ctx.extensions.pop("transactions", None)  # gateway/txn/wiring.py
+        if txns is not None:
+            await txns.close()
         follower = self.ctx.extensions.pop("log_start", None)  # gateway/log/log_start.py
         if follower is not None:
             await follower.close()

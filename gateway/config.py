@@ -71,6 +71,12 @@ class GatewayConfig:
     controller: dict[str, Any] = field(default_factory=dict)
     #: Group coordinator settings (``gateway.groups.GroupConfig`` fields).
     groups: dict[str, Any] = field(default_factory=dict)
+    #: Kafka's ``transaction.max.timeout.ms``: InitProducerId asking for more gets
+    #: INVALID_TRANSACTION_TIMEOUT.
+    transaction_max_timeout_ms: int = 15 * 60 * 1000
+    #: How often Ongoing transactions past their timeout are looked for and aborted
+    #: (Kafka's ``transaction.abort.timed.out.transaction.cleanup.interval.ms``).
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
 
     @property
     def listen_address(self) -> tuple[str, int]:

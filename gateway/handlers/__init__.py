@@ -135,6 +135,14 @@ HANDLER_MODULES = [
     "describe_groups",
     "list_groups",
     "delete_groups",
+    # Transactions (gateway/txn).
+    "add_partitions_to_txn",
+    "add_offsets_to_txn",
+    "txn_offset_commit",
+    "end_txn",
+    "describe_transactions",
+    "list_transactions",
+    "describe_producers",
 ]
 
 

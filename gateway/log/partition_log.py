@@ -340,6 +340,9 @@ class PartitionLog:
                 write.time_entry(self.topic, self.partition, b.max_timestamp, b.base_offset)
         for pid in p.producer_ids:
             self._logs.producers.persist(write, self.topic, self.partition, pid, p.end_offset)
+        hook = self._logs.index_hook
+        if hook is not None:
+            hook.on_indexed(write, self.topic, self.partition, p.batches, p.data[ENVELOPE_BYTES:])
         name = self._logs.topics.segment_name(self.topic, p.segment.id)
         marker = self._logs.mark_indexed(name, p.position, p.position + len(p.data))
         if marker is not None:

@@ -135,6 +135,18 @@ class ProducerStates:
             )
         )
 
+    def producers(self, topic: str, partition: int) -> list[tuple[int, int, int]]:
+        """``(producer id, epoch, last sequence)`` of every producer known in a partition
+        (DescribeProducers), in memory or in the index."""
+        pids = {k[2] for k in self._cache if k[0] == topic and k[1] == partition}
+        pids.update(int.from_bytes(suffix[:8], "big") for suffix, _ in self._index.scan(b"p", topic, partition))
+        out = []
+        for pid in sorted(pids):
+            entry = self._get(topic, partition, pid)
+            if entry is not None:
+                out.append((pid, entry.epoch, entry.batches[-1].last_seq if entry.batches else -1))
+        return out
+
     def forget_topic(self, topic: str) -> None:
         for key in [k for k in self._cache if k[0] == topic]:
             del self._cache[key]
