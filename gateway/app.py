@@ -84,7 +84,7 @@ class Gateway:
         self.ctx.extensions[txn_wiring.INDEX_KEY] = partition_txns
         txns = TransactionCoordinator(
             self.store, producer_ids,
-            txn_wiring.LogMarkerWriter(topics, logs, self.clock_ms),
+            txn_wiring.LogMarkerWriter(topics, logs, producers, self.clock_ms),
             txn_wiring.GroupOffsetsAdapter(groups), self.clock_ms,
             TxnConfig(
                 max_timeout_ms=self.config.transaction_max_timeout_ms,
@@ -93,6 +93,7 @@ class Gateway:
         )
         await txns.start()
         self.ctx.extensions[txn_wiring.EXTENSION_KEY] = txns
+        self.ctx.extensions[txn_wiring.VERIFY_KEY] = txns.verify_produce
         # Log starts follow the controller's retention truncation (gateway/log/log_start.py).
         from tidegate.gateway.log.log_start import RetentionFollower
 

@@ -19,6 +19,7 @@ from tidegate.gateway.handlers import EncodedBody, HandlerContext, RequestContex
 from tidegate.gateway.log.partition_log import PartitionLog, PendingAppend
 from tidegate.gateway.log.producer_state import BatchRecord, Duplicate
 from tidegate.gateway.log.topics import topic_name_error
+from tidegate.gateway.txn.wiring import VERIFY_KEY as TXN_VERIFY_KEY
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
 from tidegate.protocol.produce import (
@@ -99,6 +100,12 @@ def _assign(ctx: HandlerContext, work: _Work) -> None:
     """The synchronous step: idempotence check, offset assignment, submission."""
     batch, plog = work.batch, work.plog
     assert batch is not None and plog is not None and work.records is not None
+    if batch.is_transactional:  # gateway/txn: the transaction must hold the partition
+        verify = ctx.extensions.get(TXN_VERIFY_KEY)
+        error = verify(work.topic, work.partition, batch.producer_id, batch.producer_epoch) if verify else 0
+        if error:
+            work.error = ErrorCode(error)
+            return
     if batch.is_idempotent:
         verdict = ctx.producers.check(work.topic, work.partition, batch)
         if isinstance(verdict, Duplicate):

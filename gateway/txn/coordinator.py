@@ -79,6 +79,8 @@ class TransactionCoordinator:
         self._clock_ms = clock_ms
         self.config = config or TxnConfig()
         self._txns: dict[str, TxnMetadata] = {}
+        #: producer id → its transactional id's state (the produce-path check).
+        self._by_pid: dict[int, TxnMetadata] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._completing: dict[str, asyncio.Task[None]] = {}
         self._ticker: asyncio.Task[None] | None = None
@@ -91,7 +93,8 @@ class TransactionCoordinator:
             await self._store.create_table(TXN_TABLE)
         for entry in await self._store.table_entries(TXN_TABLE, _KEY):
             tid = entry.key[len(_KEY) :].decode()
-            self._txns[tid] = TxnMetadata.decode(tid, entry.value)
+            meta = self._txns[tid] = TxnMetadata.decode(tid, entry.value)
+            self._by_pid[meta.producer_id] = meta
         # Ongoing ones stay open, as Kafka keeps them across a coordinator move: their
         # producer may go on, and the timeout aborts them if it does not.
         doubtful = [m for m in self._txns.values() if m.state.preparing]
@@ -193,6 +196,7 @@ class TransactionCoordinator:
             meta.start_ms = -1
             await self._persist(meta)
             self._txns[tid] = meta
+            self._by_pid[meta.producer_id] = meta
             return E.NONE, meta.producer_id, meta.producer_epoch
 
     # -- within a transaction --------------------------------------------------------------
@@ -245,6 +249,21 @@ class TransactionCoordinator:
             else:
                 out[tp] = E.INVALID_TXN_STATE
         return out
+
+    def verify_produce(self, topic: str, partition: int, producer_id: int, epoch: int) -> int:
+        """The produce path's check of a transactional batch (synchronous, in the step
+        that assigns its offsets): its producer's transaction must be open and hold the
+        partition. A batch outside any transaction would open one in the partition that
+        no marker ever closes, holding its last stable offset back for good; one of a
+        fenced epoch is a zombie's."""
+        meta = self._by_pid.get(producer_id)
+        if meta is None:
+            return E.INVALID_PRODUCER_ID_MAPPING
+        if epoch != meta.producer_epoch:
+            return E.INVALID_PRODUCER_EPOCH
+        if meta.state != TxnState.ONGOING or (topic, partition) not in meta.partitions:
+            return E.INVALID_TXN_STATE
+        return E.NONE
 
     async def add_offsets(self, tid: str, pid: int, epoch: int, group_id: str) -> int:
         async with self._lock(tid):

@@ -16,6 +16,8 @@ from tidegate.gateway.txn.state import PendingOffset, TopicPartition
 
 EXTENSION_KEY = "transactions"
 INDEX_KEY = "partition_txns"
+#: ``verify(topic, partition, producer id, epoch) -> error code`` for transactional batches.
+VERIFY_KEY = "txn_verify"
 
 
 class _Appendable(Protocol):
@@ -31,13 +33,20 @@ class _Topics(Protocol):
     def get(self, name: str) -> Any: ...
 
 
+class _Producers(Protocol):
+    def end_transaction(self, topic: str, partition: int, producer_id: int, epoch: int) -> None: ...
+
+
 class LogMarkerWriter:
     """Markers go through ``PartitionLog.append`` like any batch: dense offsets, the
     transaction index updated as they are indexed."""
 
-    def __init__(self, topics: _Topics, logs: _Logs, clock_ms: Callable[[], int]) -> None:
+    def __init__(
+        self, topics: _Topics, logs: _Logs, producers: _Producers, clock_ms: Callable[[], int]
+    ) -> None:
         self._topics = topics
         self._logs = logs
+        self._producers = producers
         self._clock_ms = clock_ms
 
     async def write_markers(
@@ -53,6 +62,8 @@ class LogMarkerWriter:
                 continue  # deleted since: nothing left to mark
             plog = self._logs.get(topic, partition)
             await plog.ensure_segment()
+            # No await between the epoch taking effect and the marker's offset.
+            self._producers.end_transaction(topic, partition, producer_id, producer_epoch)
             waits.append(plog.append(batch, [header]).durable)
         if waits:
             await asyncio.gather(*waits)
