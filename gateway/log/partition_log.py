@@ -358,6 +358,8 @@ class PartitionLog:
         if offset > self.log_start_offset:
             self._logs.index.set_log_start(self.topic, self.partition, offset)
             self.log_start_offset = offset
+            if self._logs.index_hook is not None:
+                self._logs.index_hook.trim(self.topic, self.partition, offset)
             recent = self.recent
             while recent and recent[0].last_offset < offset:  # deleted from the index too
                 recent.popleft()

@@ -38,6 +38,8 @@ class IndexHook(Protocol):
 
     def forget_topic(self, topic: str) -> None: ...
 
+    def trim(self, topic: str, partition: int, log_start_offset: int) -> None: ...
+
 
 @dataclass
 class _Marker:

@@ -37,8 +37,13 @@ class IndexWriter(Protocol):
     def delete(self, kind: bytes, topic: str, partition: int, suffix: bytes) -> None: ...
 
 
+class _Batch(IndexWriter, Protocol):
+    def commit(self) -> None: ...
+
+
 class IndexReader(Protocol):
     def scan(self, kind: bytes, topic: str, partition: int) -> Iterable[tuple[bytes, bytes]]: ...
+    def batch(self) -> _Batch: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +132,21 @@ class PartitionTxns:
     def open_transactions(self, topic: str, partition: int) -> dict[int, int]:
         """producer id → first offset of every open transaction (DescribeProducers)."""
         return dict(self._get(topic, partition).open)
+
+    def trim(self, topic: str, partition: int, log_start_offset: int) -> None:
+        """Forget aborted transactions wholly below the log start (DeleteRecords,
+        retention): no fetch can overlap them any more."""
+        part = self._parts.get((topic, partition))
+        if part is None:
+            part = self._get(topic, partition)
+        gone = [t for t in part.aborted if t.last_offset < log_start_offset]
+        if not gone:
+            return
+        write = self._index.batch()
+        for t in gone:
+            write.delete(_ABORTED, topic, partition, _U64X2.pack(t.first_offset, t.producer_id))
+        write.commit()
+        part.aborted = [t for t in part.aborted if t.last_offset >= log_start_offset]
 
     def forget_topic(self, topic: str) -> None:
         for key in [k for k in self._parts if k[0] == topic]:
