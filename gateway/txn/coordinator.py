@@ -6,8 +6,10 @@ Every state change is written to the coordinator's table segment before it is an
 (one JSON value per transactional id, ``state.TxnMetadata``). Ending a transaction
 writes PrepareCommit/PrepareAbort first, then a marker into every partition of the
 transaction through the partition's append path, then (on commit) the transaction's
-offsets into its groups, then CompleteCommit/CompleteAbort. While a transaction is in a
-Prepare* state, requests for it get CONCURRENT_TRANSACTIONS, as Kafka answers them. At
+offsets into its groups, then CompleteCommit/CompleteAbort. EndTxn is answered once the
+Prepare* state is durable, as Kafka answers it; a request of the same id that comes
+while the markers are still being written waits for them (bounded), and past that bound
+gets CONCURRENT_TRANSACTIONS, Kafka's answer. At
 start every transaction found in Prepare* is completed before requests are served
 (Ongoing ones stay open until they end or time out). Ongoing transactions past their timeout are aborted by the
 ticker with the epoch bumped, which fences the producer that let them time out.
@@ -59,7 +61,12 @@ class GroupOffsets(Protocol):
 class TxnConfig:
     max_timeout_ms: int = 15 * 60 * 1000  # Kafka's transaction.max.timeout.ms
     check_interval_ms: int = 1000  # transaction.abort.timed.out.transaction.cleanup.interval.ms
-    end_wait_ms: int = 30_000  # how long EndTxn waits for its markers before answering
+    #: How long EndTxn waits for its markers before answering; 0 answers once the
+    #: decision is durable, as Kafka does (the next request of that id waits instead).
+    end_wait_ms: int = 0
+    #: How long a request waits for its id's previous transaction to complete before it
+    #: is answered CONCURRENT_TRANSACTIONS (Kafka answers at once; clients retry).
+    completion_wait_ms: int = 10_000
 
 
 class TransactionCoordinator:
@@ -162,6 +169,7 @@ class TransactionCoordinator:
         translate for old request versions."""
         if not 0 < timeout_ms <= self.config.max_timeout_ms:
             return E.INVALID_TRANSACTION_TIMEOUT, -1, -1
+        await self._completed(tid)
         async with self._lock(tid):
             meta = self._txns.get(tid)
             if meta is None:
@@ -222,6 +230,7 @@ class TransactionCoordinator:
     async def add_partitions(
         self, tid: str, pid: int, epoch: int, partitions: Iterable[TopicPartition]
     ) -> int:
+        await self._completed(tid)
         async with self._lock(tid):
             error, meta = self._check(tid, pid, epoch)
             if meta is None:
@@ -266,6 +275,7 @@ class TransactionCoordinator:
         return E.NONE
 
     async def add_offsets(self, tid: str, pid: int, epoch: int, group_id: str) -> int:
+        await self._completed(tid)
         async with self._lock(tid):
             error, meta = self._check(tid, pid, epoch)
             if meta is None:
@@ -298,6 +308,7 @@ class TransactionCoordinator:
     # -- ending ----------------------------------------------------------------------------
 
     async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> int:
+        await self._completed(tid)  # a retried EndTxn finds its transaction complete
         async with self._lock(tid):
             meta = self._txns.get(tid)
             if meta is None or meta.producer_id != pid:
@@ -314,9 +325,18 @@ class TransactionCoordinator:
                 return E.INVALID_TXN_STATE
             await self._begin_end(meta, commit=commit, bump=False)
             task = self._spawn_completion(meta)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.shield(task), self.config.end_wait_ms / 1000)
-        return E.NONE  # the decision is durable; the markers follow if they lag
+        if self.config.end_wait_ms > 0:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(task), self.config.end_wait_ms / 1000)
+        return E.NONE  # the decision is durable; the markers follow
+
+    async def _completed(self, tid: str) -> None:
+        """Wait (bounded) for the completion of ``tid``'s previous transaction, so that a
+        producer that begins the next one right after EndTxn is not turned away."""
+        task = self._completing.get(tid)
+        if task is not None and not task.done():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(task), self.config.completion_wait_ms / 1000)
 
     async def _begin_end(self, meta: TxnMetadata, *, commit: bool, bump: bool) -> None:
         """Ongoing → Prepare*, durably (with the epoch bumped when fencing)."""

@@ -113,7 +113,9 @@ async def test_end_txn_rules(parts) -> None:
     assert await coord.end_txn("a", 100, 0, True) == E.INVALID_TXN_STATE  # nothing begun
     await coord.add_partitions("a", 100, 0, [("t", 0)])
     assert await coord.end_txn("a", 100, 0, True) == E.NONE
-    assert await coord.end_txn("a", 100, 0, True) == E.NONE  # a retry
+    assert coord.describe("a").state == TxnState.PREPARE_COMMIT  # answered once durable
+    assert await coord.end_txn("a", 100, 0, True) == E.NONE  # a retry waits for the markers
+    assert coord.describe("a").state == TxnState.COMPLETE_COMMIT
     assert await coord.end_txn("a", 100, 0, False) == E.INVALID_TXN_STATE
     assert markers.written == [([("t", 0)], 100, 0, True)]
     await coord.close()
@@ -135,6 +137,8 @@ async def test_txn_offsets_applied_on_commit_only(parts) -> None:
     await coord.add_offsets("a", 100, 0, "g")
     await coord.txn_offset_commit("a", 100, 0, "g", 3, "m", None, offsets)
     assert await coord.end_txn("a", 100, 0, True) == E.NONE
+    assert coord.pending_offsets("g") == {("in", 0)}  # until the markers are written
+    await coord.add_offsets("a", 100, 0, "g")  # the next transaction waits for them
     assert groups.applied == {"g": offsets}
     assert coord.pending_offsets("g") == set()
     await coord.close()
