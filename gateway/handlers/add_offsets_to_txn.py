@@ -18,7 +18,11 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     if not request.group_id:
         error = ErrorCode.INVALID_GROUP_ID
     else:
-        error = await coordinator_of(ctx).add_offsets(
-            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
-        )
+        try:
+            error = await coordinator_of(ctx).add_offsets(
+                request.transactional_id, request.producer_id, request.producer_epoch,
+                request.group_id,
+            )
+        except Exception:  # the coordinator's table cannot be written: the client retries
+            error = ErrorCode.COORDINATOR_NOT_AVAILABLE
     return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=for_version(error, req.api_version, 2))

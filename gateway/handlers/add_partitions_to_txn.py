@@ -41,7 +41,10 @@ async def _one(
     elif verify_only:
         errors = coord.verify_partitions(tid, pid, epoch, wanted)
     else:
-        error = await coord.add_partitions(tid, pid, epoch, wanted)
+        try:
+            error = await coord.add_partitions(tid, pid, epoch, wanted)
+        except Exception:  # the coordinator's table cannot be written: the client retries
+            error = ErrorCode.COORDINATOR_NOT_AVAILABLE
         errors = dict.fromkeys(wanted, for_version(error, version, 2))
     by_topic: dict[str, list[Any]] = {}
     for name, p in wanted:

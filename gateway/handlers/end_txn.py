@@ -11,14 +11,19 @@ from kafka.protocol.producer import EndTxnRequest, EndTxnResponse
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.gateway.txn.wiring import coordinator_of, for_version
 from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(EndTxnRequest, EndTxnResponse, 0, 5)
 
 
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
-    error = await coordinator_of(ctx).end_txn(
-        request.transactional_id, request.producer_id, request.producer_epoch, request.committed
-    )
+    try:
+        error = await coordinator_of(ctx).end_txn(
+            request.transactional_id, request.producer_id, request.producer_epoch,
+            request.committed,
+        )
+    except Exception:  # the coordinator's table cannot be written: the client retries
+        error = ErrorCode.COORDINATOR_NOT_AVAILABLE
     return EndTxnResponse(
         throttle_time_ms=0, error_code=for_version(error, req.api_version, 2),
         producer_id=request.producer_id, producer_epoch=request.producer_epoch,

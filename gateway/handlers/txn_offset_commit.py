@@ -36,14 +36,17 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             epoch = p.committed_leader_epoch if v >= 2 else -1
             offsets[tp] = PendingOffset(p.committed_offset, epoch, p.committed_metadata or "")
     if offsets:
-        error = await coordinator_of(ctx).txn_offset_commit(
-            request.transactional_id, request.producer_id, request.producer_epoch,
-            request.group_id,
-            request.generation_id if v >= 3 else -1,
-            request.member_id if v >= 3 else "",
-            request.group_instance_id if v >= 3 else None,
-            offsets,
-        )
+        try:
+            error = await coordinator_of(ctx).txn_offset_commit(
+                request.transactional_id, request.producer_id, request.producer_epoch,
+                request.group_id,
+                request.generation_id if v >= 3 else -1,
+                request.member_id if v >= 3 else "",
+                request.group_instance_id if v >= 3 else None,
+                offsets,
+            )
+        except Exception:  # the coordinator's table cannot be written: the client retries
+            error = ErrorCode.COORDINATOR_NOT_AVAILABLE
         error = for_version(error, v, 3)
         errors.update(dict.fromkeys(offsets, error))
     topics: dict[str, list[Any]] = {}

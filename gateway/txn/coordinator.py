@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -155,10 +156,17 @@ class TransactionCoordinator:
             lock = self._locks[tid] = asyncio.Lock()
         return lock
 
-    async def _persist(self, meta: TxnMetadata) -> None:
+    async def _persist(self, meta: TxnMetadata, before: TxnMetadata) -> None:
+        """Write ``meta`` (changed in memory from ``before``); if the write fails, the
+        change is undone in memory too, so memory never runs ahead of the table (a
+        partition remembered as added but not durably so would get no marker)."""
         meta.updated_ms = self._clock_ms()
         key = _KEY + meta.transactional_id.encode()
-        await self._store.table_put(TXN_TABLE, [TableUpdate(key, meta.encode())])
+        try:
+            await self._store.table_put(TXN_TABLE, [TableUpdate(key, meta.encode())])
+        except BaseException:
+            meta.__dict__.update(copy.deepcopy(before).__dict__)
+            raise
 
     # -- InitProducerId --------------------------------------------------------------------
 
@@ -174,7 +182,7 @@ class TransactionCoordinator:
             meta = self._txns.get(tid)
             if meta is None:
                 meta = TxnMetadata(tid, await self._ids.allocate(), -1, timeout_ms)
-                meta.producer_epoch = -1
+            before = copy.deepcopy(meta)
             if expected_pid >= 0 and not (
                 (expected_pid, expected_epoch) == (meta.producer_id, meta.producer_epoch)
                 or (expected_pid, expected_epoch) == (meta.last_producer_id, meta.last_producer_epoch)
@@ -202,7 +210,7 @@ class TransactionCoordinator:
             meta.offsets.clear()
             meta.groups.clear()
             meta.start_ms = -1
-            await self._persist(meta)
+            await self._persist(meta, before)
             self._txns[tid] = meta
             self._by_pid[meta.producer_id] = meta
             return E.NONE, meta.producer_id, meta.producer_epoch
@@ -238,9 +246,10 @@ class TransactionCoordinator:
             wanted = set(partitions)
             if meta.state == TxnState.ONGOING and wanted <= meta.partitions:
                 return E.NONE
+            before = copy.deepcopy(meta)
             self._begin(meta)
             meta.partitions |= wanted
-            await self._persist(meta)
+            await self._persist(meta, before)
             return E.NONE
 
     def verify_partitions(
@@ -268,7 +277,7 @@ class TransactionCoordinator:
         meta = self._by_pid.get(producer_id)
         if meta is None:
             return E.INVALID_PRODUCER_ID_MAPPING
-        if epoch != meta.producer_epoch:
+        if producer_id != meta.producer_id or epoch != meta.producer_epoch:  # rotated or bumped
             return E.INVALID_PRODUCER_EPOCH
         if meta.state != TxnState.ONGOING or (topic, partition) not in meta.partitions:
             return E.INVALID_TXN_STATE
@@ -282,9 +291,10 @@ class TransactionCoordinator:
                 return error
             if meta.state == TxnState.ONGOING and group_id in meta.groups:
                 return E.NONE
+            before = copy.deepcopy(meta)
             self._begin(meta)
             meta.groups.add(group_id)
-            await self._persist(meta)
+            await self._persist(meta, before)
             return E.NONE
 
     async def txn_offset_commit(
@@ -301,8 +311,9 @@ class TransactionCoordinator:
             error = self._groups.check_txn_commit(group_id, generation_id, member_id, group_instance_id)
             if error != E.NONE:
                 return error
+            before = copy.deepcopy(meta)
             meta.offsets.setdefault(group_id, {}).update(offsets)
-            await self._persist(meta)
+            await self._persist(meta, before)
             return E.NONE
 
     # -- ending ----------------------------------------------------------------------------
@@ -340,6 +351,7 @@ class TransactionCoordinator:
 
     async def _begin_end(self, meta: TxnMetadata, *, commit: bool, bump: bool) -> None:
         """Ongoing → Prepare*, durably (with the epoch bumped when fencing)."""
+        before = copy.deepcopy(meta)
         if bump:
             if meta.producer_epoch + 1 > EPOCH_MAX:
                 # Kafka aborts with the last epoch here; the next InitProducerId rotates the id.
@@ -350,7 +362,7 @@ class TransactionCoordinator:
         meta.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         if not commit:
             meta.offsets.clear()
-        await self._persist(meta)
+        await self._persist(meta, before)
 
     def _spawn_completion(self, meta: TxnMetadata) -> asyncio.Task[None]:
         tid = meta.transactional_id
@@ -378,8 +390,9 @@ class TransactionCoordinator:
             for group_id, offsets in meta.offsets.items():
                 await self._groups.apply_txn_offsets(group_id, offsets)
         async with self._lock(meta.transactional_id):
+            before = copy.deepcopy(meta)
             meta.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-            await self._persist(meta)
+            await self._persist(meta, before)
 
     # -- views -----------------------------------------------------------------------------
 

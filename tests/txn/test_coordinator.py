@@ -185,3 +185,33 @@ async def test_in_doubt_commit_is_completed_by_the_next_coordinator(parts) -> No
     assert groups2.applied == {"g": offsets}
     assert await coord2.init_producer_id("a", 1000) == (E.NONE, 100, 1)
     await coord2.close()
+
+
+class FailingStore(InMemorySegmentStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail = False
+
+    async def table_put(self, name, updates):  # type: ignore[no-untyped-def]
+        if self.fail:
+            raise OSError("table segment unavailable")
+        return await super().table_put(name, updates)
+
+
+async def test_a_failed_write_leaves_memory_as_the_table_has_it() -> None:
+    store, markers, groups, clock = FailingStore(), Markers(), Groups(), Clock()
+    coord = make(store, markers, groups, clock)
+    await coord.start(ticker=False)
+    await coord.init_producer_id("a", 1000)
+    store.fail = True
+    with pytest.raises(OSError):
+        await coord.add_partitions("a", 100, 0, [("t", 0)])
+    assert coord.describe("a").state == TxnState.EMPTY and not coord.describe("a").partitions
+    assert coord.verify_produce("t", 0, 100, 0) == E.INVALID_TXN_STATE
+    store.fail = False
+    assert await coord.add_partitions("a", 100, 0, [("t", 0)]) == E.NONE  # written this time
+    reloaded = make(store, Markers(), Groups(), clock)
+    await reloaded.start(ticker=False)
+    assert reloaded.describe("a").partitions == {("t", 0)}
+    await reloaded.close()
+    await coord.close()
