@@ -1,5 +1,6 @@
-"""EndTxn (key 26), v0-5: commit or abort. Answered once the decision is durable and,
-normally, once every marker is written (see ``gateway.txn.coordinator``). v5's epoch in
+"""EndTxn (key 26), v0-5: commit or abort. Answered once the decision (PrepareCommit or
+PrepareAbort) is durable, as Kafka answers it; the markers follow (see
+``gateway.txn.coordinator``). v5's epoch in
 the answer is the producer's current one: the per-transaction epoch bump of KIP-890's
 transaction version 2 is not advertised, so clients do not expect it."""
 
