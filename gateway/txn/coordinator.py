@@ -25,7 +25,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from tidegate.core.segmentstore.api import SegmentExistsError, SegmentStore, TableUpdate
+from tidegate.core.segmentstore.api import (
+    SegmentExistsError,
+    SegmentStore,
+    TableRemoval,
+    TableUpdate,
+)
 from tidegate.gateway.txn.state import PendingOffset, TopicPartition, TxnMetadata, TxnState
 from tidegate.protocol.errors import ErrorCode as E
 
@@ -68,6 +73,9 @@ class TxnConfig:
     #: How long a request waits for its id's previous transaction to complete before it
     #: is answered CONCURRENT_TRANSACTIONS (Kafka answers at once; clients retry).
     completion_wait_ms: int = 10_000
+    #: Kafka's ``transactional.id.expiration.ms``: an id with no transaction open that
+    #: has not been used for this long is forgotten (its state and producer id).
+    id_expiration_ms: int = 7 * 24 * 3600 * 1000
 
 
 class TransactionCoordinator:
@@ -149,6 +157,24 @@ class TransactionCoordinator:
                 self._spawn_completion(meta)
             elif meta.state.preparing and tid not in self._completing:
                 self._spawn_completion(meta)
+            elif (meta.state.complete or meta.state == TxnState.EMPTY) and (
+                now - meta.updated_ms > self.config.id_expiration_ms
+            ):
+                await self._expire(meta)
+
+    async def _expire(self, meta: TxnMetadata) -> None:
+        tid = meta.transactional_id
+        async with self._lock(tid):
+            if self._txns.get(tid) is not meta or not (
+                meta.state.complete or meta.state == TxnState.EMPTY
+            ):
+                return
+            await self._store.table_remove(TXN_TABLE, [TableRemoval(_KEY + tid.encode())])
+            del self._txns[tid]
+            if self._by_pid.get(meta.producer_id) is meta:
+                del self._by_pid[meta.producer_id]
+        self._locks.pop(tid, None)
+        log.info("transactional id %r expired", tid)
 
     def _lock(self, tid: str) -> asyncio.Lock:
         lock = self._locks.get(tid)

@@ -215,3 +215,20 @@ async def test_a_failed_write_leaves_memory_as_the_table_has_it() -> None:
     assert reloaded.describe("a").partitions == {("t", 0)}
     await reloaded.close()
     await coord.close()
+
+
+async def test_unused_ids_expire(parts) -> None:
+    store, markers, groups, clock = parts
+    coord = TransactionCoordinator(store, Ids(), markers, groups, clock,
+                                   TxnConfig(max_timeout_ms=60_000, id_expiration_ms=10_000))
+    await coord.start(ticker=False)
+    await coord.init_producer_id("old", 1000)
+    await coord.init_producer_id("busy", 1000)
+    await coord.add_partitions("busy", 101, 0, [("t", 0)])
+    clock.now_ms += 5_000
+    await coord.init_producer_id("new", 1000)
+    clock.now_ms += 6_000
+    await coord.maintain()
+    assert coord.describe("old") is None and coord.describe("new") is not None
+    assert coord.describe("busy") is not None  # timed out and aborted, not expired yet
+    await coord.close()
