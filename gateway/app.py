@@ -90,6 +90,7 @@ class Gateway:
                 max_timeout_ms=self.config.transaction_max_timeout_ms,
                 check_interval_ms=self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
                 id_expiration_ms=self.config.transactional_id_expiration_ms,
+                end_wait_ms=self.config.transaction_end_wait_ms,
             ),
         )
         await txns.start()
