@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from typing import Any
 
 from kafka.protocol.admin import (
@@ -161,6 +162,15 @@ def _scenario(c: Conn) -> None:
                     2, ListTransactionsResponse)
     assert [s.transactional_id for s in listed.transaction_states] == ["raw"]
     assert listed.unknown_state_filters == ["Bogus"]
+    # A pattern that backtracks exponentially in Python's re is linear in RE2.
+    evil_id = "a" * 40 + "!"
+    assert c.call(InitProducerIdRequest(transactional_id=evil_id, transaction_timeout_ms=60_000),
+                  4, InitProducerIdResponse).error_code == 0
+    started = time.monotonic()
+    evil = c.call(ListTransactionsRequest(state_filters=[], producer_id_filters=[], duration_filter=-1,
+                                          transactional_id_pattern="(a+)+"), 2, ListTransactionsResponse)
+    assert evil.error_code == 0 and evil.transaction_states == []
+    assert time.monotonic() - started < 2
     bad = c.call(ListTransactionsRequest(state_filters=[], producer_id_filters=[], duration_filter=-1,
                                          transactional_id_pattern="("), 2, ListTransactionsResponse)
     assert bad.error_code == E.INVALID_REQUEST
