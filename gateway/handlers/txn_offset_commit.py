@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.producer import TxnOffsetCommitRequest, TxnOffsetCommitResponse
+from tidegate.gateway.groups.errors import OFFSET_METADATA_TOO_LARGE
+from tidegate.gateway.groups.wiring import coordinator_of as groups_of
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.gateway.txn.state import PendingOffset
 from tidegate.gateway.txn.wiring import coordinator_of, for_version
@@ -25,6 +27,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     errors: dict[tuple[str, int], int] = {}
     offsets: dict[tuple[str, int], PendingOffset] = {}
     order: list[tuple[str, int]] = []
+    metadata_max = groups_of(ctx).config.offset_metadata_bytes_max
     for t in request.topics:
         info = ctx.topics.get(t.name)
         for p in t.partitions:
@@ -34,7 +37,11 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                 errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             epoch = p.committed_leader_epoch if v >= 2 else -1
-            offsets[tp] = PendingOffset(p.committed_offset, epoch, p.committed_metadata or "")
+            metadata = p.committed_metadata or ""
+            if len(metadata.encode()) > metadata_max:  # as OffsetCommit checks it
+                errors[tp] = OFFSET_METADATA_TOO_LARGE
+                continue
+            offsets[tp] = PendingOffset(p.committed_offset, epoch, metadata)
     if offsets:
         try:
             error = await coordinator_of(ctx).txn_offset_commit(

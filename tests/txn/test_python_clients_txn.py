@@ -4,10 +4,11 @@ committed and an aborted transaction each, read back with both isolation levels.
 from __future__ import annotations
 
 import asyncio
+import time
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition as AioTopicPartition
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from tests.clients.server import Tidegate
 from tests.txn.helpers import create_topic, read_all
@@ -32,6 +33,22 @@ def test_kafka_python_transactions(tidegate: Tidegate) -> None:
     committed = read_all(tidegate.bootstrap, "kp", 2, committed=True, expect=6)
     assert sorted(committed) == sorted(f"c-{i}".encode() for i in range(6))
     assert len(read_all(tidegate.bootstrap, "kp", 2, committed=False)) == 9
+    # kafka-python's own consumer, both isolation levels.
+    for level, want in (("read_committed", 6), ("read_uncommitted", 9)):
+        consumer = KafkaConsumer(bootstrap_servers=tidegate.bootstrap, isolation_level=level,
+                                 auto_offset_reset="earliest", enable_auto_commit=False)
+        try:
+            consumer.assign([TopicPartition("kp", 0), TopicPartition("kp", 1)])
+            values: list[bytes] = []
+            deadline = time.monotonic() + 15
+            while len(values) < want and time.monotonic() < deadline:
+                for records in consumer.poll(timeout_ms=300).values():
+                    values += [r.value for r in records]
+            assert len(values) == want, (level, values)
+            if level == "read_committed":
+                assert sorted(values) == sorted(f"c-{i}".encode() for i in range(6))
+        finally:
+            consumer.close()
 
 
 async def _aiokafka_round(bootstrap: str) -> tuple[list[bytes], list[bytes]]:

@@ -151,6 +151,14 @@ def _scenario(c: Conn) -> None:
             partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata="")])],
     ), 3, TxnOffsetCommitResponse)
     assert commit.topics[0].partitions[0].error_code == E.INVALID_TXN_STATE  # no AddOffsetsToTxn
+    big = c.call(TxnOffsetCommitRequest(
+        transactional_id="raw", group_id="g", producer_id=pid, producer_epoch=epoch,
+        generation_id=-1, member_id="", group_instance_id=None,
+        topics=[T(name="raw", partitions=[T.TxnOffsetCommitRequestPartition(
+            partition_index=0, committed_offset=1, committed_leader_epoch=-1,
+            committed_metadata="x" * 5000)])],
+    ), 3, TxnOffsetCommitResponse)
+    assert big.topics[0].partitions[0].error_code == 12  # OFFSET_METADATA_TOO_LARGE
 
     # The admin views while the transaction is open.
     desc = c.call(DescribeTransactionsRequest(transactional_ids=["raw", "ghost"]), 0,
