@@ -82,9 +82,10 @@ class Gateway:
         from tidegate.gateway.txn.coordinator import TransactionCoordinator, TxnConfig
 
         self.ctx.extensions[txn_wiring.INDEX_KEY] = partition_txns
+        markers = txn_wiring.LogMarkerWriter(topics, logs, producers, self.clock_ms)
+        self.ctx.extensions[txn_wiring.MARKERS_KEY] = markers
         txns = TransactionCoordinator(
-            self.store, producer_ids,
-            txn_wiring.LogMarkerWriter(topics, logs, producers, self.clock_ms),
+            self.store, producer_ids, markers,
             txn_wiring.GroupOffsetsAdapter(groups), self.clock_ms,
             TxnConfig(
                 max_timeout_ms=self.config.transaction_max_timeout_ms,

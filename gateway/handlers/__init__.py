@@ -140,6 +140,7 @@ HANDLER_MODULES = [
     "add_offsets_to_txn",
     "txn_offset_commit",
     "end_txn",
+    "write_txn_markers",
     "describe_transactions",
     "list_transactions",
     "describe_producers",

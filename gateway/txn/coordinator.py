@@ -309,6 +309,15 @@ class TransactionCoordinator:
             return E.INVALID_TXN_STATE
         return E.NONE
 
+    def holds(self, producer_id: int, tp: TopicPartition) -> bool:
+        """Whether ``producer_id``'s open transaction holds ``tp`` (WriteTxnMarkers)."""
+        meta = self._by_pid.get(producer_id)
+        return (
+            meta is not None and meta.producer_id == producer_id
+            and meta.state != TxnState.EMPTY and not meta.state.complete
+            and tp in meta.partitions
+        )
+
     async def add_offsets(self, tid: str, pid: int, epoch: int, group_id: str) -> int:
         await self._completed(tid)
         async with self._lock(tid):

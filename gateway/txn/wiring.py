@@ -16,6 +16,8 @@ from tidegate.gateway.txn.state import PendingOffset, TopicPartition
 
 EXTENSION_KEY = "transactions"
 INDEX_KEY = "partition_txns"
+#: The ``LogMarkerWriter`` (WriteTxnMarkers appends through it too).
+MARKERS_KEY = "txn_markers"
 #: ``verify(topic, partition, producer id, epoch) -> error code`` for transactional batches.
 VERIFY_KEY = "txn_verify"
 

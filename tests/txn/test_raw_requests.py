@@ -30,6 +30,8 @@ from kafka.protocol.producer import (
     ProduceResponse,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 )
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from tidegate.protocol.errors import ErrorCode as E
@@ -189,9 +191,22 @@ def _scenario(c: Conn) -> None:
     assert [(s.producer_id, s.current_txn_start_offset) for s in p0.active_producers] == [(pid, 0)]
     assert p5.error_code == E.UNKNOWN_TOPIC_OR_PARTITION
 
+    # WriteTxnMarkers (the Admin's abortTransaction): aborts only, never a partition the
+    # coordinator's open transaction holds.
+    M = WriteTxnMarkersRequest.WritableTxnMarker
+    def markers(commit: bool, partitions: list[int]) -> dict[int, int]:
+        resp = c.call(WriteTxnMarkersRequest(markers=[M(
+            producer_id=pid, producer_epoch=epoch, transaction_result=commit, coordinator_epoch=0,
+            topics=[M.WritableTxnMarkerTopic(name="raw", partition_indexes=partitions)],
+        )]), 1, WriteTxnMarkersResponse)
+        return {p.partition_index: p.error_code for p in resp.markers[0].topics[0].partitions}
+    assert markers(False, [0, 3]) == {0: E.INVALID_TXN_STATE, 3: E.UNKNOWN_TOPIC_OR_PARTITION}
+    assert markers(True, [0]) == {0: E.INVALID_REQUEST}
+
     end = c.call(EndTxnRequest(transactional_id="raw", producer_id=pid, producer_epoch=epoch,
                                committed=False), 3, EndTxnResponse)
     assert end.error_code == 0
     end = c.call(EndTxnRequest(transactional_id="raw", producer_id=pid, producer_epoch=epoch,
                                committed=True), 3, EndTxnResponse)
     assert end.error_code == E.INVALID_TXN_STATE
+    assert markers(False, [0]) == {0: E.NONE}  # nothing open any more: a harmless abort
