@@ -95,6 +95,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="consumers' fetch.queue.backoff.ms (librdkafka: 1000, a 1 s pause whenever "
         "100,000 records are queued)",
     )
+    p.add_argument(
+        "--txn-commit-ms",
+        type=int,
+        default=100,
+        help="tidegate only: each large-record case is produced again by transactional "
+        "producers committing this often (0: not run)",
+    )
     p.add_argument("--latency-mbps", type=float, default=5.0, help="offered MB/s (1e6 B/s)")
     p.add_argument("--latency-seconds", type=float, default=10.0, help="0 skips the latency phase")
     p.add_argument("--latency-warmup-seconds", type=float, default=2.0)
@@ -189,7 +196,8 @@ class Bench:
             self.compared[f"{report.TIDEGATE}@{ref}"] = (tree, f"tidegate {commit}")
 
     def steps_per_system(self) -> int:
-        return 1 + 2 * len(self.cases) + 1  # start, produce + consume per case, latency
+        # start, produce + consume (+ transactional produce) per case, latency
+        return 1 + 3 * len(self.cases) + 1
 
     def steps_total(self) -> int:
         runs: int = self.args.runs
@@ -327,6 +335,14 @@ class Bench:
                     produced_bytes += records * size
                     self.phase(run, server, f"consume-{size}B-p{parts}", consume)
                 step(f"consume {size}B p{parts}")
+                txn_ms = self.args.txn_commit_ms
+                if txn_ms > 0 and size == self.args.large_bytes and name == report.TIDEGATE:
+                    txn = functools.partial(
+                        self.produce_case, server, f"{topic}-txn", size, parts, records, txn_ms
+                    )
+                    if self.phase(run, server, f"txn-produce-{size}B-p{parts}", txn):
+                        produced_bytes += records * size
+                step(f"txn produce {size}B p{parts}")
             if self.args.latency_seconds > 0:  # 0: the latency phase is not run
                 self.latency(run, server)
                 produced_bytes += int(
@@ -350,7 +366,8 @@ class Bench:
             bar.update(per_system - done)
 
     def produce_case(
-        self, server: systems.Server, topic: str, size: int, partitions: int, records: int
+        self, server: systems.Server, topic: str, size: int, partitions: int, records: int,
+        txn_commit_ms: int = 0,
     ) -> workloads.PhaseResult:
         workloads.create_topic(server.bootstrap, topic, partitions, self.args.ready_timeout_s)
         return workloads.run_produce(
@@ -362,6 +379,7 @@ class Bench:
             self.args.producers,
             server.pid,
             self.args.phase_timeout_s,
+            txn_commit_ms,
         )
 
     def latency(self, run: int, server: systems.Server) -> None:

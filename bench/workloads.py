@@ -131,7 +131,10 @@ def _produce_worker(
     records: int,
     timeout_s: float,
     gate: Gate,
+    txn_commit_ms: int = 0,
 ) -> None:
+    import uuid
+
     from confluent_kafka import Producer
 
     failures: list[str] = []
@@ -142,12 +145,21 @@ def _produce_worker(
 
     conf = tuning.producer(bootstrap)
     conf.update({"delivery.report.only.error": True, "on_delivery": on_delivery})
+    if txn_commit_ms:
+        conf.update({"transactional.id": f"bench-{uuid.uuid4().hex}",
+                     "enable.idempotence": True, "acks": "all"})
     producer = Producer(conf)
     producer.list_topics(topic, timeout=timeout_s)  # connect and learn leaders untimed
+    if txn_commit_ms:
+        producer.init_transactions(timeout_s)
     value = os.urandom(record_bytes)
     gate.ready_then_wait(timeout_s)
     start, cpu0 = time.monotonic(), time.process_time()
     produce, poll = producer.produce, producer.poll
+    commit_s = txn_commit_ms / 1000
+    if txn_commit_ms:
+        producer.begin_transaction()
+        txn_start = time.monotonic()
     for i in range(records):
         while True:
             try:
@@ -157,6 +169,14 @@ def _produce_worker(
                 poll(0.001)
         if i & 0x3FFF == 0:
             poll(0)
+        # A transaction every `txn_commit_ms` (checked every 64 records: a clock read
+        # per record would be a client cost of its own).
+        if txn_commit_ms and i & 0x3F == 0 and time.monotonic() - txn_start >= commit_s:
+            producer.commit_transaction(timeout_s)
+            producer.begin_transaction()
+            txn_start = time.monotonic()
+    if txn_commit_ms:
+        producer.commit_transaction(timeout_s)
     undelivered = producer.flush(timeout_s)
     end = time.monotonic()
     gate.report(
@@ -179,8 +199,10 @@ def run_produce(
     processes: int,
     server_pid: int,
     timeout_s: float,
+    txn_commit_ms: int = 0,
 ) -> PhaseResult:
-    """`records` records of `record_bytes` split over `processes` producers, acks=all."""
+    """`records` records of `record_bytes` split over `processes` producers, acks=all;
+    with `txn_commit_ms`, transactional producers committing that often."""
     gate = Gate.new()
     shares = [
         records // processes + (1 if i < records % processes else 0) for i in range(processes)
@@ -189,7 +211,7 @@ def run_produce(
         SPAWN.Process(
             target=_produce_worker,
             daemon=True,
-            args=(bootstrap, tuning, topic, record_bytes, n, timeout_s, gate),
+            args=(bootstrap, tuning, topic, record_bytes, n, timeout_s, gate, txn_commit_ms),
         )
         for n in shares
     ]

@@ -81,6 +81,12 @@ class Gateway:
             self.store.traffic, self.controller_counts, self.traffic,
         )
         self.metrics.add_collector(scaling, scaling.refresh)
+        # Transactions (gateway/txn): each partition's transaction index is kept with the
+        # offset index, so it is hooked in before the rebuild replays the segments.
+        from tidegate.gateway.txn.partition_txns import PartitionTxns
+
+        partition_txns = PartitionTxns(index)
+        logs.index_hook = partition_txns
         rebuilt = await logs.rebuild()
         if rebuilt:
             log.info("offset index: %d appends indexed from the segments", rebuilt)
@@ -97,6 +103,26 @@ class Gateway:
             logs=logs, index=index, producers=producers, producer_ids=producer_ids,
             registry=self.registry, group_coordinator=groups, clock_ms=self.clock_ms,
         )
+        # The transaction coordinator: in-doubt transactions are completed before serving.
+        from tidegate.gateway.txn import wiring as txn_wiring
+        from tidegate.gateway.txn.coordinator import TransactionCoordinator, TxnConfig
+
+        self.ctx.partition_txns = partition_txns
+        markers = txn_wiring.LogMarkerWriter(topics, logs, producers, self.clock_ms)
+        self.ctx.txn_markers = markers
+        ctx = self.ctx
+        txns = TransactionCoordinator(
+            self.store, producer_ids, markers,
+            txn_wiring.GroupOffsetsAdapter(lambda: ctx.groups), self.clock_ms,
+            TxnConfig(
+                max_timeout_ms=self.config.transaction_max_timeout_ms,
+                check_interval_ms=self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+                id_expiration_ms=self.config.transactional_id_expiration_ms,
+                end_wait_ms=self.config.transaction_end_wait_ms,
+            ),
+        )
+        await txns.start()
+        self.ctx.transactions = txns
         # Log starts follow the controller's retention truncation (gateway/log/log_start.py).
         follower = RetentionFollower(self.ctx)
         follower.start()
@@ -122,6 +148,9 @@ class Gateway:
         if self.ctx is None:
             return
         self.ctx.stop()
+        txns, self.ctx.transactions = self.ctx.transactions, None
+        if txns is not None:
+            await txns.close()
         follower, self.ctx.retention_follower = self.ctx.retention_follower, None
         if follower is not None:
             await follower.close()

@@ -86,6 +86,17 @@ class GatewayConfig:
     controller: dict[str, Any] = field(default_factory=dict)
     #: Group coordinator settings (``gateway.groups.GroupConfig`` fields).
     groups: dict[str, Any] = field(default_factory=dict)
+    #: Kafka's ``transaction.max.timeout.ms``: InitProducerId asking for more gets
+    #: INVALID_TRANSACTION_TIMEOUT.
+    transaction_max_timeout_ms: int = 15 * 60 * 1000
+    #: How often Ongoing transactions past their timeout are looked for and aborted
+    #: (Kafka's ``transaction.abort.timed.out.transaction.cleanup.interval.ms``).
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    #: How long EndTxn waits for its markers before answering (0: answered once the
+    #: decision is durable, as Kafka does).
+    transaction_end_wait_ms: int = 0
+    #: Kafka's ``transactional.id.expiration.ms``: unused transactional ids are forgotten.
+    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
 
     @property
     def listen_address(self) -> tuple[str, int]:

@@ -238,6 +238,43 @@ class GroupCoordinator(Membership):
                 self._store.remove_offsets(group_id, list(accepted))
         return {**errors, **dict.fromkeys(accepted, E.NONE)}
 
+    # -- transactional offsets (gateway/txn): checked at TxnOffsetCommit, applied at commit
+
+    def check_txn_commit(
+        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+    ) -> int:
+        """KIP-447 fencing of a TxnOffsetCommit: a member id, when given, must belong to
+        the group and a generation, when given, must be the current one."""
+        if not self._loaded:
+            return E.COORDINATOR_LOAD_IN_PROGRESS
+        if not group_id:
+            return E.INVALID_GROUP_ID
+        g = self._groups.get(group_id)
+        if g is None:
+            return E.ILLEGAL_GENERATION if generation_id >= 0 else E.NONE
+        if g.is_(S.DEAD):
+            return E.COORDINATOR_NOT_AVAILABLE
+        if g.fenced(group_instance_id, member_id):
+            return E.FENCED_INSTANCE_ID
+        if member_id and member_id not in g.members:
+            return E.UNKNOWN_MEMBER_ID
+        if generation_id >= 0 and generation_id != g.generation_id:
+            return E.ILLEGAL_GENERATION
+        return E.NONE
+
+    async def apply_txn_offsets(
+        self, group_id: str, offsets: dict[TopicPartition, OffsetCommit]
+    ) -> None:
+        """Make a committed transaction's offsets the group's (durably); raises if the
+        store fails, so the transaction stays in PrepareCommit and is retried."""
+        now = self._wall_clock_ms()
+        accepted = {
+            tp: CommittedOffset(c.offset, c.leader_epoch, c.metadata, now) for tp, c in offsets.items()
+        }
+        await self._store.put_offsets(group_id, accepted)
+        g = self._groups.get(group_id) or self._new_group(group_id)
+        g.offsets.update(accepted)
+
     def fetch_offsets(
         self, group_id: str, partitions: Sequence[TopicPartition] | None
     ) -> tuple[int, dict[TopicPartition, CommittedOffset | None]]:

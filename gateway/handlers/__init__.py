@@ -50,6 +50,9 @@ from tidegate.gateway.log.partitions import PartitionLogs
 from tidegate.gateway.log.producer_ids import ProducerIdAllocator
 from tidegate.gateway.log.producer_state import ProducerStates
 from tidegate.gateway.log.topics import TopicRegistry
+from tidegate.gateway.txn.coordinator import TransactionCoordinator
+from tidegate.gateway.txn.partition_txns import PartitionTxns
+from tidegate.gateway.txn.wiring import LogMarkerWriter
 from tidegate.protocol.apis import ApiSpec
 
 
@@ -135,6 +138,15 @@ HANDLER_MODULES = [
     "describe_groups",
     "list_groups",
     "delete_groups",
+    # Transactions (gateway/txn).
+    "add_partitions_to_txn",
+    "add_offsets_to_txn",
+    "txn_offset_commit",
+    "end_txn",
+    "write_txn_markers",
+    "describe_transactions",
+    "list_transactions",
+    "describe_producers",
 ]
 
 
@@ -190,6 +202,11 @@ class HandlerContext:
     retention_follower: RetentionFollower | None = None
     #: Partition leadership in cluster mode; None on the embedded single node.
     cluster: PartitionLeaders | None = None
+    #: Kafka transactions (``gateway/txn``): the coordinator, each partition's open and
+    #: aborted transactions, and the writer of commit/abort markers.
+    transactions: TransactionCoordinator | None = None
+    partition_txns: PartitionTxns | None = None
+    txn_markers: LogMarkerWriter | None = None
 
     @property
     def groups(self) -> GroupCoordinator:

@@ -3,8 +3,11 @@
 - Fetch sessions are not kept: every answer carries session id 0, which tells clients
   to send full fetch requests; a request naming a session gets
   FETCH_SESSION_ID_NOT_FOUND.
-- Every partition answer carries the log start offset and the high watermark; the last
-  stable offset equals the high watermark until transactions exist.
+- Every partition answer carries the log start offset, the high watermark and the last
+  stable offset (``gateway.txn.partition_txns``). ``read_committed`` (isolation level 1)
+  answers stop at the LSO and carry the aborted transactions that overlap the answer,
+  which the client uses to drop aborted records; control batches are served as stored
+  (clients skip them).
 - Limits: the request's ``max_bytes`` (capped by ``fetch.max.bytes``) for the whole
   answer and ``partition_max_bytes`` per partition, except that the first batch of the
   first partition with data is returned whole even when it is larger (Kafka's rule).
@@ -26,6 +29,8 @@ from kafka.protocol.schemas.fields.codecs.types import Int32, UnsignedVarInt32
 from tidegate.core.segmentstore.api import SegmentStoreError, SegmentTruncatedError
 from tidegate.gateway.handlers import EncodedBody, HandlerContext, RequestContext
 from tidegate.gateway.log.partition_log import PartitionLog
+from tidegate.gateway.txn.partition_txns import PartitionTxns
+from tidegate.gateway.txn.wiring import partition_txns_of
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
 
@@ -35,6 +40,7 @@ log = logging.getLogger(__name__)
 
 _Topic = FetchResponse.FetchableTopicResponse
 _Partition = _Topic.PartitionData
+_Aborted = _Partition.AbortedTransaction
 
 # Placeholders for the records of each partition in an encoded answer (``_splice``):
 # this prefix, drawn once, then the partition's index (one getrandom call per
@@ -44,7 +50,8 @@ _TOKEN_INDEX = struct.Struct(">I")
 
 
 class _Part:
-    __slots__ = ("topic", "partition", "offset", "max_bytes", "plog", "error", "chunks", "size")
+    __slots__ = ("topic", "partition", "offset", "max_bytes", "plog", "error", "chunks", "size",
+                 "end")
 
     def __init__(self, topic: str, partition: int, offset: int, max_bytes: int) -> None:
         self.topic = topic
@@ -55,6 +62,8 @@ class _Part:
         self.error = ErrorCode.NONE
         self.chunks: list[memoryview] = []
         self.size = 0
+        #: Where this fetch may read up to: the high watermark, or the LSO (read_committed).
+        self.end = 0
 
 
 def _resolve(ctx: HandlerContext, part: _Part) -> None:
@@ -63,6 +72,15 @@ def _resolve(ctx: HandlerContext, part: _Part) -> None:
         part.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return
     part.plog = ctx.logs.get(part.topic, part.partition)
+
+
+def _set_ends(parts: list[_Part], txns: PartitionTxns | None, read_committed: bool) -> None:
+    for part in parts:
+        plog = part.plog
+        if plog is not None:
+            part.end = plog.high_watermark
+            if read_committed and txns is not None:
+                part.end = txns.last_stable_offset(plog.topic, plog.partition, part.end)
 
 
 def _check_ranges(parts: list[_Part]) -> None:
@@ -75,9 +93,7 @@ def _check_ranges(parts: list[_Part]) -> None:
 
 
 def _available(part: _Part) -> bool:
-    return part.plog is not None and part.error == ErrorCode.NONE and (
-        part.plog.high_watermark > part.offset
-    )
+    return part.plog is not None and part.error == ErrorCode.NONE and part.end > part.offset
 
 
 async def _read(ctx: HandlerContext, parts: list[_Part], response_max_bytes: int) -> int:
@@ -88,10 +104,12 @@ async def _read(ctx: HandlerContext, parts: list[_Part], response_max_bytes: int
         if plog is None or part.error != ErrorCode.NONE:
             continue
         budget = min(part.max_bytes, response_max_bytes - total)
-        if part.offset == plog.high_watermark or (budget <= 0 and total > 0):
+        if part.offset >= part.end or (budget <= 0 and total > 0):
             continue
         try:
-            chunks = await ctx.logs.read_batches(plog, part.offset, max(budget, 0), total == 0)
+            chunks = await ctx.logs.read_batches(
+                plog, part.offset, max(budget, 0), total == 0, part.end
+            )
         except SegmentTruncatedError:
             # Truncated behind the log start we know (retention): the offset is gone.
             part.error = ErrorCode.OFFSET_OUT_OF_RANGE
@@ -186,8 +204,11 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_s
     min_bytes = max(request.min_bytes, 0)
+    txns = partition_txns_of(ctx)
+    read_committed = request.isolation_level == 1
     while True:
         total = 0
+        _set_ends(parts, txns, read_committed)
         _check_ranges(parts)
         if any(_available(p) for p in parts):
             total = await _read(ctx, parts, response_max_bytes)
@@ -207,11 +228,22 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         plog = part.plog
         hw = plog.high_watermark if plog is not None else -1
         start = plog.log_start_offset if plog is not None else -1
+        lso = hw
+        aborted: list[Any] | None = None
+        if plog is not None and txns is not None:
+            lso = txns.last_stable_offset(part.topic, part.partition, hw)
+        if read_committed:
+            aborted = []
+            if txns is not None and part.size:
+                aborted = [
+                    _Aborted(producer_id=t.producer_id, first_offset=t.first_offset)
+                    for t in txns.aborted(part.topic, part.partition, part.offset, part.end)
+                ]
         by_topic.setdefault(part.topic, []).append(
             _Partition(
                 partition_index=part.partition, error_code=part.error, high_watermark=hw,
-                last_stable_offset=hw, log_start_offset=start,
-                aborted_transactions=[] if request.isolation_level == 1 else None,
+                last_stable_offset=lso, log_start_offset=start,
+                aborted_transactions=aborted,
                 preferred_read_replica=-1, records=token,
             )
         )

@@ -1,4 +1,5 @@
-"""ListOffsets (key 2): earliest (-2), latest (-1), max timestamp (-3), earliest local
+"""ListOffsets (key 2): earliest (-2), latest (-1; the last stable offset with isolation
+level 1, read_committed), max timestamp (-3), earliest local
 (-4, the same as earliest here), and by timestamp (the first record whose timestamp is
 at or after it; offset and timestamp -1 when none is). The time index finds the batch;
 only that one batch is decoded (kafka-python's record reader, decompressing if needed)
@@ -13,6 +14,7 @@ from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 from kafka.record.default_records import DefaultRecordBatch
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.gateway.log.partition_log import PartitionLog
+from tidegate.gateway.txn.wiring import partition_txns_of
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
 
@@ -43,8 +45,13 @@ async def _records(ctx: HandlerContext, plog: PartitionLog, base_offset: int) ->
         return [(entry.base_offset, entry.max_timestamp)]
 
 
-async def _lookup(ctx: HandlerContext, plog: PartitionLog, timestamp: int) -> tuple[int, int]:
+async def _lookup(
+    ctx: HandlerContext, plog: PartitionLog, timestamp: int, read_committed: bool
+) -> tuple[int, int]:
     if timestamp == LATEST:
+        txns = partition_txns_of(ctx)
+        if read_committed and txns is not None:
+            return txns.last_stable_offset(plog.topic, plog.partition, plog.high_watermark), -1
         return plog.high_watermark, -1
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return plog.log_start_offset, -1
@@ -70,6 +77,7 @@ async def _lookup(ctx: HandlerContext, plog: PartitionLog, timestamp: int) -> tu
 
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     topics = []
+    read_committed = req.api_version >= 2 and request.isolation_level == 1
     for topic in request.topics:
         info = ctx.topics.get(topic.name)
         partitions = []
@@ -81,7 +89,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                 )
                 continue
             plog = ctx.logs.get(topic.name, p.partition_index)
-            offset, ts = await _lookup(ctx, plog, p.timestamp)
+            offset, ts = await _lookup(ctx, plog, p.timestamp, read_committed)
             partitions.append(
                 _Partition(partition_index=p.partition_index, error_code=0, timestamp=ts,
                            offset=offset, leader_epoch=-1)

@@ -1,6 +1,9 @@
 """OffsetFetch (key 9), v1-9: one group (v1-7) or several (v8+, as the Java admin's
 listConsumerGroupOffsets batches them). Null topics (v2+) mean every committed
-partition. A partition with no commit answers offset -1 and metadata ""."""
+partition. A partition with no commit answers offset -1 and metadata "". With
+``require_stable`` (v7+, KIP-447) a partition whose offset waits in an open transaction
+answers UNSTABLE_OFFSET_COMMIT, so a consumer does not start from an offset that the
+transaction is about to move."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 from tidegate.gateway.groups import CommittedOffset
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(OffsetFetchRequest, OffsetFetchResponse, 1, 9)
 
@@ -29,11 +33,24 @@ def _fetch(ctx: HandlerContext, group_id: str, topics: Any) -> tuple[int, Fetche
     return ctx.groups.fetch_offsets(group_id, wanted)
 
 
-def _by_topic(fetched: Fetched, error: int) -> dict[str, list[tuple[int, int, int, str, int]]]:
+def _unstable(ctx: HandlerContext, group_id: str, require_stable: bool) -> set[tuple[str, int]]:
+    txns = ctx.transactions
+    if not require_stable or txns is None:
+        return set()
+    pending: set[tuple[str, int]] = txns.pending_offsets(group_id)
+    return pending
+
+
+def _by_topic(
+    fetched: Fetched, error: int, unstable: set[tuple[str, int]] | None = None
+) -> dict[str, list[tuple[int, int, int, str, int]]]:
     """topic -> [(partition, offset, leader epoch, metadata, error)], sorted."""
     out: dict[str, list[tuple[int, int, int, str, int]]] = {}
     for (topic, partition), c in sorted(fetched.items()):
-        if c is None:
+        row: tuple[int, int, int, str, int]
+        if unstable and (topic, partition) in unstable:
+            row = (partition, -1, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT)
+        elif c is None:
             row = (partition, -1, -1, "", error)
         else:
             row = (partition, c.offset, c.leader_epoch, c.metadata or "", error)
@@ -57,7 +74,9 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                     for p, o, e, m, err in rows
                 ],
             )
-            for name, rows in _by_topic(fetched, 0).items()
+            for name, rows in _by_topic(
+                fetched, 0, _unstable(ctx, request.group_id, v >= 7 and request.require_stable)
+            ).items()
         ]
         return OffsetFetchResponse(throttle_time_ms=0, topics=topics, error_code=error)
     groups = []
@@ -78,7 +97,9 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                             for p, o, e, m, err in rows
                         ],
                     )
-                    for name, rows in _by_topic(fetched, 0).items()
+                    for name, rows in _by_topic(
+                        fetched, 0, _unstable(ctx, g.group_id, request.require_stable)
+                    ).items()
                 ],
             )
         )

@@ -119,6 +119,12 @@ def _assign(ctx: HandlerContext, work: _Work) -> None:
     """The synchronous step: idempotence check, offset assignment, submission."""
     batch, plog = work.batch, work.plog
     assert batch is not None and plog is not None and work.records is not None
+    if batch.is_transactional:  # gateway/txn: the transaction must hold the partition
+        verify = ctx.transactions.verify_produce if ctx.transactions is not None else None
+        error = verify(work.topic, work.partition, batch.producer_id, batch.producer_epoch) if verify else 0
+        if error:
+            work.error = ErrorCode(error)
+            return
     if batch.is_idempotent:
         verdict = ctx.producers.check(work.topic, work.partition, batch)
         if isinstance(verdict, Duplicate):

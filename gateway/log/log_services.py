@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from typing import Any, Protocol
 
 from tidegate.core.segmentstore.api import SegmentStore
-from tidegate.gateway.log.offset_index import OffsetIndex
+from tidegate.gateway.log.offset_index import IndexWrite, OffsetIndex
 from tidegate.gateway.log.producer_state import ProducerStates
 from tidegate.gateway.log.topics import TopicRegistry
+from tidegate.protocol.record_batch import BatchHeader
 
 
 class TrafficSink(Protocol):
@@ -18,6 +19,20 @@ class TrafficSink(Protocol):
     def record(self, topic: str, partition: int, nbytes: int, events: int) -> None: ...
 
     def forget_topic(self, topic: str) -> None: ...
+
+
+class IndexHook(Protocol):
+    """Told of every append as it is indexed, in offset order per partition, with the
+    index write it may add to (the transaction index, ``gateway.txn.partition_txns``)."""
+
+    def on_indexed(
+        self, write: IndexWrite, topic: str, partition: int,
+        batches: Iterable[BatchHeader], payload: bytes | memoryview,
+    ) -> None: ...
+
+    def forget_topic(self, topic: str) -> None: ...
+
+    def trim(self, topic: str, partition: int, log_start_offset: int) -> None: ...
 
 
 class LogServices(Protocol):
@@ -43,6 +58,8 @@ class LogServices(Protocol):
     def append_retry_delay_ms(self) -> int: ...
     @property
     def traffic(self) -> TrafficSink | None: ...
+    @property
+    def index_hook(self) -> IndexHook | None: ...
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run ``coro`` as a task the logs cancel when they close."""

@@ -13,6 +13,7 @@ Keys (topic names never contain NUL):
 - ``m`` segment name → indexed end position in that segment
 - ``s`` topic NUL partition:u32 → log start offset (synced)
 - ``p`` topic NUL partition:u32 producer id:u64 → producer state (see producer_state)
+- ``x`` and ``a``: the transaction index of each partition (see ``gateway.txn.partition_txns``)
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ class OffsetIndex:
         ``segment_prefix...`` (its stream is gone; a new topic of the same name reuses the
         segment names, so stale markers would hide its data from the rebuild)."""
         name = topic.encode()
-        for kind in (b"o", b"t", b"s", b"p"):
+        for kind in (b"o", b"t", b"s", b"p", b"x", b"a"):
             self._db.delete_range(kind + name + b"\x00", kind + name + b"\x01")
         prefix = b"m" + segment_prefix.encode()
         self._db.delete_range(prefix, prefix + b"\xff" * 8)
@@ -173,6 +174,18 @@ class OffsetIndex:
         raw = self._db.get(_tp(b"p", topic, partition) + _U64.pack(producer_id))
         return None if raw is None else bytes(raw)
 
+    def scan(self, kind: bytes, topic: str, partition: int) -> Iterator[tuple[bytes, bytes]]:
+        """``(key suffix, value)`` of every ``kind`` key of a partition, in key order."""
+        prefix = _tp(kind, topic, partition)
+        it = self._db.iter()
+        it.seek(prefix)
+        while it.valid():
+            key = bytes(it.key())
+            if not key.startswith(prefix):
+                return
+            yield key[len(prefix) :], bytes(it.value())
+            it.next()
+
 
 class IndexWrite:
     """One atomic, unsynced RocksDB write batch."""
@@ -193,6 +206,13 @@ class IndexWrite:
 
     def producer_state(self, topic: str, partition: int, producer_id: int, raw: bytes) -> None:
         self._wb.put(_tp(b"p", topic, partition) + _U64.pack(producer_id), raw)
+
+    def put(self, kind: bytes, topic: str, partition: int, suffix: bytes, value: bytes) -> None:
+        """A key of another subsystem's kind (the transaction index) in the same batch."""
+        self._wb.put(_tp(kind, topic, partition) + suffix, value)
+
+    def delete(self, kind: bytes, topic: str, partition: int, suffix: bytes) -> None:
+        self._wb.delete(_tp(kind, topic, partition) + suffix)
 
     def commit(self) -> None:
         self._index._db.write(self._wb)

@@ -361,6 +361,9 @@ class PartitionLog:
                 write.time_entry(self.topic, self.partition, b.max_timestamp, b.base_offset)
         for pid in p.producer_ids:
             self._logs.producers.persist(write, self.topic, self.partition, pid, p.end_offset)
+        hook = self._logs.index_hook
+        if hook is not None:
+            hook.on_indexed(write, self.topic, self.partition, p.batches, p.data[ENVELOPE_BYTES:])
         name = self._logs.topics.segment_name(self.topic, p.segment.id)
         marker = self._logs.mark_indexed(name, p.position, p.position + len(p.data))
         if marker is not None:
@@ -376,6 +379,8 @@ class PartitionLog:
         if offset > self.log_start_offset:
             self._logs.index.set_log_start(self.topic, self.partition, offset)
             self.log_start_offset = offset
+            if self._logs.index_hook is not None:
+                self._logs.index_hook.trim(self.topic, self.partition, offset)
             recent = self.recent
             while recent and recent[0].last_offset < offset:  # deleted from the index too
                 recent.popleft()

@@ -18,7 +18,7 @@ from typing import Any
 
 from tidegate.core.segmentstore.api import SegmentNotFoundError, SegmentStore, SegmentTruncatedError
 from tidegate.gateway.log.envelope import ENVELOPE_BYTES, InvalidEnvelopeError, decode_envelope
-from tidegate.gateway.log.log_services import TrafficSink
+from tidegate.gateway.log.log_services import IndexHook, TrafficSink
 from tidegate.gateway.log.offset_index import IndexEntry, OffsetIndex
 from tidegate.gateway.log.partition_log import PartitionLog
 from tidegate.gateway.log.producer_state import ProducerStates
@@ -63,6 +63,8 @@ class PartitionLogs:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._markers: dict[str, _Marker] = {}
         self.closed = False
+        #: Set before ``rebuild`` (gateway/app.py): the transaction index.
+        self.index_hook: IndexHook | None = None
 
     def mark_indexed(self, segment: str, start: int, end: int) -> int | None:
         """Note that the append at ``[start, end)`` of ``segment`` is indexed; return the
@@ -122,6 +124,8 @@ class PartitionLogs:
         self.producers.forget_topic(topic)
         if self.traffic is not None:
             self.traffic.forget_topic(topic)
+        if self.index_hook is not None:
+            self.index_hook.forget_topic(topic)
 
     def close(self) -> None:
         """Stop: appends still in flight are abandoned (not indexed, never answered as
@@ -215,6 +219,8 @@ class PartitionLogs:
                     write.time_entry(topic, env.partition, b.max_timestamp, b.base_offset)
                 if b.is_idempotent:
                     self.producers.replay(write, topic, env.partition, b)
+            if self.index_hook is not None:
+                self.index_hook.on_indexed(write, topic, env.partition, batches, payload)
             position += env.size
             write.marker(name, position)
             write.commit()
@@ -224,13 +230,15 @@ class PartitionLogs:
     # -- reads -------------------------------------------------------------------------
 
     async def read_batches(
-        self, plog: PartitionLog, offset: int, max_bytes: int, must_return_one: bool
+        self, plog: PartitionLog, offset: int, max_bytes: int, must_return_one: bool,
+        end_offset: int | None = None,
     ) -> list[memoryview]:
-        """Whole batches from ``offset`` up to the high watermark, at most ``max_bytes``
-        unless ``must_return_one`` and the first batch alone is larger."""
+        """Whole batches from ``offset`` up to the high watermark (or ``end_offset``, the
+        last stable offset for ``read_committed``), at most ``max_bytes`` unless
+        ``must_return_one`` and the first batch alone is larger."""
         out: list[memoryview] = []
         total = 0
-        hw = plog.high_watermark
+        hw = plog.high_watermark if end_offset is None else min(end_offset, plog.high_watermark)
         recent = plog.recent
         entries: Iterable[IndexEntry]
         if recent and recent[0].base_offset <= offset:

@@ -54,6 +54,11 @@ class ProducerIdAllocator:
         self._next += 1
         return pid
 
+    async def allocate(self) -> int:
+        """A producer id never handed out before (the transaction coordinator's)."""
+        async with self._lock:
+            return await self._new_id()
+
     async def init(
         self, transactional_id: str | None, producer_id: int = -1, producer_epoch: int = -1
     ) -> tuple[int, int]:

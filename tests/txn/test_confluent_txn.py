@@ -1,0 +1,93 @@
+"""confluent-kafka (librdkafka) transactional producers against ``tidegate serve``."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+
+from tests.clients.server import Tidegate
+from tests.txn.helpers import create_topic, read_all
+
+
+def _producer(bootstrap: str, tid: str, **extra: object) -> Producer:
+    conf = {"bootstrap.servers": bootstrap, "transactional.id": tid, "linger.ms": 5}
+    conf.update(extra)
+    return Producer(conf)
+
+
+def test_commit_and_abort_seen_as_kafka_shows_them(tidegate: Tidegate) -> None:
+    create_topic(tidegate.bootstrap, "t", 2)
+    p = _producer(tidegate.bootstrap, "tx-1")
+    p.init_transactions(15)
+    p.begin_transaction()
+    for i in range(10):
+        p.produce("t", f"c1-{i}".encode(), partition=i % 2)
+    p.commit_transaction(15)
+    p.begin_transaction()
+    for i in range(5):
+        p.produce("t", f"a-{i}".encode(), partition=i % 2)
+    p.flush(10)  # librdkafka purges what is still queued at abort
+    p.abort_transaction(15)
+    p.begin_transaction()
+    for i in range(4):
+        p.produce("t", f"c2-{i}".encode(), partition=i % 2)
+    p.commit_transaction(15)
+    committed = read_all(tidegate.bootstrap, "t", 2, committed=True, expect=14)
+    assert sorted(committed) == sorted(
+        [f"c1-{i}".encode() for i in range(10)] + [f"c2-{i}".encode() for i in range(4)]
+    )
+    uncommitted = read_all(tidegate.bootstrap, "t", 2, committed=False)
+    assert len(uncommitted) == 19  # aborted records too; the markers are skipped
+
+
+def test_read_committed_stops_at_an_open_transaction(tidegate: Tidegate) -> None:
+    create_topic(tidegate.bootstrap, "open", 1)
+    plain = Producer({"bootstrap.servers": tidegate.bootstrap})
+    plain.produce("open", b"before")
+    plain.flush(10)
+    p = _producer(tidegate.bootstrap, "tx-open")
+    p.init_transactions(15)
+    p.begin_transaction()
+    p.produce("open", b"in-txn")
+    p.flush(10)
+    plain.produce("open", b"after")
+    plain.flush(10)
+    assert read_all(tidegate.bootstrap, "open", 1, committed=True, timeout_s=3) == [b"before"]
+    assert read_all(tidegate.bootstrap, "open", 1, committed=False) == [b"before", b"in-txn", b"after"]
+    p.commit_transaction(15)
+    assert read_all(tidegate.bootstrap, "open", 1, committed=True, expect=3) == [
+        b"before", b"in-txn", b"after"
+    ]
+
+
+def test_zombie_is_fenced(tidegate: Tidegate) -> None:
+    create_topic(tidegate.bootstrap, "z", 1)
+    old = _producer(tidegate.bootstrap, "tx-z")
+    old.init_transactions(15)
+    old.begin_transaction()
+    old.produce("z", b"zombie")
+    old.flush(10)
+    new = _producer(tidegate.bootstrap, "tx-z")
+    new.init_transactions(15)  # aborts the old one's transaction and fences it
+    new.begin_transaction()
+    new.produce("z", b"new")
+    new.commit_transaction(15)
+    with pytest.raises(KafkaException) as info:
+        old.commit_transaction(15)
+    assert info.value.args[0].fatal() or "fenced" in str(info.value).lower()
+    assert read_all(tidegate.bootstrap, "z", 1, committed=True, expect=1) == [b"new"]
+
+
+def test_timed_out_transaction_is_aborted(tidegate: Tidegate) -> None:
+    create_topic(tidegate.bootstrap, "slow", 1)
+    p = _producer(tidegate.bootstrap, "tx-slow", **{"transaction.timeout.ms": 1000})
+    p.init_transactions(15)
+    p.begin_transaction()
+    p.produce("slow", b"late")
+    p.flush(10)
+    import time
+
+    time.sleep(2.5)
+    with pytest.raises(KafkaException):
+        p.commit_transaction(15)
+    assert read_all(tidegate.bootstrap, "slow", 1, committed=True, timeout_s=3) == []
