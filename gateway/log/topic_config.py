@@ -4,6 +4,10 @@ policies (DESIGN.md section 3).
 A topic stores only the configs set on it (``TopicInfo.configs``, strings as Kafka sends
 them); every other config reads as Kafka's default. Three groups:
 
+- ``cleanup.policy`` decides whether retention applies at all: ``compact`` alone has no
+  time or size retention (the cleaner keeps the latest record of every key forever);
+  ``compact,delete`` applies only the retention settings the topic sets explicitly, so a
+  compacted topic never inherits the 7-day default; ``delete`` (the default) as below.
 - ``retention.ms`` / ``retention.bytes`` → the stream's retention policy. A stream has one
   retention policy: size retention when ``retention.bytes`` is set (not -1), else time
   retention when ``retention.ms`` (default 7 days) is not -1, else none; setting both
@@ -14,7 +18,7 @@ them); every other config reads as Kafka's default. Three groups:
   the stream's scaling policy (``FIXED_NUM_SEGMENTS`` by default, so a topic keeps one
   segment per partition unless asked otherwise).
 - ``max.message.bytes`` is enforced by Produce (``gateway/handlers/produce.py``);
-- everything else (``cleanup.policy``, ``segment.bytes``, ...) is validated, stored and
+- everything else (``segment.jitter.ms``, ``preallocate``, ...) is validated, stored and
   returned, and has no effect on storage.
 """
 
@@ -135,8 +139,9 @@ _SCALING_TYPES = tuple(t.value for t in ScalingType)
 TOPIC_CONFIGS: dict[str, ConfigDef] = {
     d.name: d
     for d in [
-        ConfigDef("cleanup.policy", _T.LIST, "delete", "The retention policy for log "
-                  "segments (stored; tidegate deletes by retention, it does not compact).",
+        ConfigDef("cleanup.policy", _T.LIST, "delete", "delete: the stream's "
+                  "retention applies; compact: no retention, the cleaner keeps the latest "
+                  "record of every key; compact,delete: both (retention only when set).",
                   "log.cleanup.policy", choices=("compact", "delete")),
         ConfigDef("compression.type", _T.STRING, "producer", "The final compression type "
                   "(stored; batches are kept as the producer compressed them).",
@@ -207,7 +212,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
 
 #: Configs whose change updates the stream's policies (the rest are only stored).
 STREAM_POLICY_CONFIGS = frozenset(
-    {"retention.ms", "retention.bytes"} | {n for n in TOPIC_CONFIGS if n.startswith("tidegate.")}
+    {"cleanup.policy", "retention.ms", "retention.bytes"} | {n for n in TOPIC_CONFIGS if n.startswith("tidegate.")}
 )
 
 
@@ -229,10 +234,26 @@ def effective(configs: Mapping[str, str]) -> dict[str, str]:
     return {name: configs.get(name, d.default) for name, d in TOPIC_CONFIGS.items()}
 
 
+def cleanup_policies(configs: Mapping[str, str]) -> frozenset[str]:
+    """The topic's ``cleanup.policy`` items (``compact``, ``delete``)."""
+    raw = configs.get("cleanup.policy", TOPIC_CONFIGS["cleanup.policy"].default)
+    return frozenset(i.strip() for i in raw.split(",") if i.strip())
+
+
+def is_compacted(configs: Mapping[str, str]) -> bool:
+    return "compact" in cleanup_policies(configs)
+
+
 def stream_config(configs: Mapping[str, str], partitions: int) -> StreamConfig:
     """The stream policies a topic's configs ask for (see the module doc)."""
     c = effective(configs)
     ms, size = int(c["retention.ms"]), int(c["retention.bytes"])
+    policies = cleanup_policies(c)
+    if "delete" not in policies:
+        ms = size = -1
+    elif "compact" in policies:  # compact,delete: only what the topic sets explicitly
+        ms = ms if "retention.ms" in configs else -1
+        size = size if "retention.bytes" in configs else -1
     retention: RetentionPolicy | None = None
     if size != -1:  # only ever set explicitly: its default is -1
         if ms != -1 and "retention.ms" in configs:

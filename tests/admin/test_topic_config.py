@@ -54,6 +54,14 @@ def test_stream_policies() -> None:
     assert topic_config.stream_config({"retention.bytes": "100"}, 2).retention == \
         RetentionPolicy(RetentionType.SIZE, 200)
     assert topic_config.stream_config({"retention.ms": "-1"}, 1) == StreamConfig()
+    # Compacted topics: no retention, unless compact,delete sets it explicitly.
+    assert topic_config.stream_config({"cleanup.policy": "compact"}, 1).retention is None
+    assert topic_config.stream_config(
+        {"cleanup.policy": "compact", "retention.ms": "5"}, 1).retention is None
+    assert topic_config.stream_config({"cleanup.policy": "compact,delete"}, 1).retention is None
+    assert topic_config.stream_config(
+        {"cleanup.policy": "compact,delete", "retention.ms": "5"}, 1
+    ).retention == RetentionPolicy(RetentionType.TIME, 5)
     scaled = topic_config.stream_config({
         "tidegate.scaling.type": "BY_RATE_IN_KBYTES_PER_SEC",
         "tidegate.scaling.target.rate": "512", "tidegate.scaling.scale.factor": "3",
