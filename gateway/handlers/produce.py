@@ -3,7 +3,8 @@
 Per partition: check the batch header (magic 2, lengths, CRC-32C), its size against
 ``message.max.bytes`` (or the topic's ``max.message.bytes``), the producer's
 id/epoch/sequence; then assign offsets, rewrite the base offset in place and append.
-Records are never decoded or recompressed. All partitions of a request are assigned
+Records are never decoded or recompressed, except that a compacted topic's batch is
+read for its keys (``gateway/log/compaction/records.py``). All partitions of a request are assigned
 and submitted in one synchronous step, after which the next request on the connection
 may start; the answer waits until the appends are durable (acks=1/all) or is not sent
 at all (acks=0).
@@ -16,6 +17,7 @@ from typing import Any
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from tidegate.gateway.handlers import EncodedBody, HandlerContext, RequestContext
+from tidegate.gateway.log.compaction.records import compacted_produce_error
 from tidegate.gateway.log.partition_log import PartitionLog, PendingAppend
 from tidegate.gateway.log.producer_state import BatchRecord, Duplicate
 from tidegate.gateway.log.topics import topic_name_error
@@ -86,6 +88,10 @@ def _validate(ctx: HandlerContext, work: _Work) -> None:
     if batch.record_count != batch.last_offset_delta + 1 or batch.is_control:
         work.error = ErrorCode.INVALID_RECORD
         work.message = "record count does not match last offset delta"
+        return
+    keyless = compacted_produce_error(info.configs, records, batch, work.topic, work.partition)
+    if keyless is not None:
+        work.error, work.message = ErrorCode.INVALID_RECORD, keyless
         return
     plog = ctx.logs.get(work.topic, work.partition)
     if plog.failed is not None:
