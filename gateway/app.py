@@ -77,6 +77,16 @@ class Gateway:
         follower = RetentionFollower(self.ctx)
         follower.start()
         self.ctx.extensions[RetentionFollower.EXTENSION_KEY] = follower
+        # Compacted topics' cleaner (gateway/log/compaction).
+        from tidegate.gateway.log.compaction.cleaner import LogCleaner
+
+        cleaner = LogCleaner(
+            topics, logs, index, self.store, backoff_ms=self.config.log_cleaner_backoff_ms,
+            dedupe_buffer_bytes=self.config.log_cleaner_dedupe_buffer_size,
+            clock_ms=self.clock_ms,
+        )
+        cleaner.start()
+        self.ctx.extensions[LogCleaner.EXTENSION_KEY] = cleaner
         self.server = KafkaServer(self.ctx, self.metrics)
         try:
             self.address = await self.server.start()
@@ -96,6 +106,9 @@ class Gateway:
         follower = self.ctx.extensions.pop("log_start", None)  # gateway/log/log_start.py
         if follower is not None:
             await follower.close()
+        cleaner = self.ctx.extensions.pop("log_cleaner", None)  # gateway/log/compaction
+        if cleaner is not None:
+            await cleaner.close()
         if self.server is not None:
             await self.server.close(timeout_s)
         await self.ctx.logs.drain(timeout_s)

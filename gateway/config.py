@@ -66,6 +66,10 @@ class GatewayConfig:
     malloc_mmap_threshold_bytes: int = 256 * 1024
     #: Bytes of segment read per rebuild step at start-up.
     rebuild_read_bytes: int = 4 * 1024 * 1024
+    #: The log cleaner of compacted topics (Kafka's names): the pause between its passes
+    #: (0 disables it) and the memory of its key map.
+    log_cleaner_backoff_ms: int = 15_000
+    log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
     #: Extra store configuration passed through to the segment store and controller.
     store: dict[str, Any] = field(default_factory=dict)
     controller: dict[str, Any] = field(default_factory=dict)
