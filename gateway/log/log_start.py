@@ -172,8 +172,7 @@ async def follow_truncation(ctx: HandlerContext, topic: str) -> dict[int, int]:
                 break
             props = await segments.props(e.segment_id)
             if props is not None and e.position >= props.start_offset:
-                start = max(start, e.base_offset)
-                break
+                break  # a gap before it is not truncation (a compacted topic's cleaning)
             start = e.last_offset + 1
         if start > plog.log_start_offset:
             plog.set_log_start(start)

@@ -109,12 +109,14 @@ class OffsetIndex:
 
     def switch_cleaned(
         self, topic: str, partition: int, end_offset: int, entries: list[IndexEntry],
-        checkpoint: bytes,
+        checkpoint: bytes, log_start: int,
     ) -> None:
         """Atomically and durably (synced) replace every entry of the partition whose
         base offset is below ``end_offset`` by ``entries`` and store the cleaner's
-        ``checkpoint``: readers see the old entries or the new ones."""
+        ``checkpoint``: readers see the old entries or the new ones. The log start is
+        written too: it no longer follows from the first entry, which may be gone."""
         wb = WriteBatch(raw_mode=True)
+        wb.put(_tp(b"s", topic, partition), _U64.pack(log_start))
         prefix = _tp(b"o", topic, partition)
         wb.delete_range(prefix, prefix + _U64.pack(end_offset))
         for e in entries:

@@ -11,8 +11,10 @@ import pytest
 from tests.clients.server import Tidegate
 from tests.gateway.conftest import node  # noqa: F401  (the in-process gateway fixture)
 
-#: Short periods: retention and log-start following, and the cleaner.
+#: Short periods: the cleaner, retention and log-start following.
 SERVE_CONFIG = """
+"log.cleaner.backoff.ms" = 200
+
 [controller]
 retention_period_ms = 200
 """

@@ -284,7 +284,7 @@ class LogCleaner:
         start = plog.log_start_offset
         self.index.switch_cleaned(
             topic, partition, end, [e for e in entries if e.last_offset >= start],
-            Checkpoint(end, generation, written).encode(),
+            Checkpoint(end, generation, written).encode(), start,
         )
         while plog.recent and plog.recent[0].base_offset < end:
             plog.recent.popleft()
