@@ -10,6 +10,7 @@ import pytest
 
 from tests.clients.server import Tidegate
 from tests.gateway.conftest import node  # noqa: F401  (the in-process gateway fixture)
+from tests.java.conftest import java  # noqa: F401  (kafka-clients, compiled once)
 
 #: Short periods: the cleaner, retention and log-start following.
 SERVE_CONFIG = """
