@@ -3,10 +3,10 @@
 Per partition: check the batch header (magic 2, lengths, CRC-32C), its size against
 ``message.max.bytes`` (or the topic's ``max.message.bytes``), the producer's
 id/epoch/sequence; then assign offsets, rewrite the base offset in place and append.
-Records are never decoded or recompressed, except that a compacted topic's batch is
-read for its keys (``gateway/log/compaction/records.py``). All partitions of a request are assigned
-and submitted in one synchronous step, after which the next request on the connection
-may start; the answer waits until the appends are durable (acks=1/all) or is not sent
+Records are never decoded or recompressed, except where a topic's configs ask for it
+(``gateway/log/batch_policy.py``: keys of compacted topics, timestamp bounds). All
+partitions of a request are assigned and submitted in one synchronous step, after which
+the next request on the connection may start; the answer waits until the appends are durable (acks=1/all) or is not sent
 at all (acks=0).
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from tidegate.gateway.handlers import EncodedBody, HandlerContext, RequestContext
-from tidegate.gateway.log.compaction.records import compacted_produce_error
+from tidegate.gateway.log.batch_policy import check_batch
 from tidegate.gateway.log.partition_log import PartitionLog, PendingAppend
 from tidegate.gateway.log.producer_state import BatchRecord, Duplicate
 from tidegate.gateway.log.topics import topic_name_error
@@ -38,7 +38,7 @@ class _Work:
     """One partition of the request on its way through the handler."""
 
     __slots__ = ("topic", "partition", "records", "head", "plog", "batch", "error", "message",
-                 "pending", "duplicate")
+                 "pending", "duplicate", "append_time_ms")
 
     def __init__(
         self, topic: str, partition: int, records: memoryview | None, head: memoryview | None
@@ -55,6 +55,7 @@ class _Work:
         self.message: str | None = None
         self.pending: PendingAppend | None = None
         self.duplicate: BatchRecord | None = None
+        self.append_time_ms = -1
 
 
 def _validate(ctx: HandlerContext, work: _Work) -> None:
@@ -89,10 +90,14 @@ def _validate(ctx: HandlerContext, work: _Work) -> None:
         work.error = ErrorCode.INVALID_RECORD
         work.message = "record count does not match last offset delta"
         return
-    keyless = compacted_produce_error(info.configs, records, batch, work.topic, work.partition)
-    if keyless is not None:
-        work.error, work.message = ErrorCode.INVALID_RECORD, keyless
+    verdict = check_batch(info.configs, records, batch, work.topic, work.partition, ctx.clock_ms())
+    if verdict.error != ErrorCode.NONE:
+        work.error, work.message = verdict.error, verdict.message
         return
+    if verdict.header is not None:  # stamped (LogAppendTime)
+        batch, work.append_time_ms = verdict.header, verdict.log_append_time_ms
+        if verdict.records is not None:
+            work.records, work.head = verdict.records, None
     plog = ctx.logs.get(work.topic, work.partition)
     if plog.failed is not None:
         work.error, work.message = ErrorCode.KAFKA_STORAGE_ERROR, f"partition offline: {plog.failed!r}"
@@ -218,7 +223,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         by_topic.setdefault(work.topic, []).append(
             PartitionProduceResult(
                 work.partition, error, base, start,
-                work.message if error != ErrorCode.NONE else None,
+                work.message if error != ErrorCode.NONE else None, work.append_time_ms,
             )
         )
     return EncodedBody([encode_produce_response(req.api_version, list(by_topic.items()))])

@@ -35,3 +35,4 @@ def tidegate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tidegate]:
         yield server
     finally:
         server.close()
+
