@@ -79,11 +79,13 @@ class Gateway:
         self.ctx.extensions[RetentionFollower.EXTENSION_KEY] = follower
         # Compacted topics' cleaner (gateway/log/compaction).
         from tidegate.gateway.log.compaction.cleaner import LogCleaner
+        from tidegate.gateway.log.log_start import truncate_to_log_starts
 
+        ctx = self.ctx
         cleaner = LogCleaner(
             topics, logs, index, self.store, backoff_ms=self.config.log_cleaner_backoff_ms,
             dedupe_buffer_bytes=self.config.log_cleaner_dedupe_buffer_size,
-            clock_ms=self.clock_ms,
+            clock_ms=self.clock_ms, reclaim=lambda topic: truncate_to_log_starts(ctx, topic),
         )
         cleaner.start()
         self.ctx.extensions[LogCleaner.EXTENSION_KEY] = cleaner

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from tidegate.core.controller.api import ConflictError, SegmentRecord
 from tidegate.core.segmentstore.api import SegmentNotFoundError, SegmentProperties
+from tidegate.gateway.log.compaction.checkpoint import clean_end_offset
 from tidegate.gateway.log.envelope import ENVELOPE_BYTES
 from tidegate.gateway.log.offset_index import IndexEntry
 
@@ -74,7 +75,11 @@ def _retained_starts(
     """segment id → the least envelope start of the partition's retained batches there."""
     plog = ctx.logs.get(topic, partition)
     out: dict[int, int] = {}
-    for n, e in enumerate(ctx.index.entries_from(topic, partition, plog.log_start_offset)):
+    # A compacted partition's entries below its cleaner checkpoint are in its clean
+    # segment, none in the stream's (gateway/log/compaction).
+    cleaned = ctx.index.clean_checkpoint(topic, partition)
+    start = max(plog.log_start_offset, clean_end_offset(cleaned) if cleaned else 0)
+    for n, e in enumerate(ctx.index.entries_from(topic, partition, start)):
         if n >= scan_entries_max:
             break
         if e.segment_id not in out or e.position - ENVELOPE_BYTES < out[e.segment_id]:

@@ -104,3 +104,37 @@ async def test_a_failed_pass_leaves_the_old_version(node: Node) -> None:
     _, records = await fetch_records(c, "flt", 0, 0)
     assert [o for o, _ in records] == [5, 6, 7, 8, 9, 10]
     await c.close()
+
+
+async def test_stream_truncated_behind_cleaned_data(node: Node) -> None:
+    """After a pass (and ``file.delete.delay.ms``) the stream's segment is truncated as
+    far as the data still referring to it allows; everything stays readable."""
+    await asyncio.to_thread(create, node, "rcl", {**COMPACT, "file.delete.delay.ms": "0"})
+    c = await node.client()
+    now = int(time.time() * 1000)
+    for r in range(3):
+        for k in range(4):
+            batch = keyed_batch([(b"k%d" % k, b"v%d" % r * 50)], timestamp_ms=now)
+            assert (await produce(c, "rcl", 0, batch))[0] == 0
+    ctx = ctx_of(node)
+    reclaimed: list[str] = []
+
+    async def reclaim(topic: str) -> None:
+        reclaimed.append(topic)
+        from tidegate.gateway.log.log_start import truncate_to_log_starts
+        await truncate_to_log_starts(ctx, topic)
+
+    pass_ = cleaner(node, lambda: now + 1000, reclaim=reclaim)
+    assert await pass_.run_once() == 1
+    for _ in range(50):
+        if reclaimed:
+            break
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.1)
+    seg = (await ctx.topics.all_segments("rcl"))[0]
+    props = await ctx.store.get_info(ctx.topics.segment_name("rcl", seg.id))
+    assert props.start_offset > 0
+    _, records = await fetch_records(c, "rcl", 0, 0)
+    assert [o for o, _ in records] == [7, 8, 9, 10, 11]  # k3 at 7: the head (11) is not mapped
+    await c.close()
+    await pass_.close()

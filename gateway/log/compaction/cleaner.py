@@ -12,14 +12,14 @@ the next pass over that partition.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
-import struct
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from itertools import islice
-from typing import Protocol
+from typing import Any, Protocol
 
 from tidegate.core.segmentstore.api import (
     SegmentExistsError,
@@ -27,6 +27,7 @@ from tidegate.core.segmentstore.api import (
     SegmentStore,
 )
 from tidegate.gateway.log import topic_config
+from tidegate.gateway.log.compaction.checkpoint import Checkpoint
 from tidegate.gateway.log.compaction.policy import CleaningConfig, cleanable, should_clean
 from tidegate.gateway.log.compaction.records import Record, iter_records, records_area
 from tidegate.gateway.log.compaction.rewrite import filter_batch
@@ -44,7 +45,6 @@ CLEAN_EPOCH_BASE = 1 << 30
 KEY_ENTRY_BYTES = 120
 #: Index entries one pass looks at in the dirty section.
 ENTRIES_PER_PASS_MAX = 100_000
-_CHECKPOINT = struct.Struct(">qqq")  # end offset, generation, clean bytes
 
 
 def clean_segment_id(partition: int, generation: int) -> int:
@@ -53,20 +53,6 @@ def clean_segment_id(partition: int, generation: int) -> int:
 
 def key_digest(key: bytes) -> bytes:
     return hashlib.blake2b(key, digest_size=16).digest()
-
-
-@dataclass(frozen=True, slots=True)
-class Checkpoint:
-    end_offset: int
-    generation: int
-    clean_bytes: int
-
-    def encode(self) -> bytes:
-        return _CHECKPOINT.pack(self.end_offset, self.generation, self.clean_bytes)
-
-    @staticmethod
-    def decode(raw: bytes) -> Checkpoint:
-        return Checkpoint(*_CHECKPOINT.unpack(raw))
 
 
 @dataclass
@@ -100,6 +86,7 @@ class LogCleaner:
         self, topics: Topics, logs: Partitions, index: OffsetIndex, store: SegmentStore, *,
         backoff_ms: int = 15_000, dedupe_buffer_bytes: int = 128 << 20,
         append_bytes_max: int = 1 << 20, clock_ms: Callable[[], int] | None = None,
+        reclaim: Callable[[str], Awaitable[object]] | None = None,
     ) -> None:
         self.topics = topics
         self.logs = logs
@@ -109,10 +96,13 @@ class LogCleaner:
         self.keys_max = max(dedupe_buffer_bytes // KEY_ENTRY_BYTES, 1)
         self.append_bytes_max = append_bytes_max
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        #: Truncates the topic's stream as far as what still refers to it allows.
+        self.reclaim = reclaim
         self.stats = PassStats()
         self._task: asyncio.Task[None] | None = None
         self._deletions: set[asyncio.Task[None]] = set()
         self._swept: set[tuple[str, int]] = set()
+        self._reclaimed: set[str] = set()
 
     def start(self) -> None:
         if self.backoff_ms > 0 and self._task is None:
@@ -140,13 +130,22 @@ class LogCleaner:
             info = self.topics.get(topic)
             if info is None or not topic_config.is_compacted(info.configs):
                 continue
+            done = 0
             for p in range(info.partitions):
                 try:
-                    cleaned += await self.clean_partition(info, p)
+                    done += await self.clean_partition(info, p)
                 except asyncio.CancelledError:
                     raise
                 except Exception:
                     log.exception("cleaning %s/%d", topic, p)
+            if self.reclaim is not None and (done or topic not in self._reclaimed):
+                # Not at once: a fetch may still be reading the bytes just replaced
+                # (at the first pass of a process, none is).
+                delay_ms = CleaningConfig.of(info.configs).file_delete_delay_ms
+                self._later(delay_ms if topic in self._reclaimed else 0,
+                            functools.partial(self._reclaim, topic))
+                self._reclaimed.add(topic)
+            cleaned += done
         return cleaned
 
     def checkpoint(self, topic: str, partition: int) -> Checkpoint | None:
@@ -293,8 +292,8 @@ class LogCleaner:
         log.info("cleaned %s/%d below offset %d: %d records removed, %d bytes kept",
                  topic, partition, end, removed, written)
         if cp.generation:
-            self._delete_later(self.topics.segment_name(
-                topic, clean_segment_id(partition, cp.generation)), cfg.file_delete_delay_ms)
+            old = self.topics.segment_name(topic, clean_segment_id(partition, cp.generation))
+            self._later(cfg.file_delete_delay_ms, functools.partial(self._delete, old))
         return True
 
     async def _append(self, name: str, buffer: bytearray, expected: int) -> int:
@@ -303,15 +302,25 @@ class LogCleaner:
         buffer.clear()
         return size
 
-    def _delete_later(self, name: str, delay_ms: int) -> None:
-        async def delete() -> None:
+    async def _reclaim(self, topic: str) -> None:
+        assert self.reclaim is not None
+        await self.reclaim(topic)
+
+    async def _delete(self, name: str) -> None:
+        try:
+            await self.store.delete_segment(name)
+        except SegmentNotFoundError:
+            pass
+
+    def _later(self, delay_ms: int, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        async def run() -> None:
             await asyncio.sleep(delay_ms / 1000)
             try:
-                await self.store.delete_segment(name)
-            except SegmentNotFoundError:
-                pass
+                await work()
+            except Exception:
+                log.exception("the cleaner's delayed work failed")
 
-        task = asyncio.ensure_future(delete())
+        task = asyncio.ensure_future(run())
         self._deletions.add(task)
         task.add_done_callback(self._deletions.discard)
 
