@@ -131,3 +131,32 @@ async def test_min_compaction_lag_and_dirty_ratio_hold_back(node: Node) -> None:
     await asyncio.to_thread(produce, node, "ratio", [(b"k0", b"x")])
     assert await c.run_once() == 0  # little dirty against the clean section
     assert await cleaner(node, lambda: now + DAY_MS + 1000).run_once() == 1  # lag passed
+
+
+async def test_delete_topic_drops_clean_segments(node: Node) -> None:
+    from tidegate.core.segmentstore.api import SegmentNotFoundError
+    from tidegate.gateway.log.compaction.cleaner import clean_segment_id
+
+    await asyncio.to_thread(create, node, "del", COMPACT)
+    await asyncio.to_thread(produce, node, "del", updates(2, 3))
+    now = int(time.time() * 1000)
+    assert await cleaner(node, lambda: now + 1000).run_once() == 1
+    ctx = ctx_of(node)
+    name = ctx.topics.segment_name("del", clean_segment_id(0, 1))
+    assert (await ctx.store.get_info(name)).length > 0
+
+    def delete() -> None:
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{node.port}"})
+        admin.delete_topics(["del"])["del"].result(timeout=TIMEOUT_S)
+
+    await asyncio.to_thread(delete)
+    try:
+        await ctx.store.get_info(name)
+        raise AssertionError("the clean segment outlived its topic")
+    except SegmentNotFoundError:
+        pass
+    # A topic of the same name starts afresh: no checkpoint, its own records only.
+    await asyncio.to_thread(create, node, "del", COMPACT)
+    assert cleaner(node, lambda: now).checkpoint("del", 0) is None
+    await asyncio.to_thread(produce, node, "del", [(b"x", b"1"), (b"y", b"2")])
+    assert await asyncio.to_thread(consume, node, "del", 2) == [(0, b"x", b"1"), (1, b"y", b"2")]

@@ -335,3 +335,27 @@ class LogCleaner:
                 except SegmentNotFoundError:
                     pass
         self._swept.add((topic, partition))
+
+
+async def delete_clean_segments(
+    topics: Topics, index: OffsetIndex, store: SegmentStore, topic: str, partitions: int,
+) -> Callable[[], Awaitable[None]]:
+    """For DeleteTopics: note the clean segments of ``topic`` now (its checkpoints go
+    with its index keys) and return the call that deletes them once its logs are retired
+    (the generations around each checkpoint: a delayed deletion, a pass in flight)."""
+    names = []
+    for p in range(partitions):
+        raw = index.clean_checkpoint(topic, p)
+        if raw is not None:
+            g = Checkpoint.decode(raw).generation
+            names += [topics.segment_name(topic, clean_segment_id(p, x))
+                      for x in (g - 1, g, g + 1) if x > 0]
+
+    async def delete() -> None:
+        for name in names:
+            try:
+                await store.delete_segment(name)
+            except SegmentNotFoundError:
+                pass
+
+    return delete
