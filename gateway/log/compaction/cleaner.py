@@ -180,12 +180,16 @@ class LogCleaner:
                            cfg, now, lambda e: e.position + e.length <= storage[e.segment_id])
         if not should_clean(range_, cp.clean_bytes, cfg, now):
             return False
-        t0 = time.monotonic()
+        t0, read0 = time.monotonic(), self.stats.bytes_read
         keys, end = await self._map_keys(topic, [e for e in dirty if e.base_offset < range_.end])
         if end <= range_.start:
             return False
         done = await self._rewrite(info, plog, cp, keys, end, cfg, now)
-        self.stats.seconds += time.monotonic() - t0
+        seconds = time.monotonic() - t0
+        self.stats.seconds += seconds
+        if done:
+            log.info("cleaned %s/%d below offset %d: %d bytes read in %.3f s, %d keys mapped",
+                     topic, partition, end, self.stats.bytes_read - read0, seconds, len(keys))
         return done
 
     def _apply_time_retention(
@@ -289,8 +293,7 @@ class LogCleaner:
             plog.recent.popleft()
         self.stats.bytes_written += written
         self.stats.records_removed += removed
-        log.info("cleaned %s/%d below offset %d: %d records removed, %d bytes kept",
-                 topic, partition, end, removed, written)
+        log.debug("%s/%d: %d records removed, %d bytes kept", topic, partition, removed, written)
         if cp.generation:
             old = self.topics.segment_name(topic, clean_segment_id(partition, cp.generation))
             self._later(cfg.file_delete_delay_ms, functools.partial(self._delete, old))
