@@ -41,7 +41,7 @@ def run(records: int, keys: int, value_bytes: int, settle_s: float,
         try:
             admin = AdminClient({"bootstrap.servers": server.bootstrap})
             admin.create_topics([NewTopic(TOPIC, 1, 1, config={
-                "cleanup.policy": "compact", "segment.ms": "2000",
+                "cleanup.policy": "compact", "segment.ms": "200",
                 "min.cleanable.dirty.ratio": "0.3"})])[TOPIC].result(timeout=30)
             latencies_ms: list[float] = []
             producer = Producer({"bootstrap.servers": server.bootstrap, "acks": "all",

@@ -86,6 +86,7 @@ class Gateway:
             topics, logs, index, self.store, backoff_ms=self.config.log_cleaner_backoff_ms,
             dedupe_buffer_bytes=self.config.log_cleaner_dedupe_buffer_size,
             clock_ms=self.clock_ms, reclaim=lambda topic: truncate_to_log_starts(ctx, topic),
+            io_bytes_per_second_max=self.config.log_cleaner_io_max_bytes_per_second,
         )
         cleaner.start()
         self.ctx.extensions[LogCleaner.EXTENSION_KEY] = cleaner

@@ -87,6 +87,7 @@ class LogCleaner:
         backoff_ms: int = 15_000, dedupe_buffer_bytes: int = 128 << 20,
         append_bytes_max: int = 1 << 20, clock_ms: Callable[[], int] | None = None,
         reclaim: Callable[[str], Awaitable[object]] | None = None,
+        io_bytes_per_second_max: float = 0,
     ) -> None:
         self.topics = topics
         self.logs = logs
@@ -98,6 +99,11 @@ class LogCleaner:
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         #: Truncates the topic's stream as far as what still refers to it allows.
         self.reclaim = reclaim
+        #: Bytes read per second over a pass (0: no bound): the cleaner shares the event
+        #: loop and the CPU with produce and fetch.
+        self.io_bytes_per_second_max = io_bytes_per_second_max
+        self._pass_started = 0.0
+        self._pass_bytes = 0
         self.stats = PassStats()
         self._task: asyncio.Task[None] | None = None
         self._deletions: set[asyncio.Task[None]] = set()
@@ -181,6 +187,7 @@ class LogCleaner:
         if not should_clean(range_, cp.clean_bytes, cfg, now):
             return False
         t0, read0 = time.monotonic(), self.stats.bytes_read
+        self._pass_started, self._pass_bytes = t0, 0
         keys, end = await self._map_keys(topic, [e for e in dirty if e.base_offset < range_.end])
         if end <= range_.start:
             return False
@@ -221,7 +228,7 @@ class LogCleaner:
                 break
             keys.update(found)
             end = e.last_offset + 1
-            await asyncio.sleep(0)
+            await self._throttle(len(data))
         return keys, end
 
     async def _rewrite(
@@ -277,7 +284,7 @@ class LogCleaner:
                 buffer += f.data
             if len(buffer) >= self.append_bytes_max:
                 written += await self._append(name, buffer, written)
-            await asyncio.sleep(0)
+            await self._throttle(len(data))
         if buffer:
             written += await self._append(name, buffer, written)
         # The switch: no await from the checks to the synced write.
@@ -298,6 +305,15 @@ class LogCleaner:
             old = self.topics.segment_name(topic, clean_segment_id(partition, cp.generation))
             self._later(cfg.file_delete_delay_ms, functools.partial(self._delete, old))
         return True
+
+    async def _throttle(self, size: int) -> None:
+        """Yield to the event loop, and sleep while the pass reads faster than its bound."""
+        self._pass_bytes += size
+        delay_s = 0.0
+        if self.io_bytes_per_second_max > 0:
+            elapsed_s = time.monotonic() - self._pass_started
+            delay_s = max(self._pass_bytes / self.io_bytes_per_second_max - elapsed_s, 0.0)
+        await asyncio.sleep(delay_s)
 
     async def _append(self, name: str, buffer: bytearray, expected: int) -> int:
         size = len(buffer)
