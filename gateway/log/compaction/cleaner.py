@@ -30,7 +30,7 @@ from tidegate.gateway.log import topic_config
 from tidegate.gateway.log.compaction.checkpoint import Checkpoint
 from tidegate.gateway.log.compaction.policy import CleaningConfig, cleanable, should_clean
 from tidegate.gateway.log.compaction.records import Record, iter_records, records_area
-from tidegate.gateway.log.compaction.rewrite import filter_batch
+from tidegate.gateway.log.compaction.rewrite import Filtered, filter_batch
 from tidegate.gateway.log.offset_index import IndexEntry, OffsetIndex
 from tidegate.gateway.log.partition_log import PartitionLog
 from tidegate.gateway.log.topics import TopicInfo
@@ -220,9 +220,10 @@ class LogCleaner:
             data = await self.logs.read_entry(topic, e)
             self.stats.bytes_read += len(data)
             header = read_header(data)
-            found = [(key_digest(r.key), header.base_offset + r.offset_delta)
-                     for r in iter_records(records_area(data, header), header.record_count)
-                     if r.key is not None]
+            found = [] if header.is_control else [  # markers are not keyed data
+                (key_digest(r.key), header.base_offset + r.offset_delta)
+                for r in iter_records(records_area(data, header), header.record_count)
+                if r.key is not None]
             fresh = sum(1 for d, _ in found if d not in keys)
             if keys and len(keys) + fresh > self.keys_max:
                 break
@@ -277,7 +278,10 @@ class LogCleaner:
                 break
             data = await self.logs.read_entry(topic, e)
             self.stats.bytes_read += len(data)
-            f = filter_batch(data, read_header(data), keep)
+            header = read_header(data)
+            # Control batches (transaction markers) are kept as they are for now.
+            f = Filtered(data, 0, header.max_timestamp) if header.is_control else \
+                filter_batch(data, header, keep)
             if f.data is not None:
                 entries.append(IndexEntry(e.base_offset, e.last_offset, seg_id,
                                           written + len(buffer), len(f.data), f.max_timestamp))
