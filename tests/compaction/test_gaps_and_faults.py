@@ -21,7 +21,7 @@ from tests.gateway.test_produce_fetch import fetch_records, produce
 _LO = ListOffsetsRequest.ListOffsetsTopic
 
 
-async def _fill(node: Node, topic: str) -> None:
+async def _fill(node: Node, topic: str) -> int:
     """Offsets 0-10: one batch of 5 records (k0..k4), k0..k4 again in 5 batches of one,
     then the head (kz); after cleaning 5-10 stay: 0-4 was one batch, removed whole."""
     await asyncio.to_thread(create, node, topic, COMPACT)
@@ -34,10 +34,11 @@ async def _fill(node: Node, topic: str) -> None:
                                                        timestamp_ms=now)) == (0, 5 + i)
     assert await produce(c, topic, 0, keyed_batch([(b"kz", b"z")], timestamp_ms=now)) == (0, 10)
     await c.close()
+    return now
 
 
 async def test_fetch_list_offsets_and_seek_over_gaps(node: Node) -> None:
-    await _fill(node, "gap")
+    produced_ms = await _fill(node, "gap")
     now = int(time.time() * 1000)
     assert await cleaner(node, lambda: now + 1000).run_once() == 1
     c = await node.client()
@@ -49,9 +50,10 @@ async def test_fetch_list_offsets_and_seek_over_gaps(node: Node) -> None:
     req = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[_LO(
         name="gap", partitions=[_LO.ListOffsetsPartition(partition_index=0, timestamp=t,
                                                         current_leader_epoch=-1)
-                                for t in (-2, -1)])])
+                                for t in (-2, -1, produced_ms)])])
     resp = await c.call(req, 5, ListOffsetsResponse)
-    assert [p.offset for p in resp.topics[0].partitions] == [0, 11]
+    # By timestamp: the time index names batch 0, removed; the first record after is 5.
+    assert [p.offset for p in resp.topics[0].partitions] == [0, 11, 5]
     await c.close()
 
     def seek() -> list[tuple[int, bytes]]:
