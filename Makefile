@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: serve test bench lint system-deps clean
+.PHONY: serve test bench bench-compaction lint system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ test: system-deps | $(BIN)/python
 bench: $(VENV)/.installed
 	$(BIN)/python -m pip install -q -e ".[bench]"
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+## Cleaning throughput of compacted topics and produce latency while the cleaner runs.
+bench-compaction: $(VENV)/.installed
+	$(BIN)/python -m pip install -q -e ".[bench]"
+	$(BIN)/python -m bench.compaction $(BENCH_ARGS)
 
 lint: | $(BIN)/python
 	$(BIN)/python -m pip install -q "tox>=4.11"
