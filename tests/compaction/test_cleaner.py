@@ -160,3 +160,21 @@ async def test_delete_topic_drops_clean_segments(node: Node) -> None:
     assert cleaner(node, lambda: now).checkpoint("del", 0) is None
     await asyncio.to_thread(produce, node, "del", [(b"x", b"1"), (b"y", b"2")])
     assert await asyncio.to_thread(consume, node, "del", 2) == [(0, b"x", b"1"), (1, b"y", b"2")]
+
+
+async def test_tombstones_go_from_a_quiet_topic(node: Node) -> None:
+    """Nothing dirty, but the clean section's oldest tombstone is delete.retention.ms old:
+    a pass runs and removes it."""
+    await asyncio.to_thread(create, node, "quiet", {**COMPACT, "delete.retention.ms": "60000"})
+    items = [(b"a", b"1"), (b"b", b"2"), (b"a", None), (b"c", b"3")]
+    await asyncio.to_thread(produce, node, "quiet", items)
+    now = int(time.time() * 1000)
+    c = cleaner(node, lambda: now + 1000)
+    assert await c.run_once() == 1
+    assert await asyncio.to_thread(consume, node, "quiet", 4) == [
+        (1, b"b", b"2"), (2, b"a", None), (3, b"c", b"3")]
+    assert await c.run_once() == 0  # nothing dirty, the tombstone is young
+    later = cleaner(node, lambda: now + 120_000)
+    assert await later.run_once() == 1
+    assert await asyncio.to_thread(consume, node, "quiet", 4) == [(1, b"b", b"2"), (3, b"c", b"3")]
+    assert await later.run_once() == 0

@@ -6,7 +6,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-_CHECKPOINT = struct.Struct(">qqq")  # end offset, generation, clean bytes
+# end offset, generation, clean bytes, oldest kept tombstone's timestamp
+_CHECKPOINT = struct.Struct(">qqqq")
+NO_TOMBSTONE = (1 << 63) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,9 +17,13 @@ class Checkpoint:
     end_offset: int
     generation: int
     clean_bytes: int
+    #: The timestamp of the oldest tombstone the clean segment holds: once it is
+    #: ``delete.retention.ms`` old, a pass runs to remove it even with nothing dirty.
+    tombstone_ms: int = NO_TOMBSTONE
 
     def encode(self) -> bytes:
-        return _CHECKPOINT.pack(self.end_offset, self.generation, self.clean_bytes)
+        return _CHECKPOINT.pack(
+            self.end_offset, self.generation, self.clean_bytes, self.tombstone_ms)
 
     @staticmethod
     def decode(raw: bytes) -> Checkpoint:

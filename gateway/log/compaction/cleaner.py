@@ -27,7 +27,7 @@ from tidegate.core.segmentstore.api import (
     SegmentStore,
 )
 from tidegate.gateway.log import topic_config
-from tidegate.gateway.log.compaction.checkpoint import Checkpoint
+from tidegate.gateway.log.compaction.checkpoint import NO_TOMBSTONE, Checkpoint
 from tidegate.gateway.log.compaction.policy import CleaningConfig, cleanable, should_clean
 from tidegate.gateway.log.compaction.records import Record, iter_records, records_area
 from tidegate.gateway.log.compaction.rewrite import Filtered, filter_batch
@@ -184,12 +184,14 @@ class LogCleaner:
                 storage[seg_id] = -1
         range_ = cleanable(dirty, dirty[0].base_offset if dirty else start, last.base_offset,
                            cfg, now, lambda e: e.position + e.length <= storage[e.segment_id])
-        if not should_clean(range_, cp.clean_bytes, cfg, now):
+        tombstones_due = cp.tombstone_ms <= now - cfg.delete_retention_ms
+        if not should_clean(range_, cp.clean_bytes, cfg, now) and not tombstones_due:
             return False
         t0, read0 = time.monotonic(), self.stats.bytes_read
         self._pass_started, self._pass_bytes = t0, 0
-        keys, end = await self._map_keys(topic, [e for e in dirty if e.base_offset < range_.end])
-        if end <= range_.start:
+        mapped = [e for e in dirty if e.base_offset < range_.end]
+        keys, end = await self._map_keys(topic, mapped) if mapped else ({}, start)
+        if end <= plog.log_start_offset or (end <= range_.start and not tombstones_due):
             return False
         done = await self._rewrite(info, plog, cp, keys, end, cfg, now)
         seconds = time.monotonic() - t0
@@ -259,15 +261,18 @@ class LogCleaner:
         generation = cp.generation + 1
         horizon = now - cfg.delete_retention_ms
         removed = 0
+        oldest_tombstone_ms = NO_TOMBSTONE
 
         def keep(r: Record, offset: int, timestamp: int) -> bool:
-            nonlocal removed
+            nonlocal removed, oldest_tombstone_ms
             if r.key is not None:
                 latest = keys.get(key_digest(r.key))
                 if (latest is not None and latest != offset) or (
                         r.is_tombstone and timestamp <= horizon):
                     removed += 1
                     return False
+                if r.is_tombstone:
+                    oldest_tombstone_ms = min(oldest_tombstone_ms, timestamp)
             return True
 
         entries: list[IndexEntry] = []
@@ -298,7 +303,7 @@ class LogCleaner:
         start = plog.log_start_offset
         self.index.switch_cleaned(
             topic, partition, end, [e for e in entries if e.last_offset >= start],
-            Checkpoint(end, generation, written).encode(), start,
+            Checkpoint(end, generation, written, oldest_tombstone_ms).encode(), start,
         )
         while plog.recent and plog.recent[0].base_offset < end:
             plog.recent.popleft()
