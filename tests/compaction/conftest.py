@@ -23,7 +23,7 @@ retention_period_ms = 200
 
 def serve(base: Path, extra: str = "") -> Tidegate:
     config = base / "tidegate.toml"
-    config.write_text(SERVE_CONFIG + extra)
+    config.write_text(extra + SERVE_CONFIG)  # top-level keys before the tables
     return Tidegate(base / "data", base / "tidegate.log", config=config)
 
 

@@ -82,7 +82,8 @@ def _check(read: dict[int, tuple[bytes, bytes | None]],
 
 
 def test_schemas_topic_survives_restarts_and_kill9_while_cleaning(tmp_path: Path) -> None:
-    server = serve(tmp_path)
+    # Passes read slowly (about a second each here), so a kill lands inside one.
+    server = serve(tmp_path, '"log.cleaner.io.max.bytes.per.second" = 400000\n')
     server.start()
     try:
         admin = AdminClient({"bootstrap.servers": server.bootstrap})
@@ -108,10 +109,13 @@ def test_schemas_topic_survives_restarts_and_kill9_while_cleaning(tmp_path: Path
                 assert server.stop() == 0, server.tail()
             server.start()
             _check(_read_all(server), produced)
-        time.sleep(2.0)  # a few passes after the last restart
+        log = tmp_path / "tidegate.log"
+        deadline = time.monotonic() + TIMEOUT_S  # a whole pass after the last start
+        while "cleaned _schemas/0" not in log.read_text().rsplit("---- start", 1)[-1]:
+            assert time.monotonic() < deadline, server.tail()
+            time.sleep(0.2)
         final = _read_all(server)
         _check(final, produced)
         assert len(final) < len(produced) / 4, "the cleaner removed little"
-        assert "cleaned _schemas/0" in (tmp_path / "tidegate.log").read_text()
     finally:
         server.close()
