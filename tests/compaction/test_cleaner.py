@@ -178,3 +178,29 @@ async def test_tombstones_go_from_a_quiet_topic(node: Node) -> None:
     assert await later.run_once() == 1
     assert await asyncio.to_thread(consume, node, "quiet", 4) == [(1, b"b", b"2"), (3, b"c", b"3")]
     assert await later.run_once() == 0
+
+
+async def test_retention_reaches_cleaned_data_after_the_policy_changes(node: Node) -> None:
+    """compact → delete: what the clean segment holds expires by the topic's retention.ms
+    (the stream's truncation does not reach it)."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    await asyncio.to_thread(create, node, "chg", COMPACT)
+    await asyncio.to_thread(produce, node, "chg", updates(2, 3))
+    now = int(time.time() * 1000)
+    assert await cleaner(node, lambda: now + 1000).run_once() == 1
+
+    def alter() -> None:
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{node.port}"})
+        entries = [ConfigEntry(n, v, incremental_operation=AlterConfigOpType.SET)
+                   for n, v in {"cleanup.policy": "delete", "retention.ms": "60000"}.items()]
+        for f in admin.incremental_alter_configs(
+                [ConfigResource(ConfigResource.Type.TOPIC, "chg", incremental_configs=entries)]
+        ).values():
+            f.result(timeout=TIMEOUT_S)
+
+    await asyncio.to_thread(alter)
+    plog = ctx_of(node).logs.get("chg", 0)
+    assert plog.log_start_offset == 0
+    assert await cleaner(node, lambda: now + 120_000).run_once() == 0
+    assert plog.log_start_offset == 5  # all but the last batch expired

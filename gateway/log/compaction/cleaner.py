@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Protocol
 
+from tidegate.core.controller.api import RetentionType
 from tidegate.core.segmentstore.api import (
     SegmentExistsError,
     SegmentNotFoundError,
@@ -134,7 +135,10 @@ class LogCleaner:
         cleaned = 0
         for topic in self.topics.names():
             info = self.topics.get(topic)
-            if info is None or not topic_config.is_compacted(info.configs):
+            if info is None:
+                continue
+            if not topic_config.is_compacted(info.configs):
+                self._expire_cleaned(info)
                 continue
             done = 0
             for p in range(info.partitions):
@@ -200,6 +204,23 @@ class LogCleaner:
             log.info("cleaned %s/%d below offset %d: %d bytes read in %.3f s, %d keys mapped",
                      topic, partition, end, self.stats.bytes_read - read0, seconds, len(keys))
         return done
+
+    def _expire_cleaned(self, info: TopicInfo) -> None:
+        """A topic no longer compacted keeps what was cleaned in its clean segments,
+        which the stream's retention does not reach: its time retention moves the log
+        start past them instead."""
+        retention = topic_config.stream_config(info.configs, info.partitions).retention
+        if retention is None or retention.type != RetentionType.TIME:
+            return
+        now = self.clock_ms()
+        for p in range(info.partitions):
+            raw = self.index.clean_checkpoint(info.name, p)
+            if raw is None:
+                continue
+            plog = self.logs.get(info.name, p)
+            last = self.index.last(info.name, p)
+            if last is not None and plog.log_start_offset < Checkpoint.decode(raw).end_offset:
+                self._apply_time_retention(plog, last, retention.value, now)
 
     def _apply_time_retention(
         self, plog: PartitionLog, last: IndexEntry, retention_ms: int, now: int
