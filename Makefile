@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: serve test bench bench-compaction lint system-deps clean
+.PHONY: serve test bench bench-compaction lint system-deps clean clean-data
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,5 +40,13 @@ lint: | $(BIN)/python
 	$(BIN)/python -m pip install -q "tox>=4.11"
 	$(BIN)/tox -e lint
 
+## Remove the virtualenv and tox environments; the data directory is kept.
 clean:
-	rm -rf $(VENV) .tox tidegate-data
+	@echo "removing $(VENV)/ and .tox/"
+	rm -rf $(VENV) .tox
+	@if [ -e tidegate-data ]; then echo "kept tidegate-data/, the default data directory (its topics, records and offsets): 'make clean-data' deletes it"; fi
+
+## Delete the default data directory: every topic, record and consumer offset in it.
+clean-data:
+	@echo "deleting tidegate-data/: every topic, record and consumer offset of the default data directory"
+	rm -rf tidegate-data

@@ -31,9 +31,8 @@ class ClientTuning:
     fetch_wait_max_ms: int = 500
     # librdkafka stops fetching a partition for this long once its queue holds
     # `queued.min.messages` (100,000); the default, 1000 ms, is what its docs say to lower
-    # when consumers see ~1 s pauses. With 100 B records two 7 MB answers pass that
-    # count, and consuming 200 MB from one partition ran at 16 MB/s, all of it the
-    # client asleep (173 MB/s at 10 ms, client-bound).
+    # when consumers see ~1 s pauses. With 100 B records a couple of answers pass that
+    # count, and the client, asleep, then sets the pace (bench/RESULTS.md).
     fetch_queue_backoff_ms: int = 10
 
     def producer(self, bootstrap: str, linger_ms: int | None = None) -> dict[str, Any]:

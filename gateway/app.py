@@ -12,7 +12,10 @@ from tidegate.core.controller.api import Controller
 from tidegate.core.segmentstore.api import SegmentStore
 from tidegate.gateway.admin.metrics import Metrics
 from tidegate.gateway.config import GatewayConfig
+from tidegate.gateway.groups import GroupConfig, GroupCoordinator
 from tidegate.gateway.handlers import HandlerContext, Registry, default_registry
+from tidegate.gateway.log.compaction.cleaner import LogCleaner
+from tidegate.gateway.log.log_start import RetentionFollower, truncate_to_log_starts
 from tidegate.gateway.log.offset_index import OffsetIndex
 from tidegate.gateway.log.partitions import PartitionLogs
 from tidegate.gateway.log.producer_ids import ProducerIdAllocator
@@ -42,6 +45,7 @@ class Gateway:
         self.clock_ms = clock_ms
         self.ctx: HandlerContext | None = None
         self.server: KafkaServer | None = None
+        self.cleaner: LogCleaner | None = None
         self.address: tuple[str, int] | None = None
 
     async def start(self) -> tuple[str, int]:
@@ -59,37 +63,27 @@ class Gateway:
             log.info("offset index: %d appends indexed from the segments", rebuilt)
         producer_ids = ProducerIdAllocator(self.store)
         await producer_ids.start()
+        groups = GroupCoordinator(self.store, GroupConfig.from_table(self.config.groups))
         self.ctx = HandlerContext(
             config=self.config, controller=self.controller, store=self.store, topics=topics,
             logs=logs, index=index, producers=producers, producer_ids=producer_ids,
-            registry=self.registry, clock_ms=self.clock_ms,
+            registry=self.registry, groups=groups, clock_ms=self.clock_ms,
         )
         # Consumer groups (gateway/groups): coordinator state from its table segment.
-        from tidegate.gateway.groups import GroupConfig, GroupCoordinator
-        from tidegate.gateway.groups.wiring import EXTENSION_KEY
-
-        groups = GroupCoordinator(self.store, GroupConfig.from_table(self.config.groups))
         await groups.start()
-        self.ctx.extensions[EXTENSION_KEY] = groups
         # Log starts follow the controller's retention truncation (gateway/log/log_start.py).
-        from tidegate.gateway.log.log_start import RetentionFollower
-
         follower = RetentionFollower(self.ctx)
         follower.start()
-        self.ctx.extensions[RetentionFollower.EXTENSION_KEY] = follower
+        self.ctx.retention_follower = follower
         # Compacted topics' cleaner (gateway/log/compaction).
-        from tidegate.gateway.log.compaction.cleaner import LogCleaner
-        from tidegate.gateway.log.log_start import truncate_to_log_starts
-
         ctx = self.ctx
-        cleaner = LogCleaner(
+        self.cleaner = LogCleaner(
             topics, logs, index, self.store, backoff_ms=self.config.log_cleaner_backoff_ms,
             dedupe_buffer_bytes=self.config.log_cleaner_dedupe_buffer_size,
             clock_ms=self.clock_ms, reclaim=lambda topic: truncate_to_log_starts(ctx, topic),
             io_bytes_per_second_max=self.config.log_cleaner_io_max_bytes_per_second,
         )
-        cleaner.start()
-        self.ctx.extensions[LogCleaner.EXTENSION_KEY] = cleaner
+        self.cleaner.start()
         self.server = KafkaServer(self.ctx, self.metrics)
         try:
             self.address = await self.server.start()
@@ -106,18 +100,16 @@ class Gateway:
         if self.ctx is None:
             return
         self.ctx.stop()
-        follower = self.ctx.extensions.pop("log_start", None)  # gateway/log/log_start.py
+        follower, self.ctx.retention_follower = self.ctx.retention_follower, None
         if follower is not None:
             await follower.close()
-        cleaner = self.ctx.extensions.pop("log_cleaner", None)  # gateway/log/compaction
+        cleaner, self.cleaner = self.cleaner, None
         if cleaner is not None:
             await cleaner.close()
         if self.server is not None:
             await self.server.close(timeout_s)
         await self.ctx.logs.drain(timeout_s)
         self.ctx.logs.close()
-        groups = self.ctx.extensions.pop("groups", None)  # gateway/groups/wiring.py
-        if groups is not None:
-            await groups.close()
+        await self.ctx.groups.close()
         self.ctx.index.close()
         self.ctx = None

@@ -55,14 +55,14 @@ class GatewayConfig:
     fetch_max_wait_ms_max: int = 30_000
     #: Fetch response size cap applied on top of the request's max_bytes. Kafka's
     #: default is 55 MiB; 8 MiB answers come sooner, bound the memory one fetch takes,
-    #: and keep librdkafka consumers under their queue limit (64 MiB): two 50 MB answers
-    #: overflowed it, and it then paused fetching for ``fetch.queue.backoff.ms`` (1 s).
+    #: and keep librdkafka consumers under their queue limit (64 MiB), past which they
+    #: pause fetching for ``fetch.queue.backoff.ms``.
     fetch_max_bytes: int = 8 * 1024 * 1024
     #: glibc ``M_MMAP_THRESHOLD``: allocations at least this large get their own
     #: mapping, returned to the OS when freed. glibc's default threshold grows to 32 MiB
     #: as such blocks are freed, after which cache blocks and fetch buffers come from
-    #: the heap, whose freed holes are kept: consuming 3 GB with a 256 MiB cache peaked
-    #: at ~800 MiB RSS that way, ~340 MiB with 256 KiB. 0 keeps glibc's default.
+    #: the heap, whose freed holes are kept and RSS outgrows the cache. 0 keeps glibc's
+    #: default.
     malloc_mmap_threshold_bytes: int = 256 * 1024
     #: Bytes of segment read per rebuild step at start-up.
     rebuild_read_bytes: int = 4 * 1024 * 1024

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("gateway", "core", "protocol", "tier2")
 #: mypy strict covers every package.
-TYPED = ("protocol", "core", "tier2")
+TYPED = ("protocol", "core", "tier2", "gateway")
 
 
 def build_tree(dest: Path) -> Path:
@@ -36,7 +36,7 @@ def main() -> int:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     config = str(ROOT / "pyproject.toml")
     bin_dir = Path(sys.executable).parent  # the lint environment's tools
-    imports = subprocess.run([str(bin_dir / "lint-imports"), "--config", config, "--no-cache"], cwd=tree, env=env)
+    imports = subprocess.run([str(bin_dir / "lint-imports"), config, "--no-cache"], cwd=tree, env=env)
     mypy_args = [str(bin_dir / "mypy"), "--config-file", config, *(f"-p=tidegate.{p}" for p in TYPED)]
     mypy = subprocess.run(mypy_args, cwd=tree, env=env, capture_output=True, text=True)
     copied = re.compile(r"^tidegate/(" + "|".join(FOLDERS) + r")/", re.M)

@@ -121,9 +121,8 @@ def read_chunk(
     With ``read_ahead`` the kernel is asked to start reading that many bytes after them,
     and no more: its own read-ahead is off for the read (``POSIX_FADV_RANDOM``). It would
     otherwise see the cached pages before ``pos`` as a sequential reader's and read up to
-    the device's ``read_ahead_kb`` (8 MiB on the development VM) past the caller's limit,
-    into data the segment store's cache already holds: 0.2 bytes read from the disk per
-    byte consumed, measured."""
+    the device's ``read_ahead_kb`` past the caller's limit, into data the segment
+    store's cache already holds."""
     try:
         fd = os.open(os.path.join(d, chunk_file_name(start)), os.O_RDONLY)
     except FileNotFoundError:

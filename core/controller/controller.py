@@ -88,9 +88,11 @@ class StreamController:
         self.scope_lock = asyncio.Lock()
         self._histories: dict[str, History] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        #: Draws transaction and reader-group ids.
+        self.rng = rng or random.Random()
         self.autoscaler = AutoScaler(self, traffic or store.traffic, key_points)
         self.retention = RetentionManager(self)
-        self.txns = TransactionManager(self, rng or random.Random())
+        self.txns = TransactionManager(self, self.rng)
         #: Key-value tables, reader groups and watermarks (beyond ``api.Controller``).
         self.kv_tables = KeyValueTables(self)
         self.reader_groups = ReaderGroups(self)
@@ -102,7 +104,7 @@ class StreamController:
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
         await self.md.ensure_table(self.md.scopes_table)
-        await recovery.resume_all(self)
+        await recovery.resume_all(self.ctx)
         await self.kv_tables.resume()
         await self.reader_groups.resume()
         await self.txns.load()
@@ -174,7 +176,7 @@ class StreamController:
             if recorded is None:
                 return
         log.info("finishing the recorded workflow of %s/%s", scope, stream)
-        await recovery.resume_stream(self, scope, stream, entry.value)
+        await recovery.resume_stream(self.ctx, scope, stream, entry.value)
 
     # -- scopes -------------------------------------------------------------------------------
     async def create_scope(self, scope: str) -> None:

@@ -10,7 +10,8 @@ removes the entry. Both are idempotent and ``start()`` resumes any entry left
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+from typing import Protocol
 
 from tidegate.core.controller.api import (
     ConflictError,
@@ -20,11 +21,14 @@ from tidegate.core.controller.api import (
     KeyValueTableNotFoundError,
 )
 from tidegate.core.controller.records import Json
+from tidegate.core.controller.services import ControllerServices
 from tidegate.core.controller.validation import check_name
-from tidegate.core.segmentstore.api import NOT_EXISTS, SegmentExistsError, SegmentNotFoundError
-
-if TYPE_CHECKING:
-    from tidegate.core.controller.controller import StreamController
+from tidegate.core.segmentstore.api import (
+    NOT_EXISTS,
+    SegmentExistsError,
+    SegmentNotFoundError,
+    SegmentStore,
+)
 
 CREATING, ACTIVE, DELETING = "CREATING", "ACTIVE", "DELETING"
 
@@ -33,8 +37,18 @@ def kv_table_segment_name(scope: str, kvt: str, partition: int) -> str:
     return f"{scope}/{kvt}/{partition}.#kvtable"
 
 
+class KeyValueTablesHost(ControllerServices, Protocol):
+    """What key-value tables use besides the controller's services: its segment store
+    (their table segments) and its scope lock (not racing a scope's deletion)."""
+
+    @property
+    def store(self) -> SegmentStore: ...
+    @property
+    def scope_lock(self) -> asyncio.Lock: ...
+
+
 class KeyValueTables:
-    def __init__(self, ctl: StreamController) -> None:
+    def __init__(self, ctl: KeyValueTablesHost) -> None:
         self.ctl = ctl
 
     def _info(self, scope: str, name: str, v: Json) -> KeyValueTableInfo:

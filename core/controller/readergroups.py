@@ -15,8 +15,10 @@ nothing inconsistent for longer than a restart.
 
 from __future__ import annotations
 
+import asyncio
+import random
 import uuid
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tidegate.core.controller.api import (
     ConflictError,
@@ -32,11 +34,9 @@ from tidegate.core.controller.api import (
 from tidegate.core.controller.history import head_cut
 from tidegate.core.controller.metadata import StreamMeta
 from tidegate.core.controller.records import Json, cut_from_json, cut_to_json
+from tidegate.core.controller.services import ControllerServices
 from tidegate.core.controller.validation import check_name
 from tidegate.core.segmentstore.api import NOT_EXISTS, SegmentNotFoundError
-
-if TYPE_CHECKING:
-    from tidegate.core.controller.controller import StreamController
 
 ACTIVE, DELETING = "ACTIVE", "DELETING"
 
@@ -66,8 +66,18 @@ def split_stream(qualified: str) -> tuple[str, str]:
     return scope, stream
 
 
+class ReaderGroupsHost(ControllerServices, Protocol):
+    """What reader groups use besides the controller's services: its scope lock (not
+    racing a scope's deletion) and the random source of their ids."""
+
+    @property
+    def scope_lock(self) -> asyncio.Lock: ...
+    @property
+    def rng(self) -> random.Random: ...
+
+
 class ReaderGroups:
-    def __init__(self, ctl: StreamController) -> None:
+    def __init__(self, ctl: ReaderGroupsHost) -> None:
         self.ctl = ctl
 
     async def _check_config(self, c: ReaderGroupConfig) -> None:
@@ -105,7 +115,7 @@ class ReaderGroups:
         check_name("reader group", name, self.ctl.config)
         await self._check_config(config)
         md = self.ctl.md
-        rg_id = uuid.UUID(int=self.ctl.txns.rng.getrandbits(128), version=4).hex
+        rg_id = uuid.UUID(int=self.ctl.rng.getrandbits(128), version=4).hex
         entry = {
             "id": rg_id,
             "generation": 0,

@@ -10,37 +10,33 @@ that stream retries it first (``StreamController.workflow_lock``)."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from tidegate.core.controller.metadata import StreamMeta
 from tidegate.core.controller.records import Json
 from tidegate.core.controller.workflows import commit, create, delete, scale, seal, truncate, update
-
-if TYPE_CHECKING:
-    from tidegate.core.controller.controller import StreamController
+from tidegate.core.controller.workflows.base import Context
 
 log = logging.getLogger(__name__)
 
 
-async def resume_all(ctl: StreamController) -> None:
-    md = ctl.md
+async def resume_all(ctx: Context) -> None:
+    md = ctx.md
     for scope, _ in await md.entries(md.scopes_table):
         table = md.scope_table(scope)
         await md.ensure_table(table)
         for key, v in await md.entries(table, "stream/"):
             stream = key[len("stream/") :]
             try:
-                await resume_stream(ctl, scope, stream, v.value)
+                await resume_stream(ctx, scope, stream, v.value)
             except Exception:
                 log.exception("resuming %s/%s failed; retried on its next workflow", scope, stream)
 
 
-async def resume_stream(ctl: StreamController, scope: str, stream: str, entry: Json) -> None:
+async def resume_stream(ctx: Context, scope: str, stream: str, entry: Json) -> None:
     """Finish the recorded workflow of one stream; ``entry`` is the stream's value in its
     scope's index (read here when ``None``)."""
-    ctx = ctl.ctx
     if entry is None:
-        v = await ctl.md.get(ctl.md.scope_table(scope), f"stream/{stream}")
+        v = await ctx.md.get(ctx.md.scope_table(scope), f"stream/{stream}")
         entry = None if v is None else v.value
     if entry is not None and "create" in entry:
         log.info("resuming create of %s/%s", scope, stream)
@@ -50,7 +46,7 @@ async def resume_stream(ctl: StreamController, scope: str, stream: str, entry: J
         log.info("resuming delete of %s/%s", scope, stream)
         await delete.steps(ctx, scope, stream)
         return
-    meta = StreamMeta(ctl.md, scope, stream)
+    meta = StreamMeta(ctx.md, scope, stream)
     record = (await meta.workflow()).value
     if record is not None:
         kind = record["type"]

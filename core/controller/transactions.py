@@ -15,8 +15,9 @@ from __future__ import annotations
 import logging
 import random
 import uuid
+from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tidegate.core.controller.api import (
     ConflictError,
@@ -28,20 +29,32 @@ from tidegate.core.controller.api import (
 )
 from tidegate.core.controller.metadata import StreamMeta
 from tidegate.core.controller.records import TxnRecord, TxnState
+from tidegate.core.controller.services import ControllerServices
 from tidegate.core.controller.workflows import abort, commit
-from tidegate.core.controller.workflows.base import create_segment, each, txn_segment_name
-from tidegate.core.segmentstore.api import NOT_EXISTS, SegmentNotFoundError
-
-if TYPE_CHECKING:
-    from tidegate.core.controller.controller import StreamController
+from tidegate.core.controller.workflows.base import Context, create_segment, each, txn_segment_name
+from tidegate.core.segmentstore.api import NOT_EXISTS, SegmentNotFoundError, SegmentStore
 
 log = logging.getLogger(__name__)
 
 TxnKey = tuple[str, str, str]
 
 
+class TransactionsHost(ControllerServices, Protocol):
+    """What transactions use besides the controller's services: its segment store (their
+    shadow segments), the workflows' context (commit and abort) and the stream workflow
+    lock."""
+
+    @property
+    def store(self) -> SegmentStore: ...
+    @property
+    def ctx(self) -> Context: ...
+
+    def stream_workflow(self, scope: str, stream: str) -> AbstractAsyncContextManager[StreamMeta]:
+        """Hold the stream's workflow lock; yields the stream's metadata."""
+
+
 class TransactionManager:
-    def __init__(self, ctl: StreamController, rng: random.Random) -> None:
+    def __init__(self, ctl: TransactionsHost, rng: random.Random) -> None:
         self.ctl = ctl
         self.rng = rng
         #: open transactions -> lease expiry (ms)

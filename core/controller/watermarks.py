@@ -18,20 +18,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from tidegate.core.controller.api import ConflictError, InvalidArgumentError, StreamState, Watermark
 from tidegate.core.controller.metadata import StreamMeta, time_key
 from tidegate.core.controller.records import Json, cut_from_json, cut_to_json
-
-if TYPE_CHECKING:
-    from tidegate.core.controller.controller import StreamController
+from tidegate.core.controller.services import ControllerServices
 
 log = logging.getLogger(__name__)
 
 
 class Watermarks:
-    def __init__(self, ctl: StreamController) -> None:
+    def __init__(self, ctl: ControllerServices) -> None:
         self.ctl = ctl
 
     async def note_writer_mark(

@@ -22,6 +22,10 @@ from typing import Protocol
 
 from tidegate.core.segmentstore.callbacks import DoneCallback
 
+# Re-exported: the gateway's metrics export a Tier-1 log's latencies with these bounds.
+from tidegate.core.segmentstore.tier1.timing import LATENCY_BOUNDS_S as LATENCY_BOUNDS_S
+from tidegate.core.segmentstore.tier1.timing import LatencyCounts as LatencyCounts
+
 # ---------------------------------------------------------------------------------------
 # Errors
 

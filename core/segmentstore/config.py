@@ -24,7 +24,7 @@ class SegmentStoreConfig:
     #: Tier-1 log files are rolled at this size (passed to the file log).
     tier1_file_bytes_max: int = 64 * MiB
     #: Tier-1 log files kept for reuse once truncated away, per container (syncs into a
-    #: reused file skip the filesystem's journal commit; ``logs/fileformat.py``).
+    #: reused file skip the filesystem's journal commit; ``tier1/fileformat.py``).
     tier1_spare_files: int = 2
     #: Tier-1 asks the kernel to drop its log's synced bytes from the page cache each
     #: time this many have gathered (``POSIX_FADV_DONTNEED``; 0: never). They are read
@@ -41,11 +41,9 @@ class SegmentStoreConfig:
     flush_interval_ms: int = 1000
     #: Between flushes, a segment's new bytes go to Tier-2 unsynced once this many have
     #: gathered and ``flush_trickle_interval_ms`` passed since the last such write (the
-    #: flush then syncs them all at once). On one disk a 4 MiB write and sync held up
-    #: the Tier-1 syncs behind it, and with them every acknowledgement, for 8-20 ms;
+    #: flush then syncs them all at once). On one disk a whole flush written and synced
+    #: at once holds up the Tier-1 syncs behind it, and with them every acknowledgement;
     #: written back a few hundred KiB at a time it stalls them far less. 0: off.
-    #: (256 KiB every 50 ms cost about 5 % of 1 KB produce throughput at full load;
-    #: 512 KiB every 100 ms measured none and kept the latency gain: README.)
     flush_trickle_bytes: int = 512 * 1024
     flush_trickle_interval_ms: int = 100
     #: Per container: bytes committed but not yet in Tier-2 (plus ~400 bytes per
@@ -77,8 +75,8 @@ class SegmentStoreConfig:
     tier2_read_block_bytes: int = 1 * MiB
     #: Filesystem Tier-2: written (and synced) pages leave the page cache. Recent data
     #: is read from the read index's cache; the page cache would hold a second copy, and
-    #: growing it was the costliest kernel work of a produce on the development VM (see
-    #: the README). Catch-up reads of older data then come from the disk.
+    #: growing it is costly kernel work on every produced byte. Catch-up reads of older
+    #: data then come from the disk.
     tier2_drop_written_pages: bool = True
     #: Filesystem Tier-2: after each read the kernel is asked to read this many bytes
     #: ahead (``POSIX_FADV_WILLNEED``): a chunk is opened per read, so the kernel's own

@@ -16,21 +16,50 @@ The caller then starts the durable log (a new session) and the storage writer.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
+from tidegate.core.segmentstore.apply import Applier
+from tidegate.core.segmentstore.config import SegmentStoreConfig
 from tidegate.core.segmentstore.durablelog.frames import read_operation_batches
+from tidegate.core.segmentstore.metadata import ContainerMetadata
 from tidegate.core.segmentstore.metastore import InactiveSegments
 from tidegate.core.segmentstore.operations import CheckpointOp, Operation, PlainAppend
+from tidegate.core.segmentstore.reading.index import ReadIndex
 from tidegate.core.segmentstore.reading.tier1index import Tier1Index
 from tidegate.core.segmentstore.tables import TableIndex
-from tidegate.tier2.api import SegmentInfo, StorageError
+from tidegate.core.segmentstore.tier1.api import DurableDataLog
+from tidegate.tier2.api import SegmentInfo, Storage, StorageError
 from tidegate.tier2.api import SegmentNotFoundError as Tier2NotFound
 
-if TYPE_CHECKING:
-    from tidegate.core.segmentstore.container import SegmentContainer
+
+class Recoverable(Protocol):
+    """What recovery rebuilds and reads (``SegmentContainer``, not yet serving)."""
+
+    #: Opened here when the container keeps inactive segments (``metadata_dir``).
+    inactive: InactiveSegments | None
+
+    @property
+    def config(self) -> SegmentStoreConfig: ...
+    @property
+    def log(self) -> DurableDataLog: ...
+    @property
+    def storage(self) -> Storage: ...
+    @property
+    def index_dir(self) -> Path: ...
+    @property
+    def metadata_dir(self) -> Path | None: ...
+    @property
+    def md(self) -> ContainerMetadata: ...
+    @property
+    def tables(self) -> dict[int, TableIndex]: ...
+    @property
+    def read_index(self) -> ReadIndex: ...
+    @property
+    def applier(self) -> Applier: ...
 
 
-async def recover(c: SegmentContainer) -> None:
+async def recover(c: Recoverable) -> None:
     await c.log.open()
     c.read_index.tier1 = Tier1Index(c.index_dir, c.log.epoch)
     if c.metadata_dir is not None:
@@ -84,7 +113,7 @@ async def recover(c: SegmentContainer) -> None:
                 pos += consumed
 
 
-async def _get_info(c: SegmentContainer, name: str) -> SegmentInfo:
+async def _get_info(c: Recoverable, name: str) -> SegmentInfo:
     """Tier-2 ``get_info``, transient failures retried (a bounded number of times)."""
     for attempt in range(50):
         try:

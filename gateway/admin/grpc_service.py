@@ -108,7 +108,7 @@ def _rpc(method: Handler[R]) -> Handler[R]:
 _ServicerBase: Any = pb2_grpc.ControllerServiceServicer
 
 
-class ControllerServicer(_ServicerBase):  # type: ignore[misc]
+class ControllerServicer(_ServicerBase):  # type: ignore[misc]  # the generated base is untyped
     def __init__(self, controller: Controller) -> None:
         self._c = controller
 

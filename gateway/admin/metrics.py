@@ -14,7 +14,7 @@ not share figures.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
@@ -26,14 +26,14 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
-from tidegate.core.segmentstore.tier1.timing import LATENCY_BOUNDS_S, LatencyCounts
+from tidegate.core.segmentstore.api import LATENCY_BOUNDS_S, LatencyCounts
 
 #: The media type of the text format ``generate_latest`` writes.
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 class Metrics:
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: object) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self._requests = Histogram(
             "tidegate_request_seconds",
@@ -42,7 +42,7 @@ class Metrics:
             buckets=LATENCY_BOUNDS_S,
             registry=self.registry,
         )
-        self._by_api: dict[str, Any] = {}
+        self._by_api: dict[str, Histogram] = {}
         self.registry.register(_StoreCollector(store))
 
     def observe_request(self, api: str, seconds: float) -> None:
@@ -56,11 +56,14 @@ class Metrics:
 
 
 class _StoreCollector(Collector):
-    def __init__(self, store: Any) -> None:
+    """Reads what a ``StreamSegmentStore`` has (``containers``, ``stats()``); another
+    store exports what it has of them."""
+
+    def __init__(self, store: object) -> None:
         self._store = store
 
     def collect(self) -> Iterator[Metric]:
-        containers: dict[int, Any] = getattr(self._store, "containers", {})
+        containers: Mapping[int, object] = getattr(self._store, "containers", {})
         sync = HistogramMetricFamily(
             "tidegate_tier1_write_sync",
             "Tier-1 batches: pwritev + fdatasync, per container",
@@ -77,7 +80,8 @@ class _StoreCollector(Collector):
                     counts.sum_s,
                 )
         yield sync
-        stats_of = getattr(self._store, "stats", None)
+        # JSON-like: counts and bounds, and a dict per container.
+        stats_of: Callable[[], dict[str, Any]] | None = getattr(self._store, "stats", None)
         if stats_of is None:
             return
         stats = stats_of()

@@ -41,4 +41,4 @@ class GroupConfig:
         if unknown:
             raise ValueError(f"unknown [groups] config keys {unknown}; known: {sorted(known)}")
         kwargs = {k: v if k == "table" else int(str(v)) for k, v in values.items()}
-        return cls(**kwargs)  # type: ignore[arg-type]
+        return cls(**kwargs)  # type: ignore[arg-type]  # each value has its field's type (above)

@@ -89,7 +89,7 @@ class Membership:
     @staticmethod
     def _resolve(fut: asyncio.Future[JoinResult] | asyncio.Future[SyncResult] | None, value: object) -> None:
         if fut is not None and not fut.done():
-            fut.set_result(value)  # type: ignore[arg-type]
+            fut.set_result(value)  # type: ignore[arg-type]  # callers pass the future's own type
 
     # -- JoinGroup -----------------------------------------------------------------------
 

@@ -26,9 +26,8 @@ Errors: expected conditions become Kafka error codes in the response; an excepti
 escaping a handler closes the connection (logged), as Kafka does for requests it cannot
 process.
 
-``HandlerContext`` holds everything a handler may use; new subsystems (group
-coordinator, transactions, admin state) go into ``ctx.extensions`` under their own key,
-created in ``gateway.app.Gateway.start``.
+``HandlerContext`` holds everything a handler may use; a new subsystem (transactions,
+admin state) becomes a typed field of its own, created in ``gateway.app.Gateway.start``.
 """
 
 from __future__ import annotations
@@ -38,19 +37,19 @@ import importlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from tidegate.core.controller.api import Controller
+from tidegate.core.segmentstore.api import SegmentStore
+from tidegate.gateway.config import GatewayConfig
+from tidegate.gateway.groups.coordinator import GroupCoordinator
+from tidegate.gateway.log.log_start import RetentionFollower
+from tidegate.gateway.log.offset_index import OffsetIndex
+from tidegate.gateway.log.partitions import PartitionLogs
+from tidegate.gateway.log.producer_ids import ProducerIdAllocator
+from tidegate.gateway.log.producer_state import ProducerStates
+from tidegate.gateway.log.topics import TopicRegistry
 from tidegate.protocol.apis import ApiSpec
-
-if TYPE_CHECKING:
-    from tidegate.core.controller.api import Controller
-    from tidegate.core.segmentstore.api import SegmentStore
-    from tidegate.gateway.config import GatewayConfig
-    from tidegate.gateway.log.offset_index import OffsetIndex
-    from tidegate.gateway.log.partitions import PartitionLogs
-    from tidegate.gateway.log.producer_ids import ProducerIdAllocator
-    from tidegate.gateway.log.producer_state import ProducerStates
-    from tidegate.gateway.log.topics import TopicRegistry
 
 
 @dataclass
@@ -160,6 +159,11 @@ class HandlerContext:
       → the batch holding an offset (segment id and position: the StreamCut for a
       DeleteRecords is the envelope start, ``position - ENVELOPE_BYTES``).
     - ``controller``, ``store``: the stream and segment APIs underneath.
+    - ``groups`` (``gateway.groups.GroupCoordinator``): the consumer groups' coordinator,
+      started before the listener and closed before the segment store.
+    - ``retention_follower`` (``gateway.log.log_start.RetentionFollower``): moves log
+      starts after the controller's retention truncated a stream; set once the context
+      exists (it reads the context).
     """
 
     config: GatewayConfig
@@ -171,17 +175,17 @@ class HandlerContext:
     producers: ProducerStates
     producer_ids: ProducerIdAllocator
     registry: Registry
+    groups: GroupCoordinator
     #: Wall clock in milliseconds (injected for tests).
     clock_ms: Callable[[], int]
     #: Set when the gateway shuts down: long polls end early.
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     #: Called (synchronously) once ``stopping`` is set: long polls waiting by callback.
     on_stop: list[Callable[[], None]] = field(default_factory=list)
+    retention_follower: RetentionFollower | None = None
 
     def stop(self) -> None:
         self.stopping.set()
         callbacks, self.on_stop = self.on_stop, []
         for callback in callbacks:
             callback()
-    #: Subsystems added by later work (group coordinator, transactions, ...).
-    extensions: dict[str, Any] = field(default_factory=dict)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.admin import DeleteGroupsRequest, DeleteGroupsResponse
-from tidegate.gateway.groups.wiring import coordinator_of
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.protocol.apis import ApiSpec
 
@@ -14,7 +13,7 @@ SPEC = ApiSpec(DeleteGroupsRequest, DeleteGroupsResponse, 0, 2)
 
 
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
-    result = await coordinator_of(ctx).delete_groups(list(request.groups_names))
+    result = await ctx.groups.delete_groups(list(request.groups_names))
     return DeleteGroupsResponse(
         throttle_time_ms=0,
         results=[

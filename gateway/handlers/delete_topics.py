@@ -16,7 +16,6 @@ from typing import Any
 
 from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
 from tidegate.core.controller.api import ConflictError, StreamNotFoundError
-from tidegate.gateway.groups.wiring import EXTENSION_KEY as GROUPS_EXTENSION_KEY
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.gateway.log.compaction.cleaner import delete_clean_segments
 from tidegate.gateway.log.topics import TopicInfo
@@ -50,9 +49,7 @@ async def delete_topic(ctx: HandlerContext, info: TopicInfo) -> None:
         pass
     await ctx.topics.forget(info.name)
     ctx.logs.delete_topic(info.name)  # again: a Produce may have opened a log meanwhile
-    groups = ctx.extensions.get(GROUPS_EXTENSION_KEY)  # absent in gateways built without groups
-    if groups is not None:
-        await groups.remove_topic_offsets([info.name])
+    await ctx.groups.remove_topic_offsets([info.name])
 
 
 def _find(ctx: HandlerContext, name: str | None, topic_id: uuid.UUID) -> TopicInfo | None:

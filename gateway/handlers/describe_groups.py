@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
-from tidegate.gateway.groups.wiring import coordinator_of
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.protocol.apis import ApiSpec
 
@@ -23,7 +22,7 @@ _AUTHORIZED_OPERATIONS_UNKNOWN = None
 
 
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
-    described = coordinator_of(ctx).describe_groups(
+    described = ctx.groups.describe_groups(
         list(request.groups), unknown_is_error=req.api_version >= 6
     )
     groups = [

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.consumer import HeartbeatRequest, HeartbeatResponse
-from tidegate.gateway.groups.wiring import coordinator_of
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.protocol.apis import ApiSpec
 
@@ -13,7 +12,7 @@ SPEC = ApiSpec(HeartbeatRequest, HeartbeatResponse, 0, 4)
 
 
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
-    error = coordinator_of(ctx).heartbeat(
+    error = ctx.groups.heartbeat(
         request.group_id,
         request.generation_id,
         request.member_id,

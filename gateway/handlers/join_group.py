@@ -9,7 +9,7 @@ from typing import Any
 
 from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse
 from tidegate.gateway.groups import JoinRequest
-from tidegate.gateway.groups.wiring import client_host, coordinator_of
+from tidegate.gateway.groups.wiring import client_host
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.protocol.apis import ApiSpec
 
@@ -21,7 +21,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     v = req.api_version
     session_ms = request.session_timeout_ms
     rebalance_ms = request.rebalance_timeout_ms if v >= 1 else -1
-    result = await coordinator_of(ctx).join_group(
+    result = await ctx.groups.join_group(
         JoinRequest(
             group_id=request.group_id,
             member_id=request.member_id,

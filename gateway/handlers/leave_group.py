@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.consumer import LeaveGroupRequest, LeaveGroupResponse
-from tidegate.gateway.groups.wiring import coordinator_of
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.protocol.apis import ApiSpec
 
@@ -14,7 +13,7 @@ SPEC = ApiSpec(LeaveGroupRequest, LeaveGroupResponse, 0, 5)
 
 
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
-    coord = coordinator_of(ctx)
+    coord = ctx.groups
     if req.api_version < 3:
         top, per = coord.leave_group(request.group_id, [(request.member_id, None)])
         error = per[0][2] if top == 0 and per else top

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.admin import ListGroupsRequest, ListGroupsResponse
-from tidegate.gateway.groups.wiring import coordinator_of
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.protocol.apis import ApiSpec
 
@@ -17,7 +16,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     v = req.api_version
     states = list(request.states_filter or ()) if v >= 4 else []
     types = list(request.types_filter or ()) if v >= 5 else []
-    error, groups = coordinator_of(ctx).list_groups(states, types)
+    error, groups = ctx.groups.list_groups(states, types)
     return ListGroupsResponse(
         throttle_time_ms=0,
         error_code=error,

@@ -8,7 +8,6 @@ from typing import Any
 
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
 from tidegate.gateway.groups import OffsetCommit
-from tidegate.gateway.groups.wiring import coordinator_of
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
@@ -37,7 +36,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             offsets[tp] = OffsetCommit(p.committed_offset, epoch, metadata)
     if offsets:
         errors.update(
-            await coordinator_of(ctx).commit_offsets(
+            await ctx.groups.commit_offsets(
                 request.group_id,
                 request.generation_id_or_member_epoch,
                 request.member_id,

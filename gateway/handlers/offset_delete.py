@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
-from tidegate.gateway.groups.wiring import coordinator_of
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
@@ -30,7 +29,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                 errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 known.append(tp)
-    top, result = await coordinator_of(ctx).delete_offsets(request.group_id, known)
+    top, result = await ctx.groups.delete_offsets(request.group_id, known)
     if top != ErrorCode.NONE:
         return OffsetDeleteResponse(error_code=top, throttle_time_ms=0, topics=[])
     errors.update(result)

@@ -8,7 +8,6 @@ from typing import Any
 
 from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 from tidegate.gateway.groups import CommittedOffset
-from tidegate.gateway.groups.wiring import coordinator_of
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.protocol.apis import ApiSpec
 
@@ -27,7 +26,7 @@ def _fetch(ctx: HandlerContext, group_id: str, topics: Any) -> tuple[int, Fetche
     wanted = None
     if topics is not None:
         wanted = [(t.name, p) for t in topics for p in t.partition_indexes]
-    return coordinator_of(ctx).fetch_offsets(group_id, wanted)
+    return ctx.groups.fetch_offsets(group_id, wanted)
 
 
 def _by_topic(fetched: Fetched, error: int) -> dict[str, list[tuple[int, int, int, str, int]]]:

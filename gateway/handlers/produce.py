@@ -6,8 +6,8 @@ id/epoch/sequence; then assign offsets, rewrite the base offset in place and app
 Records are never decoded or recompressed, except where a topic's configs ask for it
 (``gateway/log/batch_policy.py``: keys of compacted topics, timestamp bounds). All
 partitions of a request are assigned and submitted in one synchronous step, after which
-the next request on the connection may start; the answer waits until the appends are durable (acks=1/all) or is not sent
-at all (acks=0).
+the next request on the connection may start; the answer waits until the appends are
+durable (acks=1/all) or is not sent at all (acks=0).
 """
 
 from __future__ import annotations
@@ -161,7 +161,12 @@ async def _settled(works: list[_Work], timeout_s: float) -> None:
             work.pending.on_settled.append(one_settled)
     if remaining == 0:
         return
-    timer = loop.call_later(timeout_s, lambda: waiter.done() or waiter.set_result(None))
+
+    def time_out() -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    timer = loop.call_later(timeout_s, time_out)
     try:
         await waiter
     finally:

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.consumer import SyncGroupRequest, SyncGroupResponse
-from tidegate.gateway.groups.wiring import coordinator_of
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.protocol.apis import ApiSpec
 
@@ -17,7 +16,7 @@ SPEC = ApiSpec(SyncGroupRequest, SyncGroupResponse, 0, 5)
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     req.release()
     v = req.api_version
-    result = await coordinator_of(ctx).sync_group(
+    result = await ctx.groups.sync_group(
         request.group_id,
         request.generation_id,
         request.member_id,

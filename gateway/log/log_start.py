@@ -24,26 +24,45 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from tidegate.core.controller.api import ConflictError, SegmentRecord
-from tidegate.core.segmentstore.api import SegmentNotFoundError, SegmentProperties
+from tidegate.core.controller.api import ConflictError, Controller, SegmentRecord
+from tidegate.core.segmentstore.api import SegmentNotFoundError, SegmentProperties, SegmentStore
+from tidegate.gateway.config import GatewayConfig
 from tidegate.gateway.log.compaction.checkpoint import clean_end_offset
 from tidegate.gateway.log.envelope import ENVELOPE_BYTES
-from tidegate.gateway.log.offset_index import IndexEntry
-
-if TYPE_CHECKING:
-    from tidegate.gateway.handlers import HandlerContext
+from tidegate.gateway.log.offset_index import IndexEntry, OffsetIndex
+from tidegate.gateway.log.partitions import PartitionLogs
+from tidegate.gateway.log.topics import TopicRegistry
 
 log = logging.getLogger(__name__)
 
 SCAN_ENTRIES_MAX = 10_000
 
 
+class LogStartContext(Protocol):
+    """What moving log starts uses (the handlers' ``HandlerContext``): the topics and
+    their partition logs, the offset index, the stream and segment APIs, and the node's
+    configuration (the controller's retention period)."""
+
+    @property
+    def config(self) -> GatewayConfig: ...
+    @property
+    def controller(self) -> Controller: ...
+    @property
+    def store(self) -> SegmentStore: ...
+    @property
+    def topics(self) -> TopicRegistry: ...
+    @property
+    def logs(self) -> PartitionLogs: ...
+    @property
+    def index(self) -> OffsetIndex: ...
+
+
 class _Segments:
     """Segment properties, read once per operation."""
 
-    def __init__(self, ctx: HandlerContext, topic: str) -> None:
+    def __init__(self, ctx: LogStartContext, topic: str) -> None:
         self.ctx = ctx
         self.topic = topic
         self._props: dict[int, SegmentProperties | None] = {}
@@ -58,7 +77,7 @@ class _Segments:
         return self._props[seg_id]
 
 
-def _envelope_start(ctx: HandlerContext, topic: str, partition: int, e: IndexEntry) -> int:
+def _envelope_start(ctx: LogStartContext, topic: str, partition: int, e: IndexEntry) -> int:
     """Start of the envelope holding batch ``e``: batches of one append are contiguous
     and at consecutive offsets, and every envelope begins with its header."""
     while e.base_offset > 0:
@@ -70,7 +89,7 @@ def _envelope_start(ctx: HandlerContext, topic: str, partition: int, e: IndexEnt
 
 
 def _retained_starts(
-    ctx: HandlerContext, topic: str, partition: int, scan_entries_max: int
+    ctx: LogStartContext, topic: str, partition: int, scan_entries_max: int
 ) -> dict[int, int]:
     """segment id → the least envelope start of the partition's retained batches there."""
     plog = ctx.logs.get(topic, partition)
@@ -88,7 +107,7 @@ def _retained_starts(
 
 
 async def truncate_to_log_starts(
-    ctx: HandlerContext, topic: str, *, scan_entries_max: int = SCAN_ENTRIES_MAX
+    ctx: LogStartContext, topic: str, *, scan_entries_max: int = SCAN_ENTRIES_MAX
 ) -> dict[int, int] | None:
     """Truncate the topic's stream as far as every partition's log start allows; return
     the cut applied, or None when it cannot move (or another workflow holds the stream:
@@ -158,7 +177,7 @@ async def truncate_to_log_starts(
     return cut
 
 
-async def follow_truncation(ctx: HandlerContext, topic: str) -> dict[int, int]:
+async def follow_truncation(ctx: LogStartContext, topic: str) -> dict[int, int]:
     """Raise the log start of each partition of ``topic`` past batches no longer in
     their segments (truncated or deleted); return the partitions moved → new start."""
     info = ctx.topics.get(topic)
@@ -190,7 +209,7 @@ async def follow_truncation(ctx: HandlerContext, topic: str) -> dict[int, int]:
 FOLLOW_PERIOD_MS_DEFAULT = 10_000
 
 
-def follow_period_ms(ctx: HandlerContext) -> int:
+def follow_period_ms(ctx: LogStartContext) -> int:
     """The controller's retention period (``[controller] retention_period_ms`` in the node's
     config: the follower runs as often as the controller may truncate), else
     ``FOLLOW_PERIOD_MS_DEFAULT``."""
@@ -202,11 +221,9 @@ class RetentionFollower:
     """Runs ``follow_truncation`` for every topic each ``period_ms``, so a truncation by
     the controller's retention policy moves the log starts that Fetch and ListOffsets
     report (until then Fetch answers OFFSET_OUT_OF_RANGE for the bytes already gone).
-    Kept in ``HandlerContext.extensions[EXTENSION_KEY]``."""
+    Kept in ``HandlerContext.retention_follower``."""
 
-    EXTENSION_KEY = "log_start"
-
-    def __init__(self, ctx: HandlerContext, *, period_ms: int | None = None) -> None:
+    def __init__(self, ctx: LogStartContext, *, period_ms: int | None = None) -> None:
         self.ctx = ctx
         self.period_ms = period_ms if period_ms is not None else follow_period_ms(ctx)
         self._task: asyncio.Task[None] | None = None

@@ -33,7 +33,6 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from tidegate.core.controller.api import SegmentRecord
 from tidegate.core.segmentstore.api import (
@@ -44,11 +43,9 @@ from tidegate.core.segmentstore.api import (
     TooLargeError,
 )
 from tidegate.gateway.log.envelope import ENVELOPE_BYTES, Envelope, encode_envelope_into
+from tidegate.gateway.log.log_services import LogServices
 from tidegate.gateway.log.offset_index import IndexEntry
 from tidegate.protocol.record_batch import BatchHeader, set_base_offset
-
-if TYPE_CHECKING:
-    from tidegate.gateway.log.partitions import PartitionLogs
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +102,7 @@ class PendingAppend:
 class PartitionLog:
     def __init__(
         self,
-        logs: PartitionLogs,
+        logs: LogServices,
         topic: str,
         partition: int,
         next_offset: int,

@@ -5,9 +5,8 @@ A produce request from librdkafka is about 1 MB (it caps requests at
 appended from it without a copy. Allocated fresh, such a buffer is a mapping of its
 own (``malloc.mmap.threshold.bytes``, 256 KiB, sends every block that large to ``mmap``
 so that freed cache blocks do not stay in the heap) and goes back with ``munmap``, so
-every frame's pages were faulted in and zero-filled again: under 1 KB-record produce
-load, 99 % of the server's page faults came from zero-filling these buffers, and faults
-plus zeroing took about a fifth of its CPU (perf, 16 partitions).
+every frame's pages were faulted in and zero-filled again, which under produce load
+was a large share of the server's CPU (``bench/RESULTS.md``).
 
 ``FramePool.take`` hands out a writable view of exactly the size asked, over a buffer
 of whole pages, or over a free one up to ``SLACK_GRANULES`` pages larger, so frames of
@@ -17,17 +16,16 @@ a cache entry) holds a reference to it, so its reference count says exactly when
 is; until then its bytes are never touched.
 
 - Each ``take`` checks up to ``CHECKS_PER_TAKE`` of the buffers it lent, oldest first
-  (checking only 4 held 30-60 released 1 MB frames at any moment), and all of them
-  before it allocates (checking all 512 costs 34 µs).
+  (checking fewer left released frames unused), and all of them before it allocates
+  (a check is far cheaper than a fresh buffer's page faults).
 - A frame whose batches the cache keeps is held until the cache evicts them (about
-  ``cache_bytes_max`` of later data), so up to ``tracked_max`` lent buffers are tracked:
-  1 MB frames under a 256 MiB cache need about 300. Past that the oldest are no longer
+  ``cache_bytes_max`` of later data), so up to ``tracked_max`` lent buffers are tracked
+  (enough for a full cache of ~1 MB frames). Past that the oldest are no longer
   tracked (freed as usual once released).
 - Free buffers are kept up to ``idle_bytes_max``; a buffer freed when that is full
   pushes out those free the longest. Keeping the first ones instead filled the space
-  with odd sizes (the few smaller frames, one each) that no later frame fitted: with
-  16 partitions, 1 GB of ~1 MB frames allocated 58-78 % of them afresh, each costing
-  ~0.6 ms of zero-filled page faults on the event loop.
+  with odd sizes (the few smaller frames, one each) that no later frame fitted, so
+  most frames were allocated afresh, page faults and all, on the event loop.
 - New buffers are anonymous mappings populated in one call (``_fresh``), not
   ``bytearray``s zero-filled page fault by page fault.
 - While the pool holds buffers, a sweep every ``SWEEP_INTERVAL_S`` checks all lent ones
@@ -69,10 +67,8 @@ def _fresh(capacity: int) -> Buffer:
     """A new buffer of ``capacity`` bytes (whole pages). An anonymous mapping made with
     ``MAP_POPULATE`` has its pages faulted in by one ``mmap`` call, already zero, where
     ``bytearray(capacity)`` got a mapping of its own too (above the malloc mmap
-    threshold) and then took a page fault per page as it zero-filled them: 305 against
-    518 µs of CPU per MiB here (300 allocations of 1 MiB, each then filled). While the
-    cache fills, every large frame is a fresh buffer: the first 256 MiB of 1 KB records
-    into one partition took 1.64 against 1.86 s of server CPU per GB (5 alternated runs)."""
+    threshold) and then took a page fault per page as it zero-filled them, which costs
+    more CPU; while the cache fills, every large frame is a fresh buffer."""
     if not _POPULATE:
         return bytearray(capacity)
     flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _POPULATE
@@ -110,7 +106,7 @@ class FramePool:
         self._reclaim()
         buf = self._free(capacity)
         if buf is None:
-            # Checking every lent buffer costs ~34 µs; a new one ~0.6 ms of page faults.
+            # Checking every lent buffer costs far less than a new buffer's page faults.
             self._reclaim(len(self._lent))
             buf = self._free(capacity)
         if buf is None:
@@ -148,7 +144,7 @@ class FramePool:
         """Check every lent buffer; if no frame was taken since the last sweep, free the
         idle ones too. Without it, buffers released while no large frames arrive (the
         cache evicting them under a stream of small requests) stayed alive in the lent
-        list: RSS grew with the cache's new data, 66 MB in 20 s of 5 MB/s produce."""
+        list, and RSS grew with the cache's new data."""
         self._sweep = None
         self._reclaim(len(self._lent))
         if not self._taken:

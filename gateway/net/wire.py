@@ -3,8 +3,8 @@
 ``KafkaWire`` is an ``asyncio.BufferedProtocol``: the event loop receives straight into
 buffers it hands out, so a request body is copied once, from the socket into the frame
 it becomes (``asyncio.StreamReader`` copies every byte twice more — into its buffer and
-out of it — and moves its buffer's tail down on every read, which took ~45 % of the event
-loop under 1 KB-record produce load).
+out of it — and moves its buffer's tail down on every read, a large share of the event
+loop under produce load).
 
 - Small frames: the loop receives into a staging buffer of ``staging_bytes``; every
   whole frame in it is copied out (frames are writable, so produce rewrites batch

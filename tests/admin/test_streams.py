@@ -26,10 +26,8 @@ from tidegate.core.controller.api import (
     ScalingPolicy,
     ScalingType,
 )
-from tidegate.gateway.groups.wiring import coordinator_of
 from tidegate.gateway.handlers import HandlerContext
 from tidegate.gateway.log.envelope import ENVELOPE_BYTES
-from tidegate.gateway.log.log_start import RetentionFollower
 from tidegate.gateway.log.topics import partition_point
 from tidegate.protocol.errors import ErrorCode
 
@@ -194,7 +192,8 @@ async def test_log_starts_follow_a_retention_truncation(node: Node) -> None:
     await node.controller.truncate("kafka", "ret", {entry.segment_id: entry.position - ENVELOPE_BYTES})
     part, _ = await fetch_records(c, "ret", 0, 0)
     assert part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE  # type: ignore[attr-defined]
-    follower = ctx.extensions[RetentionFollower.EXTENSION_KEY]
+    follower = ctx.retention_follower
+    assert follower is not None
     await follower.run_once()
     assert ctx.logs.get("ret", 0).log_start_offset == 2
     part, recs = await fetch_records(c, "ret", 0, 2)
@@ -219,7 +218,7 @@ async def test_delete_topic_drops_stream_index_and_group_offsets(node: Node) -> 
     assert "gone" not in await node.controller.list_streams("kafka")
     assert ctx.topics.get("gone") is None
     assert ctx.index.first("gone", 1) is None
-    _, committed = coordinator_of(ctx).fetch_offsets("g", None)
+    _, committed = ctx.groups.fetch_offsets("g", None)
     assert {tp[0] for tp in committed} == {"kept"}  # (topic, partition)
     await node.restart_gateway()
     assert ctx_of(node).topics.get("gone") is None

@@ -125,7 +125,7 @@ def test_compare_runs_a_commit_beside_the_working_tree(tmp_path: Path) -> None:
         assert med[system]["produce-1024B-p1"]["records"] == 1024
     assert any(p.name.startswith("tidegate-HEAD-") for p in (out_dir / "logs").iterdir())
     tree = REPO / ".cache" / "bench" / "trees" / commit
-    assert (tree / "gateway" / "cli.py").exists() and (tree / ".complete").exists()
+    assert (tree / "tidegate" / "gateway" / "cli.py").exists() and (tree / ".complete").exists()
 
     bad = subprocess.run(
         [sys.executable, "-m", "bench.run", "--compare", "no-such-ref"],

@@ -61,6 +61,17 @@ async def test_scopes_lifecycle(rest: Rest) -> None:
     assert await _ok(await c.get("/v1/scopes")) == {"scopes": [{"scopeName": "a"}]}
 
 
+async def test_get_scope(rest: Rest) -> None:
+    c = rest.client
+    _error(await c.get("/v1/scopes/a"), 404)
+    await _ok(await c.post("/v1/scopes", json={"scopeName": "a"}), 201)
+    assert await _ok(await c.get("/v1/scopes/a")) == {"scopeName": "a"}
+    assert "scope b" in _error(await c.get("/v1/scopes/b"), 404)
+    _error(await c.get("/v1/scopes/bad name!"), 400)
+    await _ok(await c.delete("/v1/scopes/a"), 204)
+    _error(await c.get("/v1/scopes/a"), 404)
+
+
 async def test_stream_create_get_list(rest: Rest) -> None:
     created = await _stream(
         rest,
@@ -312,7 +323,7 @@ async def test_openapi_lists_exactly_the_api(rest: Rest) -> None:
     expected = {
         "/health": {"get"},
         "/v1/scopes": {"get", "post"},
-        "/v1/scopes/{scope}": {"delete"},
+        "/v1/scopes/{scope}": {"get", "delete"},
         "/v1/scopes/{scope}/streams": {"get", "post"},
         stream: {"get", "put", "delete"},
         f"{stream}/state": {"put"},

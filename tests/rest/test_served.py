@@ -127,7 +127,10 @@ def test_scenario_over_rest_and_grpc(served: Served) -> None:
     streams = "/v1/scopes/ops/streams"
     with httpx.Client(base_url=f"http://127.0.0.1:{served.rest_port}", timeout=10) as c:
         assert c.get("/health").json() == {"status": "ready"}
+        # The topics' scope, as the README shows it.
+        assert c.get("/v1/scopes/kafka").json() == {"scopeName": "kafka"}
         assert c.post("/v1/scopes", json={"scopeName": "ops"}).status_code == 201
+        assert c.get("/v1/scopes/ops").json() == {"scopeName": "ops"}
         policy = {"type": "FIXED_NUM_SEGMENTS", "minSegments": 2}
         r = c.post(streams, json={"streamName": "s", "scalingPolicy": policy, "tags": ["t"]})
         assert r.status_code == 201, r.text

@@ -1,10 +1,10 @@
 """Cached data costs the garbage collector nothing it can avoid.
 
 Every cache entry lives until it is evicted, so whatever it holds is scanned by each
-full collection. At 5 MB/s of small requests the entries' views (a memoryview and its
-managed buffer each) and Tier-1 addresses made 55,000 tracked objects after 20 s, and
-one full collection took 47 ms of the event loop. Small appends are cached as ``bytes``
-(untracked) and an entry keeps its address as two ints."""
+full collection. Under steady small requests the entries' views (a memoryview and its
+managed buffer each) and Tier-1 addresses made tens of thousands of tracked objects,
+and full collections held the event loop (bench/RESULTS.md). Small appends are cached
+as ``bytes`` (untracked) and an entry keeps its address as two ints."""
 
 from __future__ import annotations
 

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tidegate.core.controller.api import (
     ConflictError,
+    EpochRecord,
     KeyRange,
     ScalingType,
     SegmentRecord,
@@ -38,10 +39,8 @@ from tidegate.core.controller.api import (
 )
 from tidegate.core.controller.keyspace import split
 from tidegate.core.controller.metadata import StreamMeta, seg_key
+from tidegate.core.controller.services import ControllerServices
 from tidegate.core.segmentstore.api import SegmentTraffic
-
-if TYPE_CHECKING:
-    from tidegate.core.controller.controller import StreamController
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +68,23 @@ def split_between_keys(
     return [KeyRange(a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
+class ScalingHost(ControllerServices, Protocol):
+    """What the auto-scaler uses besides the controller's services: the scale workflow."""
+
+    async def scale(
+        self,
+        scope: str,
+        stream: str,
+        sealed_segments: Sequence[int],
+        new_ranges: Sequence[KeyRange],
+    ) -> EpochRecord:
+        """Seal ``sealed_segments`` and create segments over ``new_ranges``."""
+
+
 class AutoScaler:
     def __init__(
         self,
-        ctl: StreamController,
+        ctl: ScalingHost,
         traffic: Callable[[str], SegmentTraffic],
         key_points: KeyPoints | None = None,
     ) -> None:

@@ -18,21 +18,30 @@ stays).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from tidegate.core.controller.api import ConflictError, RetentionType, StreamState
+from tidegate.core.controller.api import ConflictError, RetentionType, StreamCut, StreamState
 from tidegate.core.controller.history import History, head_cut
 from tidegate.core.controller.metadata import StreamMeta, time_key
 from tidegate.core.controller.records import RetentionCut, cut_from_json
-
-if TYPE_CHECKING:
-    from tidegate.core.controller.controller import StreamController
+from tidegate.core.controller.services import ControllerServices
 
 log = logging.getLogger(__name__)
 
 
+class RetentionHost(ControllerServices, Protocol):
+    """What retention uses besides the controller's services: the stream's tail and the
+    truncate workflow."""
+
+    async def get_tail_cut(self, scope: str, stream: str) -> dict[int, int]:
+        """The current epoch's segments at their present lengths."""
+
+    async def truncate(self, scope: str, stream: str, cut: StreamCut) -> None:
+        """Truncate the stream at ``cut``."""
+
+
 class RetentionManager:
-    def __init__(self, ctl: StreamController) -> None:
+    def __init__(self, ctl: RetentionHost) -> None:
         self.ctl = ctl
 
     async def run_once(self) -> None:

@@ -68,8 +68,8 @@ async def read_operation_batches(
     not per operation). With ``prefetch_entries``, Tier-1 is read ahead by up to that
     many entries while operations are decoded and applied. With ``plain_appends``, an
     append without attributes that lies whole in its frame comes as a ``PlainAppend``
-    tuple instead of an ``AppendOp`` (recovery: about half the decoding cost per
-    append)."""
+    tuple instead of an ``AppendOp`` (recovery: cheaper to decode than an operation
+    object)."""
     entries = log.read(start)
     if prefetch_entries > 0:
         entries = _prefetch(entries, prefetch_entries)

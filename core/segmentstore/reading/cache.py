@@ -16,22 +16,17 @@ and the storage writer fetch them back from Tier-1). That second kind is kept ra
 Blocks read from Tier-2 are kept apart, as the kernel's page cache keeps pages read once
 on its inactive list: while they take more than ``blocks_bytes_max`` of a full cache they
 are evicted before anything else. A reader catching up through old data would otherwise
-push out the recent data that tail readers are served from (measured: a consumer
-reading 512 MB from the start, behind a 256 MiB cache, read 0.99 bytes from the disk
-per byte consumed, as every block it read evicted recent data it then had to read from
-the disk too).
+push out the recent data that tail readers are served from, and every block it read
+would evict recent data it then had to read from the disk too.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tidegate.core.segmentstore.tier1.api import LogAddress
-
-if TYPE_CHECKING:
-    from tidegate.core.segmentstore.reading.index import SegmentReadIndex
 
 #: Rough memory of an entry's Python objects besides its payload.
 ENTRY_OVERHEAD_BYTES = 200
@@ -54,6 +49,17 @@ def _owned(data: bytes | memoryview) -> bytes | memoryview:
     return data
 
 
+class EntryOwner(Protocol):
+    """What eviction tells the segment read index an entry belongs to
+    (``SegmentReadIndex``); called with the entry's data already dropped."""
+
+    def drop(self, entry: CacheEntry) -> None:
+        """Forget the entry: its range is read from Tier-2 again."""
+
+    def spill(self, entry: CacheEntry) -> None:
+        """The entry's range is not in Tier-2 yet: read it back from Tier-1."""
+
+
 class CacheEntry:
     """Every cache entry lives until evicted, so it is the bulk of what the garbage
     collector's full collections scan: it holds no object of its own besides ``data``
@@ -66,7 +72,7 @@ class CacheEntry:
 
     def __init__(
         self,
-        index: SegmentReadIndex,
+        index: EntryOwner,
         start: int,
         data: bytes | memoryview,
         *,

@@ -310,7 +310,7 @@ class FileDurableDataLog:
         # synced; if it shows another, the batch fails and nothing in it is
         # acknowledged. One pread on a kept descriptor: each syscall the writer thread
         # makes costs a GIL hand-back from a busy event loop (reading meta.json took
-        # five, p99.9 11 ms). Stat-based checks are unsound: ext4 reuses the inode
+        # five). Stat-based checks are unsound: ext4 reuses the inode
         # number of a replaced file at once, and its timestamps are jiffy-grained.
         epoch = read_epoch(self._epoch_fd)
         if epoch != self._epoch:
@@ -321,11 +321,9 @@ class FileDurableDataLog:
         is read back only at recovery and for data the cache evicted before it reached
         Tier-2, and a page cache growing with every byte logged made each write slower:
         new pages for it come cold from free memory, pages just freed come warm.
-        Into one partition (one Tier-1 log), the probe saw its ``pwritev`` p50 fall
-        from 8-24 to 6-9 ms per batch (README has the throughput figures). One call per
-        ``drop_written_bytes`` synced, after the acknowledgement: each syscall of this
-        thread waits for the GIL behind the event loop, and dropping after every batch
-        showed p99 outliers in the 5 MB/s latency phase."""
+        One call per ``drop_written_bytes`` synced, after the acknowledgement: each
+        syscall of this thread waits for the GIL behind the event loop, and dropping
+        after every batch showed p99 outliers."""
         if self._drop_written_bytes and self._pos > self._drop_from:
             n = self._pos - self._drop_from
             with contextlib.suppress(OSError):  # advice only: nothing depends on it

@@ -8,22 +8,20 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tidegate.core.segmentstore.config import SegmentStoreConfig
 from tidegate.core.segmentstore.metadata import SegmentMeta, encode_segment
 from tidegate.core.segmentstore.operations import Operation
+from tidegate.core.segmentstore.writer.source import WriterDataSource
 from tidegate.tier2.api import SegmentInfo
-
-if TYPE_CHECKING:
-    from tidegate.core.segmentstore.container import SegmentContainer
 
 
 class SegmentEviction:
     """Mixed into ``StorageWriter``, whose state it reads: the queued operations, the
     aggregators and the known Tier-2 state."""
 
-    c: SegmentContainer
+    c: WriterDataSource
     config: SegmentStoreConfig
     clock: Callable[[], float]
     evicted: int

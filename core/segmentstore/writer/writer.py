@@ -31,7 +31,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from tidegate.core.segmentstore.config import SegmentStoreConfig
 from tidegate.core.segmentstore.metadata import SegmentMeta
@@ -46,6 +46,7 @@ from tidegate.core.segmentstore.operations import (
 )
 from tidegate.core.segmentstore.tier1.api import LogAddress
 from tidegate.core.segmentstore.writer.eviction import SegmentEviction
+from tidegate.core.segmentstore.writer.source import WriterDataSource
 from tidegate.tier2.api import (
     BadOffsetError,
     DataMissingError,
@@ -56,9 +57,6 @@ from tidegate.tier2.api import (
     SegmentSealedError,
     Storage,
 )
-
-if TYPE_CHECKING:
-    from tidegate.core.segmentstore.container import SegmentContainer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -104,7 +102,7 @@ class _Aggregator:
 class StorageWriter(SegmentEviction):
     def __init__(
         self,
-        container: SegmentContainer,
+        container: WriterDataSource,
         storage: Storage,
         config: SegmentStoreConfig,
         clock: Callable[[], float],
@@ -147,6 +145,7 @@ class StorageWriter(SegmentEviction):
         lag = 0
         for op in ops:
             if op.kind in _DATA_KINDS:
+                # (A data kind is an AppendOp or TableWriteOp; no isinstance per operation.)
                 lag += op.length + LAG_OVERHEAD_BYTES  # type: ignore[attr-defined]
         if lag:
             self.lag_bytes += lag
@@ -262,6 +261,7 @@ class StorageWriter(SegmentEviction):
             if op.kind is append:
                 # The common case without a coroutine call: extend an aggregator.
                 agg = aggs.get(op.segment_id)
+                # (APPEND is an AppendOp; no isinstance on the hot path.)
                 if agg is not None and agg.end == op.offset:  # type: ignore[attr-defined]
                     agg.end += op.length  # type: ignore[attr-defined]
                     agg.ops += 1

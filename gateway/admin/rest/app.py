@@ -15,7 +15,12 @@ from fastapi import APIRouter, Depends, FastAPI, Path, Query, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from tidegate.core.controller.api import Controller, KeyRange, StreamNotFoundError
+from tidegate.core.controller.api import (
+    Controller,
+    KeyRange,
+    ScopeNotFoundError,
+    StreamNotFoundError,
+)
 from tidegate.gateway.admin.metrics import CONTENT_TYPE, Metrics
 from tidegate.gateway.admin.rest import errors
 from tidegate.gateway.admin.rest.errors import BadRequest, NotReady
@@ -125,6 +130,15 @@ def create_app(
     async def create_scope(body: ScopeProperty) -> ScopeProperty:
         await controller.create_scope(body.scopeName)
         return body
+
+    @v1.get(
+        "/scopes/{scope}", response_model=ScopeProperty, responses=_responses(404), tags=["scopes"]
+    )
+    async def get_scope(scope: ScopeName) -> ScopeProperty:
+        # The Controller API has no single-scope lookup; scopes are few.
+        if scope not in await controller.list_scopes():
+            raise ScopeNotFoundError(f"scope {scope} not found")
+        return ScopeProperty(scopeName=scope)
 
     @v1.delete(
         "/scopes/{scope}", status_code=204, responses=_responses(404, 409), tags=["scopes"]
@@ -311,7 +325,7 @@ def _document_limits(app: FastAPI, limits: RestLimits) -> None:
             app.openapi_schema = spec
         return app.openapi_schema
 
-    app.openapi = openapi  # type: ignore[method-assign]
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented override
 
 
 class _BodyLimit:

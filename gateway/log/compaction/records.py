@@ -22,7 +22,7 @@ from __future__ import annotations
 import io
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from tidegate.protocol.record_batch import HEADER_BYTES, BatchHeader
@@ -176,7 +176,7 @@ def keyless_record_error(batch: bytes | memoryview, header: BatchHeader, where: 
 
 
 def compacted_produce_error(
-    configs: dict[str, str], batch: bytes | memoryview, header: BatchHeader, topic: str,
+    configs: Mapping[str, str], batch: bytes | memoryview, header: BatchHeader, topic: str,
     partition: int,
 ) -> str | None:
     """The produce path's one check for compacted topics (INVALID_RECORD with this

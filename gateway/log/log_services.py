@@ -1,0 +1,45 @@
+"""``LogServices``: what one partition log uses of the gateway's partition logs, so
+``partition_log`` does not import ``partitions`` (which holds the logs)."""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from typing import Any, Protocol
+
+from tidegate.core.segmentstore.api import SegmentStore
+from tidegate.gateway.log.offset_index import OffsetIndex
+from tidegate.gateway.log.producer_state import ProducerStates
+from tidegate.gateway.log.topics import TopicRegistry
+
+
+class LogServices(Protocol):
+    """The topics (current segment of a partition), the segment store appends go to, the
+    offset index and producer state written once an append is durable, the retry
+    budget, and the index markers of each segment (``PartitionLogs``)."""
+
+    @property
+    def topics(self) -> TopicRegistry: ...
+    @property
+    def store(self) -> SegmentStore: ...
+    @property
+    def index(self) -> OffsetIndex: ...
+    @property
+    def producers(self) -> ProducerStates: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def refresh_attempts(self) -> int: ...
+    @property
+    def append_retries_max(self) -> int: ...
+    @property
+    def append_retry_delay_ms(self) -> int: ...
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run ``coro`` as a task the logs cancel when they close."""
+
+    def mark_indexed(self, segment: str, start: int, end: int) -> int | None:
+        """Note the append at ``[start, end)`` of ``segment`` is indexed; the segment's new
+        marker if it moved."""
+
+    def forget_marker(self, segment: str) -> None:
+        """Drop what is known of ``segment``'s indexed appends beyond its stored marker."""
