@@ -11,6 +11,7 @@ from collections.abc import Callable
 from tidegate.core.controller.api import Controller
 from tidegate.core.segmentstore.api import SegmentStore
 from tidegate.gateway.admin.metrics import Metrics
+from tidegate.gateway.admin.scaling_metrics import ControllerCounts, ScalingMetrics
 from tidegate.gateway.config import GatewayConfig
 from tidegate.gateway.groups import GroupConfig, GroupCoordinator
 from tidegate.gateway.handlers import HandlerContext, Registry, default_registry
@@ -21,6 +22,7 @@ from tidegate.gateway.log.partitions import PartitionLogs
 from tidegate.gateway.log.producer_ids import ProducerIdAllocator
 from tidegate.gateway.log.producer_state import ProducerStates
 from tidegate.gateway.log.topics import TopicRegistry
+from tidegate.gateway.log.traffic import PartitionTraffic
 from tidegate.gateway.net.server import KafkaServer
 
 log = logging.getLogger(__name__)
@@ -35,7 +37,12 @@ class Gateway:
         *,
         registry: Registry | None = None,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        traffic: PartitionTraffic | None = None,
+        controller_counts: ControllerCounts | None = None,
     ) -> None:
+        """``traffic`` counts produce traffic per partition; pass the one the controller's
+        auto-scaler reads (``StreamController(key_traffic=...)``). ``controller_counts``
+        (the in-process controller's ``stats``) feeds the scale and truncation metrics."""
         self.config = config
         self.store = store
         self.controller = controller
@@ -43,6 +50,10 @@ class Gateway:
         #: Served at the admin REST API's ``/metrics`` (``gateway.admin.metrics``).
         self.metrics = Metrics(store)
         self.clock_ms = clock_ms
+        self.controller_counts = controller_counts
+        self.traffic = traffic or PartitionTraffic(
+            config.scope, int(config.store.get("traffic_window_ms", 10_000))
+        )
         self.ctx: HandlerContext | None = None
         self.server: KafkaServer | None = None
         self.cleaner: LogCleaner | None = None
@@ -56,8 +67,15 @@ class Gateway:
         producers = ProducerStates(index)
         logs = PartitionLogs(
             topics, self.store, index, producers,
-            rebuild_read_bytes=self.config.rebuild_read_bytes,
+            rebuild_read_bytes=self.config.rebuild_read_bytes, traffic=self.traffic,
         )
+        self.traffic.bind(lambda t: info.partitions if (info := topics.get(t)) else None)
+        scaling = ScalingMetrics(
+            self.controller, self.config.scope,
+            lambda: [(n, i.partitions) for n in topics.names() if (i := topics.get(n))],
+            self.store.traffic, self.controller_counts, self.traffic,
+        )
+        self.metrics.add_collector(scaling, scaling.refresh)
         rebuilt = await logs.rebuild()
         if rebuilt:
             log.info("offset index: %d appends indexed from the segments", rebuilt)

@@ -57,6 +57,7 @@ async def serve(config: GatewayConfig) -> None:
     from tidegate.core.segmentstore.config import SegmentStoreConfig
     from tidegate.core.segmentstore.service import StreamSegmentStore
     from tidegate.gateway.app import Gateway
+    from tidegate.gateway.log.traffic import PartitionTraffic
 
     config.data_dir.mkdir(parents=True, exist_ok=True)
     stop = asyncio.Event()
@@ -64,11 +65,19 @@ async def serve(config: GatewayConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
-    store = StreamSegmentStore(config.data_dir / "segmentstore", SegmentStoreConfig(**config.store))
+    store_config = SegmentStoreConfig(**config.store)
+    store = StreamSegmentStore(config.data_dir / "segmentstore", store_config)
     await store.start()
-    controller = StreamController(store, ControllerConfig(**config.controller))
+    # The auto-scaler splits topics between partitions, where the gateway's measured
+    # per-partition traffic divides (never inside a partition).
+    traffic = PartitionTraffic(config.scope, store_config.traffic_window_ms)
+    controller = StreamController(
+        store, ControllerConfig(**config.controller), key_traffic=traffic
+    )
     await controller.start()
-    gateway = Gateway(config, store, controller)
+    gateway = Gateway(
+        config, store, controller, traffic=traffic, controller_counts=controller.stats
+    )
     rest: tuple[Any, Any] | None = None
     grpc_server: Any = None
     try:

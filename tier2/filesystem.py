@@ -26,7 +26,9 @@ A segment loaded from the disk counts its last chunk as unsynced: the instance t
 wrote it may have been killed before it synced.
 
 Truncation raises ``start_offset`` in the metadata first, then deletes the chunk files
-that lie wholly below it; offsets never shift. A crash in between leaves unlisted chunk
+that lie wholly below it and punches a hole (``fallocate``) in the first kept chunk up
+to the block below it, so space is freed at the filesystem's block grain, not a chunk's;
+offsets never shift. A crash in between leaves unlisted chunk
 files below the start, which the next truncate removes.
 
 Concat, from ``concat(target, offset, source)`` with the source sealed:
@@ -80,6 +82,7 @@ from tidegate.tier2.fschunks import (
     append_to_chunk,
     create_empty_chunk,
     cut_back_chunk,
+    punch_below,
     read_chunk,
     remove_unlisted_chunks,
     sync_chunk,
@@ -518,6 +521,8 @@ class FileSystemStorage:
             try:
                 remove_unlisted_chunks(d, keep, below=keep[0] if keep else offset)
                 fsync_dir(d)
+                if keep:
+                    punch_below(d, keep[0], offset)
             except OSError:
                 pass  # the metadata is authoritative; the next truncate retries
 

@@ -9,8 +9,11 @@ caller last saw, and a read that finds fewer bytes than expected raises
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 from pathlib import Path
+from typing import Any
 
 from tidegate.tier2.api import DataMissingError, StorageError
 from tidegate.tier2.fileio import pwritev_all
@@ -149,5 +152,39 @@ def read_chunk(
         return data
     except OSError as e:
         raise StorageError(name, f"read of chunk {start} failed: {e}") from e
+    finally:
+        os.close(fd)
+
+
+_FALLOC_FL_KEEP_SIZE = 1  # <linux/falloc.h>
+_FALLOC_FL_PUNCH_HOLE = 2
+
+
+def _load_fallocate() -> Any:
+    name = ctypes.util.find_library("c")
+    fn = getattr(ctypes.CDLL(name, use_errno=True), "fallocate", None) if name else None
+    if fn is not None:
+        fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+        fn.restype = ctypes.c_int
+    return fn
+
+
+_fallocate = _load_fallocate()
+
+
+def punch_below(d: Path, start: int, offset: int) -> int:
+    """Free the disk blocks of chunk ``start`` that lie wholly below segment offset
+    ``offset`` (a hole: the file keeps its size and offsets, the bytes read as zeros);
+    the bytes freed, 0 where the platform or filesystem cannot punch holes. Truncation
+    frees space this way inside the first kept chunk, not only whole chunks."""
+    if _fallocate is None or offset <= start:
+        return 0
+    fd = os.open(d / chunk_file_name(start), os.O_WRONLY)
+    try:
+        block = max(os.fstat(fd).st_blksize, 1)
+        length = (offset - start) // block * block
+        if length <= 0 or _fallocate(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, 0, length):
+            return 0
+        return length
     finally:
         os.close(fd)

@@ -102,6 +102,9 @@ class RetentionType(enum.Enum):
 class RetentionPolicy:
     type: RetentionType
     value: int
+    #: With ``TIME``, also a size bound in bytes: the stream is truncated as far as
+    #: either limit allows (Kafka's ``retention.ms`` with ``retention.bytes``).
+    bytes_max: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +249,29 @@ def qualified_segment_name(scope: str, stream: str, seg_id: int) -> str:
 
 # ---------------------------------------------------------------------------------------
 # The API
+
+
+@dataclass(frozen=True, slots=True)
+class KeyTraffic:
+    """One routing key's smoothed incoming traffic over a long window (the rate) and a
+    short one (``recent_``: how the rate is moving now)."""
+
+    key: float
+    bytes_per_second: float
+    events_per_second: float
+    recent_bytes_per_second: float
+    recent_events_per_second: float
+
+
+class RoutingKeyTraffic(Protocol):
+    """A source of per-routing-key traffic for the auto-scaler (the Kafka gateway's
+    per-partition rates, ``policies/autoscale.py``)."""
+
+    def key_traffic(self, scope: str, stream: str) -> Sequence[KeyTraffic] | None:
+        """Every routing key the stream uses, with its traffic. None when this source
+        does not know the stream (the scaler uses segment traffic instead); empty when
+        the stream's keys are not known yet (the scaler leaves the stream alone)."""
+        ...
 
 
 class Controller(Protocol):

@@ -39,9 +39,10 @@ from tidegate.core.controller.history import History, head_cut
 from tidegate.core.controller.keyspace import equal_cover
 from tidegate.core.controller.kvtables import KeyValueTables
 from tidegate.core.controller.metadata import MetadataStore, StreamMeta
-from tidegate.core.controller.policies.autoscale import AutoScaler, KeyPoints
+from tidegate.core.controller.policies.autoscale import AutoScaler, KeyPoints, RoutingKeyTraffic
 from tidegate.core.controller.policies.retention import RetentionManager
 from tidegate.core.controller.readergroups import ReaderGroups
+from tidegate.core.controller.stats import ControllerStats
 from tidegate.core.controller.transactions import TransactionManager
 from tidegate.core.controller.validation import (
     RESERVED_SCOPES,
@@ -73,12 +74,15 @@ class StreamController:
         clock: Callable[[], float] = time.time,
         traffic: Callable[[str], SegmentTraffic] | None = None,
         key_points: KeyPoints | None = None,
+        key_traffic: RoutingKeyTraffic | None = None,
         rng: random.Random | None = None,
     ) -> None:
         """``clock`` gives seconds since the epoch; ``traffic`` gives a segment's smoothed
         traffic to the auto-scaler (default ``store.traffic``); ``key_points`` gives the
-        routing keys a stream uses, so the auto-scaler splits between them (see
-        ``policies/autoscale.py``); ``rng`` draws transaction and reader-group ids."""
+        routing keys a stream uses, so the auto-scaler splits between them, and
+        ``key_traffic`` those keys with their rates, so it splits where the traffic
+        divides (see ``policies/autoscale.py``); ``rng`` draws transaction and
+        reader-group ids."""
         self.store = store
         self.config = config
         self.clock = clock
@@ -88,9 +92,12 @@ class StreamController:
         self.scope_lock = asyncio.Lock()
         self._histories: dict[str, History] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._truncation_listeners: list[Callable[[str, str], Awaitable[None]]] = []
+        #: What the controller did since it started (scales, truncations).
+        self.stats = ControllerStats()
         #: Draws transaction and reader-group ids.
         self.rng = rng or random.Random()
-        self.autoscaler = AutoScaler(self, traffic or store.traffic, key_points)
+        self.autoscaler = AutoScaler(self, traffic or store.traffic, key_points, key_traffic)
         self.retention = RetentionManager(self)
         self.txns = TransactionManager(self, self.rng)
         #: Key-value tables, reader groups and watermarks (beyond ``api.Controller``).
@@ -298,6 +305,7 @@ class StreamController:
             await delete.start(self.ctx, meta)
         self._histories.pop(meta.table, None)
         self._locks.pop((scope, stream), None)
+        self.stats.forget(scope, stream)
         self.txns.forget(scope, stream)
 
     # -- segments and epochs -------------------------------------------------------------------
@@ -375,15 +383,48 @@ class StreamController:
         stream: str,
         sealed_segments: Sequence[int],
         new_ranges: Sequence[KeyRange],
+        *,
+        kind: str = "manual",
     ) -> EpochRecord:
+        """``kind`` (``manual``, ``split``, ``merge``) labels the scale in ``stats``."""
         async with self.stream_workflow(scope, stream) as meta:
-            return await scale.start(self.ctx, meta, list(sealed_segments), list(new_ranges))
+            epoch = await scale.start(self.ctx, meta, list(sealed_segments), list(new_ranges))
+        self.stats.scaled(scope, stream, kind)
+        log.info(
+            "scaled %s/%s (%s): epoch %d, sealed %s, %d segments now",
+            scope, stream, kind, epoch.epoch, list(sealed_segments), len(epoch.segments),
+        )
+        return epoch
 
-    async def truncate(self, scope: str, stream: str, cut: StreamCut) -> None:
+    async def truncate(
+        self, scope: str, stream: str, cut: StreamCut, *, reason: str = "request"
+    ) -> None:
+        """``reason`` (``request``, ``retention``) labels the truncation in ``stats``;
+        every listener added with ``on_truncated`` is awaited after it."""
         if not hasattr(cut, "items"):
             raise InvalidArgumentError("a StreamCut is a mapping of segment id to offset")
         async with self.stream_workflow(scope, stream) as meta:
             await truncate.start(self.ctx, meta, dict(cut))
+        for listener in list(self._truncation_listeners):
+            try:
+                await listener(scope, stream)
+            except Exception:
+                log.exception("truncation listener of %s/%s failed", scope, stream)
+        self.stats.truncated(scope, stream, reason)  # counted once the listeners have run
+
+    def on_truncated(
+        self, listener: Callable[[str, str], Awaitable[None]]
+    ) -> Callable[[], None]:
+        """Await ``listener(scope, stream)`` after each truncation completes (the gateway
+        moves its partitions' log starts then, not a polling period later); returns the
+        call that removes it."""
+        self._truncation_listeners.append(listener)
+
+        def remove() -> None:
+            if listener in self._truncation_listeners:
+                self._truncation_listeners.remove(listener)
+
+        return remove
 
     async def streams_with_state(self) -> list[tuple[str, str]]:
         """Every (scope, stream) whose creation finished and which is not being deleted."""

@@ -46,11 +46,16 @@ def config_to_json(c: StreamConfig) -> Json:
             "scale_factor": c.scaling.scale_factor,
             "min_segments": c.scaling.min_segments,
         },
-        "retention": None
-        if c.retention is None
-        else {"type": c.retention.type.value, "value": c.retention.value},
+        "retention": None if c.retention is None else _retention_to_json(c.retention),
         "tags": list(c.tags),
     }
+
+
+def _retention_to_json(r: RetentionPolicy) -> Json:
+    out: Json = {"type": r.type.value, "value": r.value}
+    if r.bytes_max is not None:
+        out["bytes_max"] = r.bytes_max
+    return out
 
 
 def config_from_json(d: Json) -> StreamConfig:
@@ -63,7 +68,9 @@ def config_from_json(d: Json) -> StreamConfig:
             scale_factor=s["scale_factor"],
             min_segments=s["min_segments"],
         ),
-        retention=None if r is None else RetentionPolicy(RetentionType(r["type"]), r["value"]),
+        retention=None
+        if r is None
+        else RetentionPolicy(RetentionType(r["type"]), r["value"], r.get("bytes_max")),
         tags=tuple(d["tags"]),
     )
 

@@ -59,6 +59,10 @@ def check_config(c: StreamConfig, config: ControllerConfig) -> None:
         if not isinstance(r, RetentionPolicy) or not isinstance(r.type, RetentionType):
             raise InvalidArgumentError("retention policy expected")
         _int("retention value", r.value, 1)
+        if r.bytes_max is not None:
+            if r.type != RetentionType.TIME:
+                raise InvalidArgumentError("a size bound goes with a time retention policy")
+            _int("retention bytes_max", r.bytes_max, 1)
     if not isinstance(c.tags, tuple):
         raise InvalidArgumentError("tags must be a tuple of strings")
     if len(c.tags) > config.tags_max:

@@ -7,6 +7,9 @@
   ``fdatasync``ed (the disk's share of an acknowledged produce).
 - Gauges read from the segment store at scrape time: cache bytes (used, bound, not yet
   in Tier-2), and per container its writer's lag and Tier-2 writes.
+- Scaling and retention of the topics (epochs, segments, per-segment and per-partition
+  rates, scale events, truncations): ``gateway/admin/scaling_metrics.py``, gathered by
+  ``refresh()`` before each scrape.
 
 Each ``Metrics`` has its own registry, so several gateways in one process (tests) do
 not share figures.
@@ -14,7 +17,7 @@ not share figures.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
@@ -44,6 +47,20 @@ class Metrics:
         )
         self._by_api: dict[str, Histogram] = {}
         self.registry.register(_StoreCollector(store))
+        self._refreshers: list[Callable[[], Awaitable[None]]] = []
+
+    def add_collector(
+        self, collector: Collector, refresh: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        """Serve ``collector`` too; ``refresh`` (if any) runs before each render."""
+        self.registry.register(collector)
+        if refresh is not None:
+            self._refreshers.append(refresh)
+
+    async def refresh(self) -> None:
+        """Gather the figures that take async calls (call before ``render``)."""
+        for refresh in self._refreshers:
+            await refresh()
 
     def observe_request(self, api: str, seconds: float) -> None:
         child = self._by_api.get(api)

@@ -4,8 +4,9 @@ move); every current segment that now holds a new point next to another is split
 controller's ordinary scale into one segment per point, cut halfway between neighbouring
 points, so each partition again has its own segment. The new count is stored first: a
 partition is usable as soon as it exists (a segment may hold several), so a split that
-fails (logged) costs placement, not correctness. Decreases and equal counts are
-INVALID_PARTITIONS, as in Kafka."""
+fails (logged) costs placement, not correctness. A topic with a scaling policy is left
+to the auto-scaler, which splits between points as partitions heat. Decreases and equal
+counts are INVALID_PARTITIONS, as in Kafka."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from kafka.protocol.admin import CreatePartitionsRequest, CreatePartitionsResponse
-from tidegate.core.controller.api import KeyRange, SegmentRecord
+from tidegate.core.controller.api import KeyRange, ScalingType, SegmentRecord
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.gateway.handlers.config_resources import ResourceError, update_stream_policy
 from tidegate.gateway.handlers.create_topics import PARTITIONS_MAX
@@ -73,14 +74,15 @@ async def add_partitions(ctx: HandlerContext, info: TopicInfo, count: int) -> No
     old = info.partitions
     await ctx.topics.update(replace(info, partitions=count))
     scope = ctx.topics.scope
-    try:
-        current = await ctx.controller.get_current_segments(scope, info.name)
-        sealed, ranges = split_ranges(current, old, count)
-        if sealed:
-            await ctx.controller.scale(scope, info.name, sealed, ranges)
-    except Exception:
-        log.exception("splitting the segments of %s for its new partitions", info.name)
     policy_old = topic_config.stream_config(info.configs, old)
+    if policy_old.scaling.type == ScalingType.FIXED_NUM_SEGMENTS:
+        try:
+            current = await ctx.controller.get_current_segments(scope, info.name)
+            sealed, ranges = split_ranges(current, old, count)
+            if sealed:
+                await ctx.controller.scale(scope, info.name, sealed, ranges)
+        except Exception:
+            log.exception("splitting the segments of %s for its new partitions", info.name)
     policy_new = topic_config.stream_config(info.configs, count)
     if policy_new != policy_old:  # size retention counts partitions
         await update_stream_policy(ctx, info.name, policy_new)

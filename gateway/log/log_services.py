@@ -12,6 +12,14 @@ from tidegate.gateway.log.producer_state import ProducerStates
 from tidegate.gateway.log.topics import TopicRegistry
 
 
+class TrafficSink(Protocol):
+    """Where appends are counted (``gateway/log/traffic.py``, for the auto-scaler)."""
+
+    def record(self, topic: str, partition: int, nbytes: int, events: int) -> None: ...
+
+    def forget_topic(self, topic: str) -> None: ...
+
+
 class LogServices(Protocol):
     """The topics (current segment of a partition), the segment store appends go to, the
     offset index and producer state written once an append is durable, the retry
@@ -33,6 +41,8 @@ class LogServices(Protocol):
     def append_retries_max(self) -> int: ...
     @property
     def append_retry_delay_ms(self) -> int: ...
+    @property
+    def traffic(self) -> TrafficSink | None: ...
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run ``coro`` as a task the logs cancel when they close."""

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol, runtime_checkable
 
 from tidegate.core.controller.api import ConflictError, Controller, SegmentRecord
 from tidegate.core.segmentstore.api import SegmentNotFoundError, SegmentProperties, SegmentStore
@@ -217,11 +218,22 @@ def follow_period_ms(ctx: LogStartContext) -> int:
     return int(configured) if configured else FOLLOW_PERIOD_MS_DEFAULT
 
 
+@runtime_checkable
+class TruncationEvents(Protocol):
+    """A controller that says when it has truncated a stream (``StreamController``)."""
+
+    def on_truncated(
+        self, listener: Callable[[str, str], Awaitable[None]]
+    ) -> Callable[[], None]: ...
+
+
 class RetentionFollower:
-    """Runs ``follow_truncation`` for every topic each ``period_ms``, so a truncation by
-    the controller's retention policy moves the log starts that Fetch and ListOffsets
-    report (until then Fetch answers OFFSET_OUT_OF_RANGE for the bytes already gone).
-    Kept in ``HandlerContext.retention_follower``."""
+    """Runs ``follow_truncation`` for a topic as soon as the controller says it truncated
+    the topic's stream (a controller with ``TruncationEvents``), and for every topic each
+    ``period_ms`` for any other controller, so a truncation by the retention policy
+    moves the log starts that Fetch and ListOffsets report (until then Fetch answers
+    OFFSET_OUT_OF_RANGE for the bytes already gone). Kept in
+    ``HandlerContext.retention_follower``."""
 
     def __init__(self, ctx: LogStartContext, *, period_ms: int | None = None) -> None:
         self.ctx = ctx
@@ -229,10 +241,20 @@ class RetentionFollower:
         self._task: asyncio.Task[None] | None = None
         #: The stream head each topic's log starts were last brought up to.
         self._heads: dict[str, dict[int, int]] = {}
+        self._unsubscribe: Callable[[], None] | None = None
 
     def start(self) -> None:
+        if isinstance(self.ctx.controller, TruncationEvents) and self._unsubscribe is None:
+            self._unsubscribe = self.ctx.controller.on_truncated(self._truncated)
         if self.period_ms > 0 and self._task is None:
             self._task = asyncio.ensure_future(self._run())
+
+    async def _truncated(self, scope: str, stream: str) -> None:
+        if scope != self.ctx.topics.scope or self.ctx.topics.get(stream) is None:
+            return
+        moved = await follow_truncation(self.ctx, stream)
+        if moved:
+            log.info("truncation moved the log start of %s: %s", stream, moved)
 
     async def run_once(self) -> None:
         """Follow every topic whose stream head moved since the last round."""
@@ -255,6 +277,9 @@ class RetentionFollower:
             await self.run_once()
 
     async def close(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
         if self._task is not None:
             self._task.cancel()
             try:

@@ -166,6 +166,9 @@ class PartitionLog:
             offset += b.last_offset_delta + 1
         encode_envelope_into(data, Envelope(self.partition, base, offset - base, len(payload)))
         self.next_offset = offset
+        traffic = self._logs.traffic
+        if traffic is not None:
+            traffic.record(self.topic, self.partition, n, offset - base)
         pending = PendingAppend(
             base, offset, data, assigned, asyncio.get_running_loop().create_future(),
             producer_ids={b.producer_id for b in assigned if b.is_idempotent},

@@ -18,6 +18,7 @@ from typing import Any
 
 from tidegate.core.segmentstore.api import SegmentNotFoundError, SegmentStore, SegmentTruncatedError
 from tidegate.gateway.log.envelope import ENVELOPE_BYTES, InvalidEnvelopeError, decode_envelope
+from tidegate.gateway.log.log_services import TrafficSink
 from tidegate.gateway.log.offset_index import IndexEntry, OffsetIndex
 from tidegate.gateway.log.partition_log import PartitionLog
 from tidegate.gateway.log.producer_state import ProducerStates
@@ -47,6 +48,7 @@ class PartitionLogs:
         refresh_attempts: int = 20,
         append_retries_max: int = 5,
         append_retry_delay_ms: int = 100,
+        traffic: TrafficSink | None = None,
     ) -> None:
         self.topics = topics
         self.store = store
@@ -55,6 +57,7 @@ class PartitionLogs:
         self.refresh_attempts = refresh_attempts
         self.append_retries_max = append_retries_max
         self.append_retry_delay_ms = append_retry_delay_ms
+        self.traffic = traffic
         self._rebuild_read_bytes = rebuild_read_bytes
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -117,6 +120,8 @@ class PartitionLogs:
             del self._markers[name]
         self.index.delete_topic(topic, f"{self.topics.scope}/{topic}/")
         self.producers.forget_topic(topic)
+        if self.traffic is not None:
+            self.traffic.forget_topic(topic)
 
     def close(self) -> None:
         """Stop: appends still in flight are abandoned (not indexed, never answered as

@@ -8,12 +8,12 @@ them); every other config reads as Kafka's default. Three groups:
   time or size retention (the cleaner keeps the latest record of every key forever);
   ``compact,delete`` applies only the retention settings the topic sets explicitly, so a
   compacted topic never inherits the 7-day default; ``delete`` (the default) as below.
-- ``retention.ms`` / ``retention.bytes`` → the stream's retention policy. A stream has one
-  retention policy: size retention when ``retention.bytes`` is set (not -1), else time
-  retention when ``retention.ms`` (default 7 days) is not -1, else none; setting both
-  explicitly to values other than -1 is INVALID_CONFIG. Kafka counts ``retention.bytes`` per partition while the controller
-  counts the whole stream, so the size policy is ``retention.bytes * partitions``.
-  ``retention.ms = 0`` becomes 1 ms (the controller wants a positive value).
+- ``retention.ms`` / ``retention.bytes`` → the stream's retention policy; as in Kafka
+  both apply, each when not -1 (``retention.ms`` defaults to 7 days): time retention
+  with a size bound, or either alone, or none. Kafka counts ``retention.bytes`` per
+  partition while the controller counts the whole stream, so the size limit is
+  ``retention.bytes * partitions``. ``retention.ms = 0`` becomes 1 ms (the controller
+  wants a positive value).
 - ``tidegate.scaling.type`` / ``.target.rate`` / ``.scale.factor`` / ``.min.segments`` →
   the stream's scaling policy (``FIXED_NUM_SEGMENTS`` by default, so a topic keeps one
   segment per partition unless asked otherwise).
@@ -188,7 +188,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
                   "log.preallocate"),
         ConfigDef("retention.bytes", _T.LONG, "-1", "Bytes kept per partition before old "
                   "data is deleted: the stream's size retention (times the partition "
-                  "count) when retention.ms is -1.", "log.retention.bytes", low=-1),
+                  "count), applied with retention.ms.", "log.retention.bytes", low=-1),
         ConfigDef("retention.ms", _T.LONG, "604800000", "How long data is kept: the "
                   "stream's time retention; -1 keeps data forever.", "log.retention.ms",
                   low=-1),
@@ -291,13 +291,11 @@ def stream_config(configs: Mapping[str, str], partitions: int) -> StreamConfig:
         ms = ms if "retention.ms" in configs else -1
         size = size if "retention.bytes" in configs else -1
     retention: RetentionPolicy | None = None
-    if size != -1:  # only ever set explicitly: its default is -1
-        if ms != -1 and "retention.ms" in configs:
-            raise InvalidConfig("tidegate keeps one retention policy per topic: set "
-                                "retention.ms=-1 (or leave it unset) to use retention.bytes")
-        retention = RetentionPolicy(RetentionType.SIZE, max(size * max(partitions, 1), 1))
-    elif ms != -1:
-        retention = RetentionPolicy(RetentionType.TIME, max(ms, 1))
+    size_max = max(size * max(partitions, 1), 1) if size != -1 else None
+    if ms != -1:
+        retention = RetentionPolicy(RetentionType.TIME, max(ms, 1), size_max)
+    elif size_max is not None:
+        retention = RetentionPolicy(RetentionType.SIZE, size_max)
     scaling_type = ScalingType(c["tidegate.scaling.type"])
     rate = int(c["tidegate.scaling.target.rate"])
     factor = int(c["tidegate.scaling.scale.factor"])

@@ -3,8 +3,11 @@
 - Topic ``t`` is stream ``t`` in the configured scope (``kafka``).
 - Partition ``p`` is the routing key at the bit-reversal of ``p`` in [0, 1)
   (0 → 0, 1 → 0.5, 2 → 0.25, 3 → 0.75, ...), so points never move when partitions are
-  added; a topic with P partitions starts with one segment per partition, the key ranges
-  cut halfway between neighbouring points.
+  added. A topic with P partitions starts with one segment per partition, the key ranges
+  cut halfway between neighbouring points; a topic with a scaling policy starts with
+  ``tidegate.scaling.min.segments`` segments (at most P), each holding a run of about
+  equally many neighbouring points, and the auto-scaler splits them between points as
+  partitions heat (``docs/autoscaling.md``).
 - The topic list (partition count, configs) is a table segment, written before the stream
   is created; a topic whose stream is missing (a crash between the two) gets its stream
   when the registry starts.
@@ -23,6 +26,7 @@ from tidegate.core.controller.api import (
     Controller,
     ControllerError,
     KeyRange,
+    ScalingType,
     ScopeExistsError,
     SegmentRecord,
     StreamConfig,
@@ -52,12 +56,23 @@ def partition_point(partition: int) -> float:
     return reversed_bits / (1 << bits) if bits else 0.0
 
 
-def initial_key_ranges(partitions: int) -> list[KeyRange]:
-    """One range per partition point, cut halfway between neighbouring points."""
+def initial_key_ranges(partitions: int, segments: int | None = None) -> list[KeyRange]:
+    """``segments`` ranges (default and at most one per partition), each holding a run of
+    about equally many neighbouring partition points, cut halfway between the last point
+    of a run and the first of the next."""
     points = sorted(partition_point(p) for p in range(partitions))
-    cuts = [(a + b) / 2 for a, b in zip(points, points[1:], strict=False)]
+    n = partitions if segments is None else max(1, min(segments, partitions))
+    runs = [round(i * partitions / n) for i in range(1, n)]
+    cuts = [(points[j - 1] + points[j]) / 2 for j in runs]
     bounds = [0.0, *cuts, 1.0]
-    return [KeyRange(bounds[i], bounds[i + 1]) for i in range(partitions)]
+    return [KeyRange(bounds[i], bounds[i + 1]) for i in range(n)]
+
+
+def initial_segments(config: StreamConfig, partitions: int) -> int:
+    """How many segments a topic's stream starts with (see the module doc)."""
+    if config.scaling.type == ScalingType.FIXED_NUM_SEGMENTS:
+        return partitions
+    return min(config.scaling.min_segments, partitions)
 
 
 def topic_name_error(name: str) -> str | None:
@@ -120,10 +135,9 @@ class TopicRegistry:
 
     async def _ensure_stream(self, info: TopicInfo) -> None:
         wanted = stream_config(info.configs, info.partitions)
+        ranges = initial_key_ranges(info.partitions, initial_segments(wanted, info.partitions))
         try:
-            await self.controller.create_stream(
-                self.scope, info.name, wanted, initial_key_ranges(info.partitions),
-            )
+            await self.controller.create_stream(self.scope, info.name, wanted, ranges)
         except StreamExistsError:
             await self._reconcile_retention(info.name, wanted)
 

@@ -50,9 +50,12 @@ def test_stream_policies() -> None:
     assert topic_config.stream_config(
         {"retention.ms": "-1", "retention.bytes": "100"}, 4
     ).retention == RetentionPolicy(RetentionType.SIZE, 400)
-    # retention.bytes set, retention.ms left at its default: size retention.
+    # retention.bytes set, retention.ms left at its default: both apply, as in Kafka.
     assert topic_config.stream_config({"retention.bytes": "100"}, 2).retention == \
-        RetentionPolicy(RetentionType.SIZE, 200)
+        RetentionPolicy(RetentionType.TIME, 604_800_000, 200)
+    assert topic_config.stream_config(
+        {"retention.ms": "5000", "retention.bytes": "10"}, 3
+    ).retention == RetentionPolicy(RetentionType.TIME, 5000, 30)
     assert topic_config.stream_config({"retention.ms": "-1"}, 1) == StreamConfig()
     # Compacted topics: no retention, unless compact,delete sets it explicitly.
     assert topic_config.stream_config({"cleanup.policy": "compact"}, 1).retention is None
@@ -69,8 +72,8 @@ def test_stream_policies() -> None:
     }, 1).scaling
     assert (scaled.type, scaled.target_rate, scaled.scale_factor, scaled.min_segments) == (
         ScalingType.BY_RATE_IN_KBYTES_PER_SEC, 512, 3, 2)
-    with pytest.raises(InvalidConfig):
-        topic_config.validate({"retention.ms": "10", "retention.bytes": "10"})
+    assert topic_config.validate({"retention.ms": "10", "retention.bytes": "10"}) == {
+        "retention.ms": "10", "retention.bytes": "10"}
 
 
 def test_every_config_has_a_valid_default() -> None:

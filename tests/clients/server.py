@@ -18,13 +18,15 @@ READY_TIMEOUT_S = 60.0
 class Tidegate:
     def __init__(
         self, data_dir: Path, log_path: Path, config: Path | None = None,
-        advertised: str | None = None,
+        advertised: str | None = None, rest: bool = False,
     ) -> None:
         self.data_dir = data_dir
         self.log_path = log_path
         self.config = config
         self.advertised = advertised
         self.port = free_port()
+        #: The admin REST port, when ``rest`` asked for it.
+        self.rest_port = free_port() if rest else None
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -42,7 +44,8 @@ class Tidegate:
         cmd = [
             sys.executable, "-m", "tidegate.gateway.cli", "serve",
             "--data-dir", str(self.data_dir), "--listen", self.bootstrap,
-            "--rest", "off", "--grpc", "off",
+            "--rest", f"127.0.0.1:{self.rest_port}" if self.rest_port else "off",
+            "--grpc", "off",
         ]
         if self.config is not None:
             cmd += ["--config", str(self.config)]

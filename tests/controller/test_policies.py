@@ -289,3 +289,26 @@ def test_split_between_keys_groups() -> None:
     assert len(split_between_keys(0.0, 1.0, keys, 3)) == 3
     assert split_between_keys(0.2, 0.3, keys, 4) == [KeyRange(0.2, 0.3)]  # holds key 0.25 only
     assert split_between_keys(0.0, 1.0, [], 4) == [KeyRange(0.0, 1.0)]
+
+
+async def test_time_retention_with_a_size_bound(store: InMemorySegmentStore, clock: Clock) -> None:
+    """Kafka's retention.ms with retention.bytes: whichever limit allows more wins."""
+    ctl = StreamController(store, POLICY, clock=clock)
+    await ctl.start()
+    await ctl.create_scope("s")
+    cfg = StreamConfig(retention=RetentionPolicy(RetentionType.TIME, 10_000, bytes_max=150))
+    await ctl.create_stream("s", "t", cfg)
+    s0 = name(segment_id(0, 0))
+    for _ in range(2):
+        await store.append(s0, b"a" * 100)
+        await ctl.retention.run_once()
+        clock.advance(1)
+    assert await ctl.get_head_segments("s", "t") == {segment_id(0, 0): 0}
+    await store.append(s0, b"a" * 100)  # 300 bytes: the cut at 100 leaves 200 >= 150
+    await ctl.retention.run_once()
+    assert await ctl.get_head_segments("s", "t") == {segment_id(0, 0): 100}
+    assert ctl.stats.truncations[("s", "t", "retention")] == 1
+    clock.advance(20)  # time: every cut older than 10 s goes
+    await ctl.retention.run_once()
+    assert await ctl.get_head_segments("s", "t") == {segment_id(0, 0): 300}
+    await ctl.close()

@@ -56,6 +56,27 @@ def test_truncate_deletes_whole_chunks_only(tmp_path: Path) -> None:
     assert FileSystemStorage(tmp_path).get_info("s") == SegmentInfo("s", 48, 45, False)
 
 
+def test_truncate_frees_blocks_inside_the_first_kept_chunk(tmp_path: Path) -> None:
+    """Space below the truncation point is freed at the filesystem's block grain (a hole
+    punched in the chunk), not only by whole chunks; offsets and bytes after the point
+    stay as they were."""
+    st = FileSystemStorage(tmp_path, chunk_bytes_max=64 << 20)
+    st.create("s")
+    data = os.urandom(4 << 20)
+    st.write("s", 0, data)
+    path = _chunk_path(tmp_path, "s", 0)
+    before = os.stat(path).st_blocks * 512
+    assert before >= 4 << 20
+    st.truncate("s", (3 << 20) + 100)
+    after = os.stat(path).st_blocks * 512
+    assert after <= (1 << 20) + 64 * 1024, (before, after)
+    assert os.stat(path).st_size == 4 << 20
+    assert st.read("s", (3 << 20) + 100, 1000) == data[(3 << 20) + 100 : (3 << 20) + 1100]
+    st.write("s", 4 << 20, b"more")
+    again = FileSystemStorage(tmp_path, chunk_bytes_max=64 << 20)
+    assert again.read("s", (4 << 20) - 4, 8) == data[-4:] + b"more"
+
+
 def test_names_map_to_safe_directories(tmp_path: Path) -> None:
     root = tmp_path / "t2"
     st = FileSystemStorage(root)

@@ -8,7 +8,9 @@ very beginning to the cut), then
 * size policy (``value`` bytes): the newest recorded cut that leaves at least ``value``
   bytes after it, taken only once the stream holds more than ``value`` bytes;
 
-is the truncation point, if it lies after the current one. When reader groups have
+is the truncation point, if it lies after the current one. A time policy with a size
+bound (``bytes_max``, Kafka's ``retention.ms`` with ``retention.bytes``) takes the newest
+cut either rule allows. When reader groups have
 subscribed to the stream (consumption-based retention), the point is further held back
 to the newest recorded cut that no subscriber has yet to read past. Cuts at or before
 the truncation point leave the set; the set keeps at most ``retention_set_max`` cuts, thinned evenly over time (the oldest
@@ -36,8 +38,10 @@ class RetentionHost(ControllerServices, Protocol):
     async def get_tail_cut(self, scope: str, stream: str) -> dict[int, int]:
         """The current epoch's segments at their present lengths."""
 
-    async def truncate(self, scope: str, stream: str, cut: StreamCut) -> None:
-        """Truncate the stream at ``cut``."""
+    async def truncate(
+        self, scope: str, stream: str, cut: StreamCut, *, reason: str = "request"
+    ) -> None:
+        """Truncate the stream at ``cut``; ``reason`` labels it in the controller's counts."""
 
 
 class RetentionManager:
@@ -78,7 +82,12 @@ class RetentionManager:
         cuts = await self.retention_set(meta)
         now = self.ctl.now_ms()
         if policy.type == RetentionType.TIME:
-            eligible = [c for _, c in cuts if c.time_ms <= now - policy.value]
+            size_max = policy.bytes_max
+            eligible = [
+                c for _, c in cuts
+                if c.time_ms <= now - policy.value
+                or (size_max is not None and latest.recording_size - c.recording_size >= size_max)
+            ]
         else:
             eligible = [
                 c for _, c in cuts if latest.recording_size - c.recording_size >= policy.value
@@ -94,7 +103,7 @@ class RetentionManager:
             target = eligible[-1]
             if target.cut != head and h.cut_ge(target.cut, head):
                 log.info("retention: truncating %s at %s", meta.name, dict(target.cut))
-                await self.ctl.truncate(scope, stream, target.cut)
+                await self.ctl.truncate(scope, stream, target.cut, reason="retention")
                 head = dict(target.cut)
         stale = [k for k, c in cuts if h.cut_ge(head, c.cut)]
         gone = set(stale)

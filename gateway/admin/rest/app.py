@@ -101,6 +101,7 @@ def create_app(
         @app.get("/metrics", response_class=PlainTextResponse, tags=["health"])
         async def metrics_text() -> Response:
             """The node's Prometheus metrics (``gateway/admin/metrics.py`` names them)."""
+            await metrics.refresh()
             return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     async def _require_ready() -> None:
