@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: serve test bench fuzz lint system-deps clean clean-data
+.PHONY: serve test bench bench-compaction fuzz lint system-deps clean clean-data
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ FUZZ_FRAMES ?= 1000000
 FUZZ_SEED ?= 1
 fuzz: $(VENV)/.installed
 	$(BIN)/python scripts/fuzz.py --frames $(FUZZ_FRAMES) --seed $(FUZZ_SEED)
+
+## Cleaning throughput of compacted topics and produce latency while the cleaner runs.
+bench-compaction: $(VENV)/.installed
+	$(BIN)/python -m pip install -q -e ".[bench]"
+	$(BIN)/python -m bench.compaction $(BENCH_ARGS)
 
 lint: | $(BIN)/python
 	$(BIN)/python -m pip install -q "tox>=4.11"

@@ -15,7 +15,8 @@ from tidegate.gateway.admin.scaling_metrics import ControllerCounts, ScalingMetr
 from tidegate.gateway.config import GatewayConfig
 from tidegate.gateway.groups import GroupConfig, GroupCoordinator
 from tidegate.gateway.handlers import HandlerContext, Registry, default_registry
-from tidegate.gateway.log.log_start import RetentionFollower
+from tidegate.gateway.log.compaction.cleaner import LogCleaner
+from tidegate.gateway.log.log_start import RetentionFollower, truncate_to_log_starts
 from tidegate.gateway.log.offset_index import OffsetIndex
 from tidegate.gateway.log.partitions import PartitionLogs
 from tidegate.gateway.log.producer_ids import ProducerIdAllocator
@@ -62,6 +63,7 @@ class Gateway:
         self.before_listen = before_listen
         self.ctx: HandlerContext | None = None
         self.server: KafkaServer | None = None
+        self.cleaner: LogCleaner | None = None
         self.address: tuple[str, int] | None = None
 
     async def start(self) -> tuple[str, int]:
@@ -132,6 +134,15 @@ class Gateway:
         from tidegate.gateway.handlers.admin_recovery import finish_admin_operations
 
         await finish_admin_operations(self.ctx)
+        # Compacted topics' cleaner (gateway/log/compaction).
+        ctx = self.ctx
+        self.cleaner = LogCleaner(
+            topics, logs, index, self.store, backoff_ms=self.config.log_cleaner_backoff_ms,
+            dedupe_buffer_bytes=self.config.log_cleaner_dedupe_buffer_size,
+            clock_ms=self.clock_ms, reclaim=lambda topic: truncate_to_log_starts(ctx, topic),
+            io_bytes_per_second_max=self.config.log_cleaner_io_max_bytes_per_second,
+        )
+        self.cleaner.start()
         self.server = KafkaServer(self.ctx, self.metrics)
         try:
             self.address = await self.server.start()
@@ -154,6 +165,9 @@ class Gateway:
         follower, self.ctx.retention_follower = self.ctx.retention_follower, None
         if follower is not None:
             await follower.close()
+        cleaner, self.cleaner = self.cleaner, None
+        if cleaner is not None:
+            await cleaner.close()
         if self.server is not None:
             await self.server.close(timeout_s)
         await self.ctx.logs.drain(timeout_s)

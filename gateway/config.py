@@ -81,6 +81,13 @@ class GatewayConfig:
     malloc_mmap_threshold_bytes: int = 256 * 1024
     #: Bytes of segment read per rebuild step at start-up.
     rebuild_read_bytes: int = 4 * 1024 * 1024
+    #: The log cleaner of compacted topics (Kafka's names): the pause between its passes
+    #: (0 disables it), the memory of its key map and its read rate.
+    log_cleaner_backoff_ms: int = 15_000
+    log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
+    #: Bytes per second a cleaner pass reads at most (0: no bound; Kafka's default): the
+    #: cleaner shares the process's CPU with produce and fetch (bench/compaction.py).
+    log_cleaner_io_max_bytes_per_second: int = 32 * 1024 * 1024
     #: Extra store configuration passed through to the segment store and controller.
     store: dict[str, Any] = field(default_factory=dict)
     controller: dict[str, Any] = field(default_factory=dict)

@@ -18,6 +18,7 @@ from typing import Any
 from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
 from tidegate.core.controller.api import ConflictError, StreamNotFoundError
 from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.gateway.log.compaction.cleaner import delete_clean_segments
 from tidegate.gateway.log.topics import TopicInfo
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
@@ -39,9 +40,13 @@ async def delete_topic(ctx: HandlerContext, info: TopicInfo) -> None:
         await ctx.controller.seal_stream(scope, info.name)
     except StreamNotFoundError:
         pass
+    # A compacted topic's clean segments are outside its stream (gateway/log/compaction).
+    delete_clean = await delete_clean_segments(
+        ctx.topics, ctx.index, ctx.store, info.name, info.partitions)
     # Appends in flight fail on the sealed segments; those still settling write nothing
     # to the index once the logs are dropped (``PartitionLog.retired``).
     ctx.logs.delete_topic(info.name)
+    await delete_clean()
     try:
         await ctx.controller.delete_stream(scope, info.name)
     except StreamNotFoundError:

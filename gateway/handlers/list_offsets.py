@@ -7,6 +7,7 @@ to find the record, as Kafka does."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 from typing import Any
 
@@ -29,6 +30,9 @@ _Topic = ListOffsetsResponse.ListOffsetsTopicResponse
 _Partition = _Topic.ListOffsetsPartitionResponse
 
 log = logging.getLogger(__name__)
+
+#: Batches read after the time index's answer before giving up (compacted topics).
+SCAN_BATCHES_MAX = 64
 
 
 async def _records(ctx: HandlerContext, plog: PartitionLog, base_offset: int) -> list[tuple[int, int]]:
@@ -69,9 +73,15 @@ async def _lookup(
     found_base = ctx.index.offset_for_timestamp(plog.topic, plog.partition, timestamp)
     if found_base is None or found_base >= plog.high_watermark:
         return -1, -1
-    for offset, ts in await _records(ctx, plog, found_base):
-        if ts >= timestamp and offset >= plog.log_start_offset:
-            return offset, ts
+    # From the batch the time index names on: in a compacted topic it may be gone, or
+    # hold no such record any more, and a later batch does.
+    entries = ctx.index.entries_from(plog.topic, plog.partition, found_base)
+    for entry in itertools.islice(entries, SCAN_BATCHES_MAX):
+        if entry.base_offset >= plog.high_watermark:
+            break
+        for offset, ts in await _records(ctx, plog, entry.base_offset):
+            if ts >= timestamp and offset >= plog.log_start_offset:
+                return offset, ts
     return -1, -1
 
 

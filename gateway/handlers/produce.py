@@ -2,11 +2,13 @@
 
 Per partition: check the batch header (magic 2, lengths, CRC-32C), its size against
 ``message.max.bytes`` (or the topic's ``max.message.bytes``), its records (codec,
-framing, count: ``gateway.log.validate``), the producer's id/epoch/sequence; then assign
-offsets, rewrite the base offset in place and append. Records are never rewritten or
-recompressed. All partitions of a request are assigned and submitted in one synchronous
-step, after which the next request on the connection may start; the answer waits until
-the appends are durable (acks=1/all) or is not sent at all (acks=0).
+framing, count: ``gateway.log.validate``), what the topic's configs ask
+(``gateway/log/batch_policy.py``: keys of compacted topics, timestamp bounds, LogAppendTime
+stamping), the producer's id/epoch/sequence; then assign offsets, rewrite the base offset
+in place and append. Records are never rewritten or recompressed. All partitions of a
+request are assigned and submitted in one synchronous step, after which the next request
+on the connection may start; the answer waits until the appends are durable (acks=1/all)
+or is not sent at all (acks=0).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from tidegate.gateway.handlers import EncodedBody, HandlerContext, RequestContext
+from tidegate.gateway.log.batch_policy import check_batch
 from tidegate.gateway.log.partition_log import PartitionLog, PendingAppend, StorageFailure
 from tidegate.gateway.log.producer_state import BatchRecord, Duplicate
 from tidegate.gateway.log.topics import topic_name_error
@@ -44,7 +47,7 @@ class _Work:
     """One partition of the request on its way through the handler."""
 
     __slots__ = ("topic", "partition", "records", "head", "plog", "batch", "error", "message",
-                 "pending", "duplicate")
+                 "pending", "duplicate", "append_time_ms")
 
     def __init__(
         self, topic: str, partition: int, records: memoryview | None, head: memoryview | None
@@ -61,6 +64,7 @@ class _Work:
         self.message: str | None = None
         self.pending: PendingAppend | None = None
         self.duplicate: BatchRecord | None = None
+        self.append_time_ms = -1
 
 
 def _validate(ctx: HandlerContext, work: _Work) -> None:
@@ -103,6 +107,14 @@ def _validate(ctx: HandlerContext, work: _Work) -> None:
     except RecordsError as exc:
         work.error, work.message = exc.code, exc.message
         return
+    verdict = check_batch(info.configs, records, batch, work.topic, work.partition, ctx.clock_ms())
+    if verdict.error != ErrorCode.NONE:
+        work.error, work.message = verdict.error, verdict.message
+        return
+    if verdict.header is not None:  # stamped (LogAppendTime)
+        batch, work.append_time_ms = verdict.header, verdict.log_append_time_ms
+        if verdict.records is not None:
+            work.records, work.head = verdict.records, None
     plog = ctx.logs.get(work.topic, work.partition)
     if plog.failed is not None:
         work.error, work.message = ErrorCode.KAFKA_STORAGE_ERROR, f"partition offline: {plog.failed!r}"
@@ -261,7 +273,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         by_topic.setdefault(work.topic, []).append(
             PartitionProduceResult(
                 work.partition, error, base, start,
-                work.message if error != ErrorCode.NONE else None,
+                work.message if error != ErrorCode.NONE else None, work.append_time_ms,
             )
         )
     return EncodedBody([encode_produce_response(req.api_version, list(by_topic.items()))])

@@ -35,6 +35,7 @@ from tidegate.core.controller.api import (
 )
 from tidegate.core.segmentstore.api import SegmentNotFoundError, SegmentProperties, SegmentStore
 from tidegate.gateway.config import GatewayConfig
+from tidegate.gateway.log.compaction.checkpoint import clean_end_offset
 from tidegate.gateway.log.envelope import ENVELOPE_BYTES
 from tidegate.gateway.log.offset_index import IndexEntry, OffsetIndex
 from tidegate.gateway.log.partitions import PartitionLogs
@@ -99,7 +100,11 @@ def _retained_starts(
     """segment id → the least envelope start of the partition's retained batches there."""
     plog = ctx.logs.get(topic, partition)
     out: dict[int, int] = {}
-    for n, e in enumerate(ctx.index.entries_from(topic, partition, plog.log_start_offset)):
+    # A compacted partition's entries below its cleaner checkpoint are in its clean
+    # segment, none in the stream's (gateway/log/compaction).
+    cleaned = ctx.index.clean_checkpoint(topic, partition)
+    start = max(plog.log_start_offset, clean_end_offset(cleaned) if cleaned else 0)
+    for n, e in enumerate(ctx.index.entries_from(topic, partition, start)):
         if n >= scan_entries_max:
             break
         if e.segment_id not in out or e.position - ENVELOPE_BYTES < out[e.segment_id]:
@@ -197,8 +202,7 @@ async def follow_truncation(ctx: LogStartContext, topic: str) -> dict[int, int]:
                 break
             props = await segments.props(e.segment_id)
             if props is not None and e.position >= props.start_offset:
-                start = max(start, e.base_offset)
-                break
+                break  # a gap before it is not truncation (a compacted topic's cleaning)
             start = e.last_offset + 1
         if start > plog.log_start_offset:
             plog.set_log_start(start)

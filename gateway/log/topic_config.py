@@ -4,6 +4,10 @@ policies (DESIGN.md section 3).
 A topic stores only the configs set on it (``TopicInfo.configs``, strings as Kafka sends
 them); every other config reads as Kafka's default. Three groups:
 
+- ``cleanup.policy`` decides whether retention applies at all: ``compact`` alone has no
+  time or size retention (the cleaner keeps the latest record of every key forever);
+  ``compact,delete`` applies only the retention settings the topic sets explicitly, so a
+  compacted topic never inherits the 7-day default; ``delete`` (the default) as below.
 - ``retention.ms`` / ``retention.bytes`` → the stream's retention policy; as in Kafka
   both apply, each when not -1 (``retention.ms`` defaults to 7 days): time retention
   with a size bound, or either alone, or none. Kafka counts ``retention.bytes`` per
@@ -13,9 +17,14 @@ them); every other config reads as Kafka's default. Three groups:
 - ``tidegate.scaling.type`` / ``.target.rate`` / ``.scale.factor`` / ``.min.segments`` →
   the stream's scaling policy (``FIXED_NUM_SEGMENTS`` by default, so a topic keeps one
   segment per partition unless asked otherwise).
-- ``max.message.bytes`` is enforced by Produce (``gateway/handlers/produce.py``);
-- everything else (``cleanup.policy``, ``segment.bytes``, ...) is validated, stored and
-  returned, and has no effect on storage.
+- ``max.message.bytes`` is enforced by Produce (``gateway/handlers/produce.py``), the
+  timestamp configs by ``gateway/log/batch_policy.py``; ``delete.retention.ms``,
+  ``min/max.compaction.lag.ms``, ``min.cleanable.dirty.ratio``, ``segment.bytes``/``.ms``
+  and ``file.delete.delay.ms`` by the cleaner of compacted topics
+  (``gateway/log/compaction``);
+- everything else (``segment.jitter.ms``, ``preallocate``, ``message.format.version``,
+  ...) is validated, stored and returned, and its documentation in DescribeConfigs says
+  it is ignored.
 """
 
 from __future__ import annotations
@@ -135,47 +144,47 @@ _SCALING_TYPES = tuple(t.value for t in ScalingType)
 TOPIC_CONFIGS: dict[str, ConfigDef] = {
     d.name: d
     for d in [
-        ConfigDef("cleanup.policy", _T.LIST, "delete", "The retention policy for log "
-                  "segments (stored; tidegate deletes by retention, it does not compact).",
+        ConfigDef("cleanup.policy", _T.LIST, "delete", "delete: the stream's "
+                  "retention applies; compact: no retention, the cleaner keeps the latest "
+                  "record of every key; compact,delete: both (retention only when set).",
                   "log.cleanup.policy", choices=("compact", "delete")),
         ConfigDef("compression.type", _T.STRING, "producer", "The final compression type "
-                  "(stored; batches are kept as the producer compressed them).",
+                  "(ignored: batches are kept as the producer compressed them).",
                   "compression.type",
                   choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
-        ConfigDef("delete.retention.ms", _T.LONG, "86400000", "How long delete tombstones "
-                  "are retained (stored).", "log.cleaner.delete.retention.ms", low=0),
-        ConfigDef("file.delete.delay.ms", _T.LONG, "60000", "Delay before deleting a file "
-                  "(stored).", "log.segment.delete.delay.ms", low=0),
+        ConfigDef("delete.retention.ms", _T.LONG, "86400000", "How long the cleaner keeps "
+                  "tombstones of compacted topics.", "log.cleaner.delete.retention.ms", low=0),
+        ConfigDef("file.delete.delay.ms", _T.LONG, "60000", "Delay before the cleaner "
+                  "deletes a replaced clean segment.", "log.segment.delete.delay.ms", low=0),
         ConfigDef("flush.messages", _T.LONG, str(_LONG_MAX), "Messages between forced "
-                  "fsyncs (stored; the segment store makes every acknowledged append "
+                  "fsyncs (ignored: the segment store makes every acknowledged append "
                   "durable).", "log.flush.interval.messages", low=1),
         ConfigDef("flush.ms", _T.LONG, str(_LONG_MAX), "Time between forced fsyncs "
-                  "(stored).", "log.flush.interval.ms", low=0),
+                  "(ignored).", "log.flush.interval.ms", low=0),
         ConfigDef("index.interval.bytes", _T.INT, "4096", "Offset index granularity "
-                  "(stored; the offset index has an entry per batch).",
+                  "(ignored: the offset index has an entry per batch).",
                   "log.index.interval.bytes", low=0),
         ConfigDef("max.compaction.lag.ms", _T.LONG, str(_LONG_MAX), "Maximum time a "
-                  "message stays uncompacted (stored).", "log.cleaner.max.compaction.lag.ms",
+                  "message stays uncompacted.", "log.cleaner.max.compaction.lag.ms",
                   low=1),
         ConfigDef("max.message.bytes", _T.INT, "1048588", "Largest record batch size "
-                  "allowed (stored).", "message.max.bytes", low=0),
+                  "allowed.", "message.max.bytes", low=0),
         ConfigDef("message.timestamp.after.max.ms", _T.LONG, str(_LONG_MAX), "Allowed "
-                  "timestamp lead over the broker clock (stored).",
+                  "timestamp lead over the broker clock (CreateTime; INVALID_TIMESTAMP).",
                   "log.message.timestamp.after.max.ms", low=0),
         ConfigDef("message.timestamp.before.max.ms", _T.LONG, str(_LONG_MAX), "Allowed "
-                  "timestamp lag behind the broker clock (stored).",
+                  "timestamp lag behind the broker clock (CreateTime; INVALID_TIMESTAMP).",
                   "log.message.timestamp.before.max.ms", low=0),
         ConfigDef("message.timestamp.type", _T.STRING, "CreateTime", "Whether record "
-                  "timestamps are CreateTime or LogAppendTime (stored).",
+                  "timestamps are CreateTime or LogAppendTime (the broker stamps batches).",
                   "log.message.timestamp.type", choices=("CreateTime", "LogAppendTime")),
-        ConfigDef("min.cleanable.dirty.ratio", _T.DOUBLE, "0.5", "Log compaction trigger "
-                  "(stored).", "log.cleaner.min.cleanable.ratio", low=0, high=1),
+        ConfigDef("min.cleanable.dirty.ratio", _T.DOUBLE, "0.5", "Log compaction trigger.", "log.cleaner.min.cleanable.ratio", low=0, high=1),
         ConfigDef("min.compaction.lag.ms", _T.LONG, "0", "Minimum time a message stays "
-                  "uncompacted (stored).", "log.cleaner.min.compaction.lag.ms", low=0),
+                  "uncompacted.", "log.cleaner.min.compaction.lag.ms", low=0),
         ConfigDef("min.insync.replicas", _T.INT, "1", "Replicas that must acknowledge "
-                  "acks=all (stored; durability comes from the segment store).",
+                  "acks=all (ignored: durability comes from the segment store).",
                   "min.insync.replicas", low=1),
-        ConfigDef("preallocate", _T.BOOLEAN, "false", "Preallocate segment files (stored).",
+        ConfigDef("preallocate", _T.BOOLEAN, "false", "Preallocate segment files (ignored).",
                   "log.preallocate"),
         ConfigDef("retention.bytes", _T.LONG, "-1", "Bytes kept per partition before old "
                   "data is deleted: the stream's size retention (times the partition "
@@ -183,17 +192,49 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("retention.ms", _T.LONG, "604800000", "How long data is kept: the "
                   "stream's time retention; -1 keeps data forever.", "log.retention.ms",
                   low=-1),
-        ConfigDef("segment.bytes", _T.INT, "1073741824", "Log segment file size (stored; "
-                  "segments are the stream's).", "log.segment.bytes", low=14),
-        ConfigDef("segment.index.bytes", _T.INT, "10485760", "Index file size (stored).",
+        ConfigDef("segment.bytes", _T.INT, "1073741824", "Size at which the cleaner "
+                  "rolls a compacted partition's head (the stream's own segments scale by "
+                  "the scaling policy).", "log.segment.bytes", low=14),
+        ConfigDef("segment.index.bytes", _T.INT, "10485760", "Index file size (ignored).",
                   "log.index.size.max.bytes", low=4),
-        ConfigDef("segment.jitter.ms", _T.LONG, "0", "Segment roll jitter (stored).",
+        ConfigDef("segment.jitter.ms", _T.LONG, "0", "Segment roll jitter (ignored).",
                   "log.roll.jitter.ms", low=0),
-        ConfigDef("segment.ms", _T.LONG, "604800000", "Segment roll time (stored).",
+        ConfigDef("segment.ms", _T.LONG, "604800000", "Time after which the cleaner "
+                  "rolls a compacted partition's head.",
                   "log.roll.ms", low=1),
         ConfigDef("unclean.leader.election.enable", _T.BOOLEAN, "false", "Unclean leader "
-                  "election (stored; there are no replicas to elect).",
+                  "election (ignored: there are no replicas to elect).",
                   "unclean.leader.election.enable"),
+        # Names Kafka 3.x brokers accept and clients still send: validated, stored and
+        # returned; DescribeConfigs' documentation says they are ignored.
+        ConfigDef("message.format.version", _T.STRING, "3.0-IV1", "Ignored: record batches "
+                  "are v2 (as in Kafka 3.0+, where this config is deprecated).",
+                  "log.message.format.version"),
+        ConfigDef("message.timestamp.difference.max.ms", _T.LONG, str(_LONG_MAX), "Allowed "
+                  "timestamp difference from the broker clock, both ways (deprecated; "
+                  "before/after.max.ms win when set).", "log.message.timestamp.difference.max.ms",
+                  low=0),
+        ConfigDef("message.downconversion.enable", _T.BOOLEAN, "true", "Ignored: fetches "
+                  "older than v4 (message format down-conversion) are not served.",
+                  "log.message.downconversion.enable"),
+        ConfigDef("leader.replication.throttled.replicas", _T.LIST, "", "Ignored: "
+                  "replication is the segment store's.",
+                  "leader.replication.throttled.replicas"),
+        ConfigDef("follower.replication.throttled.replicas", _T.LIST, "", "Ignored: "
+                  "replication is the segment store's.",
+                  "follower.replication.throttled.replicas"),
+        ConfigDef("compression.gzip.level", _T.INT, "-1", "Ignored: batches are kept as the "
+                  "producer compressed them.", "compression.gzip.level", low=-1, high=9),
+        ConfigDef("compression.lz4.level", _T.INT, "9", "Ignored: batches are kept as the "
+                  "producer compressed them.", "compression.lz4.level", low=1, high=17),
+        ConfigDef("compression.zstd.level", _T.INT, "3", "Ignored: batches are kept as the "
+                  "producer compressed them.", "compression.zstd.level", low=-131072, high=22),
+        ConfigDef("remote.storage.enable", _T.BOOLEAN, "false", "Ignored: every topic is "
+                  "tiered (Tier-2) already.", "remote.log.storage.system.enable"),
+        ConfigDef("local.retention.ms", _T.LONG, "-2", "Ignored: Tier-1 is truncated once "
+                  "data is in Tier-2.", "log.local.retention.ms", low=-2),
+        ConfigDef("local.retention.bytes", _T.LONG, "-2", "Ignored: Tier-1 is truncated once "
+                  "data is in Tier-2.", "log.local.retention.bytes", low=-2),
         ConfigDef("tidegate.scaling.type", _T.STRING, ScalingType.FIXED_NUM_SEGMENTS.value,
                   "The stream's scaling policy type.", choices=_SCALING_TYPES),
         ConfigDef("tidegate.scaling.target.rate", _T.INT, "0", "Scaling target rate (KiB/s "
@@ -207,7 +248,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
 
 #: Configs whose change updates the stream's policies (the rest are only stored).
 STREAM_POLICY_CONFIGS = frozenset(
-    {"retention.ms", "retention.bytes"} | {n for n in TOPIC_CONFIGS if n.startswith("tidegate.")}
+    {"cleanup.policy", "retention.ms", "retention.bytes"} | {n for n in TOPIC_CONFIGS if n.startswith("tidegate.")}
 )
 
 
@@ -229,10 +270,26 @@ def effective(configs: Mapping[str, str]) -> dict[str, str]:
     return {name: configs.get(name, d.default) for name, d in TOPIC_CONFIGS.items()}
 
 
+def cleanup_policies(configs: Mapping[str, str]) -> frozenset[str]:
+    """The topic's ``cleanup.policy`` items (``compact``, ``delete``)."""
+    raw = configs.get("cleanup.policy", TOPIC_CONFIGS["cleanup.policy"].default)
+    return frozenset(i.strip() for i in raw.split(",") if i.strip())
+
+
+def is_compacted(configs: Mapping[str, str]) -> bool:
+    return "compact" in cleanup_policies(configs)
+
+
 def stream_config(configs: Mapping[str, str], partitions: int) -> StreamConfig:
     """The stream policies a topic's configs ask for (see the module doc)."""
     c = effective(configs)
     ms, size = int(c["retention.ms"]), int(c["retention.bytes"])
+    policies = cleanup_policies(c)
+    if "delete" not in policies:
+        ms = size = -1
+    elif "compact" in policies:  # compact,delete: only what the topic sets explicitly
+        ms = ms if "retention.ms" in configs else -1
+        size = size if "retention.bytes" in configs else -1
     retention: RetentionPolicy | None = None
     size_max = max(size * max(partitions, 1), 1) if size != -1 else None
     if ms != -1:

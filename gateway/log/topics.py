@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tidegate.core.controller.api import (
     Controller,
+    ControllerError,
     KeyRange,
     ScalingType,
     ScopeExistsError,
@@ -40,6 +42,8 @@ from tidegate.core.segmentstore.api import (
     TableUpdate,
 )
 from tidegate.gateway.log.topic_config import stream_config
+
+log = logging.getLogger(__name__)
 
 TOPICS_TABLE = "_system/gateway/topics"
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -170,12 +174,25 @@ class TopicRegistry:
         return [i for i in self._topics.values() if i.deleting or i.splitting_from is not None]
 
     async def _ensure_stream(self, info: TopicInfo) -> None:
-        config = stream_config(info.configs, info.partitions)
-        ranges = initial_key_ranges(info.partitions, initial_segments(config, info.partitions))
+        wanted = stream_config(info.configs, info.partitions)
+        ranges = initial_key_ranges(info.partitions, initial_segments(wanted, info.partitions))
         try:
-            await self.controller.create_stream(self.scope, info.name, config, ranges)
+            await self.controller.create_stream(self.scope, info.name, wanted, ranges)
         except StreamExistsError:
-            pass
+            await self._reconcile_retention(info.name, wanted)
+
+    async def _reconcile_retention(self, topic: str, wanted: StreamConfig) -> None:
+        """A stream whose retention differs from its topic's configs gets them: topics
+        compacted before ``cleanup.policy`` decided retention had the 7-day default."""
+        try:
+            current = (await self.controller.get_stream(self.scope, topic)).config
+            if current.retention != wanted.retention:
+                log.warning("topic %s: stream retention %s becomes %s (its topic configs)",
+                            topic, current.retention, wanted.retention)
+                await self.controller.update_stream(
+                    self.scope, topic, replace(current, retention=wanted.retention))
+        except ControllerError as exc:  # the next start tries again
+            log.warning("topic %s: stream retention not reconciled: %s", topic, exc)
 
     async def create(
         self, name: str, partitions: int, configs: dict[str, str] | None = None

@@ -57,6 +57,14 @@ def test_stream_policies() -> None:
         {"retention.ms": "5000", "retention.bytes": "10"}, 3
     ).retention == RetentionPolicy(RetentionType.TIME, 5000, 30)
     assert topic_config.stream_config({"retention.ms": "-1"}, 1) == StreamConfig()
+    # Compacted topics: no retention, unless compact,delete sets it explicitly.
+    assert topic_config.stream_config({"cleanup.policy": "compact"}, 1).retention is None
+    assert topic_config.stream_config(
+        {"cleanup.policy": "compact", "retention.ms": "5"}, 1).retention is None
+    assert topic_config.stream_config({"cleanup.policy": "compact,delete"}, 1).retention is None
+    assert topic_config.stream_config(
+        {"cleanup.policy": "compact,delete", "retention.ms": "5"}, 1
+    ).retention == RetentionPolicy(RetentionType.TIME, 5)
     scaled = topic_config.stream_config({
         "tidegate.scaling.type": "BY_RATE_IN_KBYTES_PER_SEC",
         "tidegate.scaling.target.rate": "512", "tidegate.scaling.scale.factor": "3",
@@ -72,6 +80,10 @@ def test_every_config_has_a_valid_default() -> None:
     for name, d in topic_config.TOPIC_CONFIGS.items():
         assert d.validate(d.default) == d.default, name
         assert d.doc, name
+    # What has no effect says so in DescribeConfigs' documentation.
+    for name in ("message.format.version", "message.downconversion.enable", "preallocate",
+                 "flush.messages", "segment.jitter.ms", "remote.storage.enable"):
+        assert "gnored" in topic_config.TOPIC_CONFIGS[name].doc, name
 
 
 @given(st.integers(1, 64), st.integers(1, 64))

@@ -1,0 +1,142 @@
+"""Offsets gaps after cleaning, read with raw Fetch and ListOffsets and kafka-python's
+seek; a pass that fails half way (the clean segment's append) leaves the index and the
+readers on the old version, and the next pass completes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
+from tidegate.core.segmentstore.api import SegmentStore
+
+from tests.compaction.batches import keyed_batch
+from tests.compaction.test_cleaner import COMPACT, cleaner, create, ctx_of
+from tests.gateway.conftest import Node
+from tests.gateway.test_produce_fetch import fetch_records, produce
+
+_LO = ListOffsetsRequest.ListOffsetsTopic
+
+
+async def _fill(node: Node, topic: str) -> int:
+    """Offsets 0-10: one batch of 5 records (k0..k4), k0..k4 again in 5 batches of one,
+    then the head (kz); after cleaning 5-10 stay: 0-4 was one batch, removed whole."""
+    await asyncio.to_thread(create, node, topic, COMPACT)
+    c = await node.client()
+    now = int(time.time() * 1000)
+    assert await produce(c, topic, 0, keyed_batch([(b"k%d" % i, b"a%d" % i) for i in range(5)],
+                                                   timestamp_ms=now)) == (0, 0)
+    for i in range(5):
+        assert await produce(c, topic, 0, keyed_batch([(b"k%d" % i, b"b%d" % i)],
+                                                       timestamp_ms=now)) == (0, 5 + i)
+    assert await produce(c, topic, 0, keyed_batch([(b"kz", b"z")], timestamp_ms=now)) == (0, 10)
+    await c.close()
+    return now
+
+
+async def test_fetch_list_offsets_and_seek_over_gaps(node: Node) -> None:
+    produced_ms = await _fill(node, "gap")
+    now = int(time.time() * 1000)
+    assert await cleaner(node, lambda: now + 1000).run_once() == 1
+    c = await node.client()
+    part, records = await fetch_records(c, "gap", 0, 0)
+    assert part.error_code == 0 and part.log_start_offset == 0  # type: ignore[attr-defined]
+    assert [o for o, _ in records] == [5, 6, 7, 8, 9, 10]
+    _, records = await fetch_records(c, "gap", 0, 3)  # inside the removed batch
+    assert [o for o, _ in records] == [5, 6, 7, 8, 9, 10]
+    req = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[_LO(
+        name="gap", partitions=[_LO.ListOffsetsPartition(partition_index=0, timestamp=t,
+                                                        current_leader_epoch=-1)
+                                for t in (-2, -1, produced_ms)])])
+    resp = await c.call(req, 5, ListOffsetsResponse)
+    # By timestamp: the time index names batch 0, removed; the first record after is 5.
+    assert [p.offset for p in resp.topics[0].partitions] == [0, 11, 5]
+    await c.close()
+
+    def seek() -> list[tuple[int, bytes]]:
+        consumer = KafkaConsumer(bootstrap_servers=f"127.0.0.1:{node.port}",
+                                 enable_auto_commit=False, consumer_timeout_ms=2000)
+        tp = TopicPartition("gap", 0)
+        consumer.assign([tp])
+        consumer.seek(tp, 2)
+        try:
+            return [(m.offset, m.value) for m in consumer]
+        finally:
+            consumer.close()
+
+    got = await asyncio.to_thread(seek)
+    assert got == [(5, b"b0"), (6, b"b1"), (7, b"b2"), (8, b"b3"), (9, b"b4"), (10, b"z")]
+
+
+class _FailingAppends:
+    """The store, with appends to clean segments failing after ``ok`` of them."""
+
+    def __init__(self, store: SegmentStore, ok: int) -> None:
+        self._store = store
+        self.ok = ok
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def append(self, name: str, data: bytes, **kw: Any) -> int:
+        if ".#epoch.1073741824" in name:
+            if self.ok <= 0:
+                raise OSError("injected")
+            self.ok -= 1
+        return await self._store.append(name, data, **kw)
+
+
+async def test_a_failed_pass_leaves_the_old_version(node: Node) -> None:
+    await _fill(node, "flt")
+    now = int(time.time() * 1000)
+    ctx = ctx_of(node)
+    good = cleaner(node, lambda: now + 1000)
+    bad = cleaner(node, lambda: now + 1000, append_bytes_max=1)
+    bad.store = _FailingAppends(ctx.store, ok=1)  # type: ignore[assignment]
+    with pytest.raises(OSError):
+        await bad.clean_partition(ctx.topics.get("flt"), 0)  # type: ignore[arg-type]
+    assert bad.checkpoint("flt", 0) is None
+    c = await node.client()
+    _, records = await fetch_records(c, "flt", 0, 0)
+    assert [o for o, _ in records] == list(range(11))  # the old version, whole
+    assert await good.run_once() == 1
+    _, records = await fetch_records(c, "flt", 0, 0)
+    assert [o for o, _ in records] == [5, 6, 7, 8, 9, 10]
+    await c.close()
+
+
+async def test_stream_truncated_behind_cleaned_data(node: Node) -> None:
+    """After a pass (and ``file.delete.delay.ms``) the stream's segment is truncated as
+    far as the data still referring to it allows; everything stays readable."""
+    await asyncio.to_thread(create, node, "rcl", {**COMPACT, "file.delete.delay.ms": "0"})
+    c = await node.client()
+    now = int(time.time() * 1000)
+    for r in range(3):
+        for k in range(4):
+            batch = keyed_batch([(b"k%d" % k, b"v%d" % r * 50)], timestamp_ms=now)
+            assert (await produce(c, "rcl", 0, batch))[0] == 0
+    ctx = ctx_of(node)
+    reclaimed: list[str] = []
+
+    async def reclaim(topic: str) -> None:
+        reclaimed.append(topic)
+        from tidegate.gateway.log.log_start import truncate_to_log_starts
+        await truncate_to_log_starts(ctx, topic)
+
+    pass_ = cleaner(node, lambda: now + 1000, reclaim=reclaim)
+    assert await pass_.run_once() == 1
+    for _ in range(50):
+        if reclaimed:
+            break
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.1)
+    seg = (await ctx.topics.all_segments("rcl"))[0]
+    props = await ctx.store.get_info(ctx.topics.segment_name("rcl", seg.id))
+    assert props.start_offset > 0
+    _, records = await fetch_records(c, "rcl", 0, 0)
+    assert [o for o, _ in records] == [7, 8, 9, 10, 11]  # k3 at 7: the head (11) is not mapped
+    await c.close()
+    await pass_.close()
