@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 QUIET = {"log_level": 3}
@@ -81,9 +81,15 @@ def read_back(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60
         "bootstrap.servers": bootstrap, "group.id": "read-back", "enable.auto.commit": False, **QUIET,
     })
     ends = {}
+    deadline = time.monotonic() + timeout_s
     for p in range(partitions):
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=20)
-        ends[p] = high
+        while True:  # a partition whose leader just died answers once its new owner serves it
+            try:
+                _, ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=20)
+                break
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     out: list[tuple[int, int, bytes]] = []
     seen = {p: 0 for p in range(partitions)}
