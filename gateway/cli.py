@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import logging
 import signal
@@ -93,13 +94,15 @@ async def serve(config: GatewayConfig) -> None:
             store_settings[key] = getattr(config, key)
     if config.container_count > 0:
         store_settings["container_count"] = config.container_count
-    traffic = PartitionTraffic(config.scope, SegmentStoreConfig(**store_settings).traffic_window_ms)
+    store_config = SegmentStoreConfig(**store_settings)
+    traffic = PartitionTraffic(config.scope, store_config.traffic_window_ms)
     cluster: Any = None
     if config.zookeeper:
         from tidegate.gateway.cluster.wiring import ClusterWiring
 
-        store_settings["owned_containers"] = ()  # the container map says which
-        local = StreamSegmentStore(config.data_dir / "segmentstore", SegmentStoreConfig(**store_settings))
+        # The container map says which containers this node runs.
+        local_config = dataclasses.replace(store_config, owned_containers=())
+        local = StreamSegmentStore(config.data_dir / "segmentstore", local_config)
         cluster = ClusterWiring(config, local)
         store = cluster.routing
         # A node measures only the partitions it leads: the leader's auto-scaler cuts
@@ -116,7 +119,7 @@ async def serve(config: GatewayConfig) -> None:
         front: Any = LeaderForwarding(controller, cluster.leader_grpc)
     else:
         store = local = StreamSegmentStore(
-            config.data_dir / "segmentstore", SegmentStoreConfig(**store_settings)
+            config.data_dir / "segmentstore", store_config
         )
         await store.start()
         # The auto-scaler splits topics between partitions, where the gateway's measured

@@ -8,7 +8,6 @@ from typing import Any
 
 from kafka.protocol.admin import DescribeProducersRequest, DescribeProducersResponse
 from tidegate.gateway.handlers import HandlerContext, RequestContext
-from tidegate.gateway.txn.wiring import partition_txns_of
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
 
@@ -20,7 +19,7 @@ _Producer = _Partition.ProducerState
 
 
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
-    txns = partition_txns_of(ctx)
+    txns = ctx.partition_txns
     topics = []
     for t in request.topics:
         info = ctx.topics.get(t.name)

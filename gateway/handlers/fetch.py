@@ -30,7 +30,6 @@ from tidegate.core.segmentstore.api import SegmentStoreError, SegmentTruncatedEr
 from tidegate.gateway.handlers import EncodedBody, HandlerContext, RequestContext
 from tidegate.gateway.log.partition_log import PartitionLog
 from tidegate.gateway.txn.partition_txns import PartitionTxns
-from tidegate.gateway.txn.wiring import partition_txns_of
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
 
@@ -204,7 +203,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_s
     min_bytes = max(request.min_bytes, 0)
-    txns = partition_txns_of(ctx)
+    txns = ctx.partition_txns
     read_committed = request.isolation_level == 1
     while True:
         total = 0

@@ -15,7 +15,6 @@ from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 from kafka.record.default_records import DefaultRecordBatch
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.gateway.log.partition_log import PartitionLog
-from tidegate.gateway.txn.wiring import partition_txns_of
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
 
@@ -53,7 +52,7 @@ async def _lookup(
     ctx: HandlerContext, plog: PartitionLog, timestamp: int, read_committed: bool
 ) -> tuple[int, int]:
     if timestamp == LATEST:
-        txns = partition_txns_of(ctx)
+        txns = ctx.partition_txns
         if read_committed and txns is not None:
             return txns.last_stable_offset(plog.topic, plog.partition, plog.high_watermark), -1
         return plog.high_watermark, -1

@@ -11,7 +11,6 @@ from typing import Any, Protocol
 from tidegate.gateway.groups import GroupCoordinator, OffsetCommit
 from tidegate.gateway.txn.coordinator import TransactionCoordinator
 from tidegate.gateway.txn.markers import build_marker, marker_header
-from tidegate.gateway.txn.partition_txns import PartitionTxns
 from tidegate.gateway.txn.state import PendingOffset, TopicPartition
 
 
@@ -85,16 +84,10 @@ class GroupOffsetsAdapter:
 
 
 def coordinator_of(ctx: Any) -> TransactionCoordinator:
-    coord = ctx.transactions
+    coord: TransactionCoordinator | None = ctx.transactions
     if coord is None:
         raise RuntimeError("the transaction coordinator is not wired into this gateway")
-    assert isinstance(coord, TransactionCoordinator)
     return coord
-
-
-def partition_txns_of(ctx: Any) -> PartitionTxns | None:
-    found = ctx.partition_txns
-    return found if isinstance(found, PartitionTxns) else None
 
 
 def for_version(error: int, api_version: int, fenced_since: int) -> int:

@@ -79,9 +79,7 @@ class Partitions(Protocol):
 
 
 class LogCleaner:
-    """Kept in ``HandlerContext.extensions[EXTENSION_KEY]``."""
-
-    EXTENSION_KEY = "log_cleaner"
+    """Held by ``gateway.app.Gateway`` (``cleaner``), started and closed with it."""
 
     def __init__(
         self, topics: Topics, logs: Partitions, index: OffsetIndex, store: SegmentStore, *,
