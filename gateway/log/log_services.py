@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
 from tidegate.core.segmentstore.api import SegmentStore
@@ -70,3 +70,7 @@ class LogServices(Protocol):
 
     def forget_marker(self, segment: str) -> None:
         """Drop what is known of ``segment``'s indexed appends beyond its stored marker."""
+
+    def when_index_writable(self, resume: Callable[[], None]) -> None:
+        """Call ``resume`` once, when the offset index takes writes again after one
+        failed (``OffsetIndex.recover`` succeeded)."""
