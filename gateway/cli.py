@@ -13,13 +13,13 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import gc
 import logging
 import signal
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
+from tidegate.gateway import heap
 from tidegate.gateway.config import GatewayConfig, load_config, parse_host_port
 from tidegate.gateway.net.limits import parse_ip_overrides, raise_fd_limit
 from tidegate.gateway.startup import StartupError, check_address_free, lock_data_dir
@@ -164,11 +164,9 @@ async def serve(config: GatewayConfig) -> None:
             config.grpc,
             config.data_dir,
         )
-        # What start-up built (modules, protocol schemas, controller and store state)
-        # lives as long as the process: moved out of the collector's generations, a full
-        # collection later scans only what came since, and pauses the loop far less.
-        gc.collect()
-        gc.freeze()
+        # What start-up built lives as long as the process, and so do the survivors of
+        # each full collection: frozen, a full collection scans only what came since.
+        heap.freeze_long_lived()
         await stop.wait()
         log.info("tidegate stopping")
     finally:
