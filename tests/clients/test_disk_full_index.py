@@ -12,6 +12,7 @@ the tests fail, they do not skip):
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import threading
 import time
@@ -61,9 +62,11 @@ def data_fs(tmp_path: Path) -> Iterator[Path]:
 class _Producing:
     """An idempotent producer on a thread: every value, one partition, acks kept."""
 
-    def __init__(self, bootstrap: str, values: list[bytes], timeout_ms: int) -> None:
+    def __init__(self, bootstrap: str, values: list[bytes] | str, timeout_ms: int) -> None:
+        """``values``, or a prefix: values ``prefix-N`` until ``stop`` is set."""
         self.acked: list[bytes] = []
         self.errors: list[str] = []
+        self.stop = threading.Event()
         self._producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                                    "message.timeout.ms": timeout_ms, "linger.ms": 5})
         self._values = values
@@ -77,7 +80,12 @@ class _Producing:
             self.errors.append(str(err))
 
     def _run(self) -> None:
-        for value in self._values:
+        values = self._values
+        if isinstance(values, str):
+            values = (b"%s-%d" % (self._values.encode(), i) for i in itertools.count())
+        for value in values:
+            if self.stop.is_set():
+                break
             self._producer.produce(TOPIC, value, partition=0, on_delivery=self._report)
             self._producer.poll(0)
             time.sleep(0.002)
@@ -132,11 +140,13 @@ def test_index_write_failure_heals_once_space_is_back(index_fs: Path, tmp_path: 
         assert len(before.acked) == 100, before.errors
         filler = index_fs / "filler"
         _fill(filler, 0)
-        during = _Producing(server.bootstrap, [b"during-%d" % i for i in range(300)], 60_000)
-        deadline = time.monotonic() + 20
+        # Until the index's RocksDB write fails (its log may still have room in a page).
+        during = _Producing(server.bootstrap, "during", 60_000)
+        deadline = time.monotonic() + 60
         while b"offset index could not be written" not in Path(server.log_path).read_bytes():
-            assert time.monotonic() < deadline, server.tail()
+            assert time.monotonic() < deadline, (len(during.acked), server.tail())
             time.sleep(0.1)
+        during.stop.set()
         part = _storage_error(server.port)
         assert part.error_code == KAFKA_STORAGE_ERROR and part.error_message, part
         filler.unlink()  # space is back: no restart
