@@ -271,3 +271,38 @@ def test_alter_configs_answered_survives_kill9(
     assert _configs(server, "kept")["cleanup.policy"] == "delete"
     assert _retention_ms(_stream(server, "kept")) == DAY_MS
     assert "Traceback" not in server.tail(400)
+
+
+# -- killed at random points -------------------------------------------------------------
+
+
+def test_alter_configs_and_delete_records_killed_anywhere(
+    server: Tidegate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(33)
+    _start(server, monkeypatch, None)
+    _create(server, "spin", 2, **{"retention.ms": str(DAY_MS),
+                                  "tidegate.scaling.type": "BY_RATE_IN_EVENTS_PER_SEC",
+                                  "tidegate.scaling.target.rate": "1000"})
+    _produce(server, "spin", 1, 100)
+    days, rate, start = 1, 1000, 0
+    for round_ in range(4):
+        new_days, new_rate, new_start = days + 1, rate + 1, start + 10
+        admin = _alter(server, "spin", False, **{"retention.ms": str(new_days * DAY_MS),
+                                                 "tidegate.scaling.target.rate": str(new_rate)})
+        sock = _delete_records(server, "spin", {0: new_start})
+        time.sleep(rng.uniform(0.0, 0.05))
+        server.kill9()
+        sock.close()
+        del admin
+        server.start()
+        configs, stream = _configs(server, "spin"), _stream(server, "spin")
+        state = (int(configs["retention.ms"]) // DAY_MS, int(configs["tidegate.scaling.target.rate"]))
+        assert state in ((days, rate), (new_days, new_rate)), (round_, state)
+        assert (_retention_ms(stream), stream["scalingPolicy"]["targetRate"]) == (
+            state[0] * DAY_MS, state[1]), (round_, state, stream)
+        earliest = _earliest(server, "spin", 0)
+        assert earliest in (start, new_start), (round_, earliest)
+        assert _offsets_read(server, "spin", 0, 100)[:1] == [earliest]
+        days, rate, start = state[0], state[1], earliest
+    assert "Traceback" not in server.tail(400)
