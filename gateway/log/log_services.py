@@ -32,6 +32,10 @@ class IndexHook(Protocol):
 
     def forget_topic(self, topic: str) -> None: ...
 
+    def forget_partition(self, topic: str, partition: int) -> None:
+        """Drop what is held in memory of the partition (an index write failed after
+        ``on_indexed`` applied it): it is read again from the index, as written."""
+
     def trim(self, topic: str, partition: int, log_start_offset: int) -> None: ...
 
 

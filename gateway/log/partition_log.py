@@ -344,6 +344,9 @@ class PartitionLog:
         past it, so it goes: the next one is recomputed from the marker in the index."""
         assert p.segment is not None
         self._logs.forget_marker(self._logs.topics.segment_name(self.topic, p.segment.id))
+        hook = self._logs.index_hook
+        if hook is not None:  # it applied ``p`` in memory: read again as written
+            hook.forget_partition(self.topic, self.partition)
         if not self._index_waiting:
             log.error(
                 "%s/%d: the offset index could not be written (%r); appends wait until it "

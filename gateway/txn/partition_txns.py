@@ -148,6 +148,9 @@ class PartitionTxns:
         write.commit()
         part.aborted = [t for t in part.aborted if t.last_offset >= log_start_offset]
 
+    def forget_partition(self, topic: str, partition: int) -> None:
+        self._parts.pop((topic, partition), None)
+
     def forget_topic(self, topic: str) -> None:
         for key in [k for k in self._parts if k[0] == topic]:
             del self._parts[key]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka.record.default_records import DefaultRecordBatchBuilder
 from tidegate.core.controller.controller import StreamController
 from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
 from tidegate.gateway.log.offset_index import IndexWrite, OffsetIndex
@@ -20,6 +21,7 @@ from tidegate.gateway.log.partition_log import StorageFailure
 from tidegate.gateway.log.partitions import PartitionLogs
 from tidegate.gateway.log.producer_state import ProducerStates
 from tidegate.gateway.log.topics import TopicRegistry
+from tidegate.gateway.txn.partition_txns import PartitionTxns
 from tidegate.protocol.record_batch import iter_batches
 
 from tests.clients.requests import record_batch
@@ -124,5 +126,33 @@ async def test_stop_while_waiting_leaves_the_appends_to_the_rebuild(tmp_path: Pa
     assert plog2.high_watermark == plog2.next_offset == 4
     assert await _read_offsets(logs2, plog2) == list(range(4))
     healthy.close()
+    await controller.close()
+    await store.close()
+
+
+async def test_transaction_index_is_written_when_the_index_comes_back(tmp_path: Path) -> None:
+    """The transaction index applied the failed write in memory: the retry writes it
+    again, so a transaction opened meanwhile is in RocksDB (a restart would see it)."""
+    store, controller, topics = await _stack(tmp_path)
+    index = _FailingIndex(tmp_path / "index")
+    logs = PartitionLogs(topics, store, index, ProducerStates(index))
+    logs.index_hook = PartitionTxns(index)
+    plog = logs.get("t", 0)
+    await plog.ensure_segment()
+    await asyncio.wait_for(_append(logs, 0).durable, 10)
+    index.failing = True
+    builder = DefaultRecordBatchBuilder(
+        magic=2, compression_type=0, is_transactional=True, producer_id=7, producer_epoch=0,
+        base_sequence=0, batch_size=1 << 20,
+    )
+    builder.append(0, timestamp=1_700_000_000_000, key=b"k", value=b"in a transaction", headers=[])
+    raw = bytes(builder.build())
+    waiting = plog.append(raw, list(iter_batches(raw)))
+    await asyncio.sleep(0.3)
+    index.failing = False
+    await asyncio.wait_for(waiting.durable, 10)
+    assert PartitionTxns(index).open_transactions("t", 0) == {7: 1}
+    logs.close()
+    index.close()
     await controller.close()
     await store.close()
