@@ -130,6 +130,7 @@ def test_create_topics_killed_after_its_record(
     admin = _admin(server)
     admin.create_topics([new], request_timeout=5)  # the answer never comes
     _killed_itself(server)
+    del admin
     _start(server, monkeypatch, None)
     # The record was stored: the start completes the topic (stream, configs, partitions).
     assert _partitions(server, "made") == 8
@@ -150,6 +151,7 @@ def test_create_topics_killed_anywhere(server: Tidegate, monkeypatch: pytest.Mon
         admin.create_topics([new], request_timeout=60)
         time.sleep(rng.uniform(0.0, 0.5))
         server.kill9()
+        del admin  # gone before the restart: it would send its request again
         server.start()
         count = _partitions(server, topic)
         if count is None:  # before: the name is free
