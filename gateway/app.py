@@ -164,6 +164,13 @@ class Gateway:
         self.metrics.add_collector(self.exporter, self.exporter.refresh)
         return self.address
 
+    async def kafka_overview(self) -> dict[str, object]:
+        """Topics, partitions and groups as the ``/ui`` page shows them."""
+        if self.exporter is None:
+            return {"node_id": self.config.node_id, "brokers": [], "topics": [], "groups": []}
+        await self.exporter.refresh()
+        return self.exporter.overview()
+
     async def close(self, timeout_s: float = 10.0) -> None:
         """Answer what is in flight, wait for appends, close the index."""
         if self.ctx is None:

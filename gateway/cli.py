@@ -173,7 +173,10 @@ async def serve(config: GatewayConfig) -> None:
             from tidegate.gateway.admin.rest import create_app, serve_rest
 
             rhost, rport = parse_host_port(config.rest)
-            rest = await serve_rest(create_app(admin, metrics=gateway.metrics), rhost, rport)
+            app = create_app(
+                admin, metrics=gateway.metrics, kafka_overview=gateway.kafka_overview
+            )
+            rest = await serve_rest(app, rhost, rport)
         if _enabled(config.grpc):
             from tidegate.gateway.admin.grpc_service import start_grpc_server
 
