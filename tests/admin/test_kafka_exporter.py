@@ -4,9 +4,6 @@ names and labels; per-topic bytes and records in and out; the process and GC ser
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -24,14 +21,6 @@ COMMITTED = {0: 10, 1: 12}
 VALUE = b"v" * 100
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Tidegate]:
-    s = Tidegate(tmp_path / "data", tmp_path / "tidegate.log", rest=True)
-    s.start()
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def _produce(bootstrap: str) -> None:
@@ -61,7 +50,8 @@ def _consume_and_commit(bootstrap: str, group: str) -> tuple[Consumer, int]:
     return c, received
 
 
-def test_kafka_exporter_series(server: Tidegate) -> None:
+def test_kafka_exporter_series(rest_server: Tidegate) -> None:
+    server = rest_server
     create_topic(server.bootstrap, TOPIC, PARTITIONS, {})
     _produce(server.bootstrap)
     member, received = _consume_and_commit(server.bootstrap, "dashboards")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -27,14 +26,6 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SEGMENT_RGB = [(0xD6, 0x27, 0x28), (0x94, 0x67, 0xBD)]
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Tidegate]:
-    s = Tidegate(tmp_path / "data", tmp_path / "tidegate.log", rest=True)
-    s.start()
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def _chromium(*args: str, timeout_s: float = 90) -> subprocess.CompletedProcess[bytes]:
@@ -58,7 +49,8 @@ def _scaled_stream(rest: str) -> None:
         assert r.status_code == 200, r.text
 
 
-def test_ui_page_in_chromium(server: Tidegate, tmp_path: Path) -> None:
+def test_ui_page_in_chromium(rest_server: Tidegate, tmp_path: Path) -> None:
+    server = rest_server
     rest = f"http://127.0.0.1:{server.rest_port}"
     create_topic(server.bootstrap, TOPIC, 3, {})
     _produce(server.bootstrap)
