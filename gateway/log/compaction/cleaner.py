@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -28,10 +27,11 @@ from tidegate.core.segmentstore.api import (
     SegmentStore,
 )
 from tidegate.gateway.log import topic_config
-from tidegate.gateway.log.compaction.checkpoint import NO_TOMBSTONE, Checkpoint
+from tidegate.gateway.log.compaction.checkpoint import Checkpoint
 from tidegate.gateway.log.compaction.policy import CleaningConfig, cleanable, should_clean
-from tidegate.gateway.log.compaction.records import Record, iter_records, records_area
-from tidegate.gateway.log.compaction.rewrite import Filtered, filter_batch
+from tidegate.gateway.log.compaction.records import iter_records, records_area
+from tidegate.gateway.log.compaction.retain import Retention, key_digest
+from tidegate.gateway.log.compaction.txns import CleanedTxns, TxnIndex
 from tidegate.gateway.log.offset_index import IndexEntry, OffsetIndex
 from tidegate.gateway.log.partition_log import PartitionLog
 from tidegate.gateway.log.topics import TopicInfo
@@ -50,10 +50,6 @@ ENTRIES_PER_PASS_MAX = 100_000
 
 def clean_segment_id(partition: int, generation: int) -> int:
     return ((CLEAN_EPOCH_BASE + partition) << 32) | (generation & 0xFFFFFFFF)
-
-
-def key_digest(key: bytes) -> bytes:
-    return hashlib.blake2b(key, digest_size=16).digest()
 
 
 @dataclass
@@ -86,7 +82,7 @@ class LogCleaner:
         backoff_ms: int = 15_000, dedupe_buffer_bytes: int = 128 << 20,
         append_bytes_max: int = 1 << 20, clock_ms: Callable[[], int] | None = None,
         reclaim: Callable[[str], Awaitable[object]] | None = None,
-        io_bytes_per_second_max: float = 0,
+        io_bytes_per_second_max: float = 0, txns: TxnIndex | None = None,
     ) -> None:
         self.topics = topics
         self.logs = logs
@@ -101,6 +97,9 @@ class LogCleaner:
         #: Bytes read per second over a pass (0: no bound): the cleaner shares the event
         #: loop and the CPU with produce and fetch.
         self.io_bytes_per_second_max = io_bytes_per_second_max
+        #: The transaction index: the last stable offset bounds what is cleaned, aborted
+        #: records go, markers go once safe (``compaction/txns.py``).
+        self.txns = txns
         self._pass_started = 0.0
         self._pass_bytes = 0
         self.stats = PassStats()
@@ -184,7 +183,10 @@ class LogCleaner:
                 storage[seg_id] = props.storage_length
             except SegmentNotFoundError:
                 storage[seg_id] = -1
-        range_ = cleanable(dirty, dirty[0].base_offset if dirty else start, last.base_offset,
+        # An open transaction's records (from the last stable offset on) are never cleaned.
+        stable = last.base_offset if self.txns is None else min(
+            last.base_offset, self.txns.last_stable_offset(topic, partition, plog.high_watermark))
+        range_ = cleanable(dirty, dirty[0].base_offset if dirty else start, stable,
                            cfg, now, lambda e: e.position + e.length <= storage[e.segment_id])
         tombstones_due = cp.tombstone_ms <= now - cfg.delete_retention_ms
         if not should_clean(range_, cp.clean_bytes, cfg, now) and not tombstones_due:
@@ -192,7 +194,7 @@ class LogCleaner:
         t0, read0 = time.monotonic(), self.stats.bytes_read
         self._pass_started, self._pass_bytes = t0, 0
         mapped = [e for e in dirty if e.base_offset < range_.end]
-        keys, end = await self._map_keys(topic, mapped) if mapped else ({}, start)
+        keys, end = await self._map_keys(topic, partition, mapped) if mapped else ({}, start)
         if end <= plog.log_start_offset or (end <= range_.start and not tombstones_due):
             return False
         done = await self._rewrite(info, plog, cp, keys, end, cfg, now)
@@ -232,16 +234,27 @@ class LogCleaner:
         if start > plog.log_start_offset:
             plog.set_log_start(start)
 
-    async def _map_keys(self, topic: str, entries: list[IndexEntry]) -> tuple[dict[bytes, int], int]:
+    def _cleaned_txns(self, topic: str, partition: int, start: int, end: int) -> CleanedTxns:
+        aborted = [] if self.txns is None else self.txns.aborted(topic, partition, start, end)
+        return CleanedTxns(aborted)
+
+    async def _map_keys(
+        self, topic: str, partition: int, entries: list[IndexEntry]
+    ) -> tuple[dict[bytes, int], int]:
         """Key digest → latest offset over ``entries``, and the offset where the map
-        stopped (it fills: the rest waits for the next pass)."""
+        stopped (it fills: the rest waits for the next pass). Records of aborted
+        transactions are not mapped: they never replace a committed value."""
         keys: dict[bytes, int] = {}
         end = entries[0].base_offset if entries else 0
+        txns = self._cleaned_txns(topic, partition, end, entries[-1].last_offset + 1) if entries \
+            else CleanedTxns([])
         for e in entries:
             data = await self.logs.read_entry(topic, e)
             self.stats.bytes_read += len(data)
             header = read_header(data)
-            found = [] if header.is_control else [  # markers are not keyed data
+            # Markers are not keyed data; aborted records never replace a committed value.
+            skip = header.is_control or txns.on_batch(header)
+            found = [] if skip else [
                 (key_digest(r.key), header.base_offset + r.offset_delta)
                 for r in iter_records(records_area(data, header), header.record_count)
                 if r.key is not None]
@@ -278,22 +291,9 @@ class LogCleaner:
     ) -> bool:
         topic, partition = info.name, plog.partition
         generation = cp.generation + 1
-        horizon = now - cfg.delete_retention_ms
-        removed = 0
-        oldest_tombstone_ms = NO_TOMBSTONE
-
-        def keep(r: Record, offset: int, timestamp: int) -> bool:
-            nonlocal removed, oldest_tombstone_ms
-            if r.key is not None:
-                latest = keys.get(key_digest(r.key))
-                if (latest is not None and latest != offset) or (
-                        r.is_tombstone and timestamp <= horizon):
-                    removed += 1
-                    return False
-                if r.is_tombstone:
-                    oldest_tombstone_ms = min(oldest_tombstone_ms, timestamp)
-            return True
-
+        retention = Retention(
+            keys, self._cleaned_txns(topic, partition, plog.log_start_offset, end),
+            functools.partial(cp.first_cleaned_ms, now_ms=now), now - cfg.delete_retention_ms)
         entries: list[IndexEntry] = []
         buffer = bytearray()
         written = 0
@@ -302,10 +302,7 @@ class LogCleaner:
                 break
             data = await self.logs.read_entry(topic, e)
             self.stats.bytes_read += len(data)
-            header = read_header(data)
-            # Control batches (transaction markers) are kept as they are for now.
-            f = Filtered(data, 0, header.max_timestamp) if header.is_control else \
-                filter_batch(data, header, keep)
+            f = retention.batch(data, read_header(data))
             if f.data is not None:
                 entries.append(IndexEntry(e.base_offset, e.last_offset, seg_id,
                                           written + len(buffer), len(f.data), f.max_timestamp))
@@ -320,15 +317,22 @@ class LogCleaner:
             await self.store.delete_segment(name)
             return False
         start = plog.log_start_offset
+        checkpoint = Checkpoint(end, generation, written, retention.oldest_due_ms,
+                                cp.with_span(end, now, start))
+        forgotten = retention.forgotten
         self.index.switch_cleaned(
             topic, partition, end, [e for e in entries if e.last_offset >= start],
-            Checkpoint(end, generation, written, oldest_tombstone_ms).encode(), start,
+            checkpoint.encode(), start,
+            [self.txns.aborted_key(t) for t in forgotten] if self.txns is not None else [],
         )
+        if self.txns is not None and forgotten:
+            self.txns.forget_aborted(topic, partition, forgotten)
         while plog.recent and plog.recent[0].base_offset < end:
             plog.recent.popleft()
         self.stats.bytes_written += written
-        self.stats.records_removed += removed
-        log.debug("%s/%d: %d records removed, %d bytes kept", topic, partition, removed, written)
+        self.stats.records_removed += retention.removed
+        log.debug("%s/%d: %d records removed, %d bytes kept", topic, partition,
+                  retention.removed, written)
         if cp.generation:
             old = self.topics.segment_name(topic, clean_segment_id(partition, cp.generation))
             self._later(cfg.file_delete_delay_ms, functools.partial(self._delete, old))
