@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+import types
 from typing import Any
 
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 from tidegate.gateway.log.compaction.cleaner import LogCleaner
 
+from tests.clients.server import Tidegate
 from tests.compaction.test_cleaner import COMPACT, DAY_MS, TIMEOUT_S, consume, create, ctx_of
 from tests.gateway.conftest import Node
 from tests.txn.helpers import read_all
@@ -155,3 +158,37 @@ async def test_tombstone_horizon_counts_from_the_first_clean(node: Node) -> None
     assert await txn_cleaner(node, lambda: now + DAY_MS).run_once() == 0  # not yet due
     assert await txn_cleaner(node, lambda: now + DAY_MS + 1000).run_once() == 1
     assert await asyncio.to_thread(consume, node, topic, 3) == [(2, b"b", b"2")]
+
+
+def test_serve_cleans_aborted_transactions(tidegate: Tidegate) -> None:
+    """``tidegate serve`` (cleaner every 200 ms, delete.retention.ms 300): aborted
+    records vanish for read_uncommitted readers too, committed ones are compacted like
+    others, and read_committed readers see the same before and after."""
+    topic = "served-txn"
+    admin = AdminClient({"bootstrap.servers": tidegate.bootstrap})
+    for f in admin.create_topics([NewTopic(topic, 1, 1, config={
+            **COMPACT, "delete.retention.ms": "300"})]).values():
+        f.result(timeout=TIMEOUT_S)
+    server = types.SimpleNamespace(port=int(tidegate.bootstrap.rsplit(":", 1)[1]))
+    w = Writer(server, topic)  # type: ignore[arg-type]
+    w.transaction([(b"k1", b"a1"), (b"k2", b"a2")], True)
+    w.transaction([(b"k1", b"b1"), (b"k3", b"b3")], False)
+    w.put([(b"k2", b"c2")])
+    w.transaction([(b"k4", b"d4")], True)
+    committed = [b"a1", b"a2", b"c2", b"d4"]
+    assert read_all(tidegate.bootstrap, topic, 1, committed=True) == committed
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        w.put([(b"tick", b"")])  # the head moves on: what was before it is cleanable
+        seen = read_all(tidegate.bootstrap, topic, 1, committed=False)
+        if b"b1" not in seen and b"a2" not in seen:
+            break
+        time.sleep(0.3)
+    else:
+        raise AssertionError(f"never cleaned: {seen}\n{tidegate.tail()}")
+    assert [v for v in seen if v] == [b"a1", b"c2", b"d4"]
+    assert [v for v in read_all(tidegate.bootstrap, topic, 1, committed=True) if v] == [
+        b"a1", b"c2", b"d4"]
+    w.transaction([(b"k5", b"e5")], True)
+    assert [v for v in read_all(tidegate.bootstrap, topic, 1, committed=True) if v] == [
+        b"a1", b"c2", b"d4", b"e5"]
