@@ -140,3 +140,78 @@ async def test_stream_truncated_behind_cleaned_data(node: Node) -> None:
     assert [o for o, _ in records] == [7, 8, 9, 10, 11]  # k3 at 7: the head (11) is not mapped
     await c.close()
     await pass_.close()
+
+
+async def test_compact_delete_moves_log_start_before_the_stream_is_cut(node: Node) -> None:
+    """compact,delete with retention.ms and retention.bytes: the stream has no retention
+    of its own (it could cut bytes a valid offset still points at); the cleaner moves the
+    log start, then the stream is truncated behind it. At every step each offset from the
+    log start on reads, and only offsets below it are OFFSET_OUT_OF_RANGE."""
+    from tidegate.gateway.log.log_start import truncate_to_log_starts
+
+    topic = "cd"
+    await asyncio.to_thread(create, node, topic, {
+        **COMPACT, "cleanup.policy": "compact,delete", "retention.ms": "60000",
+        "retention.bytes": "100000", "file.delete.delay.ms": "0"})
+    assert (await node.controller.get_stream("kafka", topic)).config.retention is None
+    c = await node.client()
+    now = int(time.time() * 1000)
+    for i in range(12):  # 0-5 two minutes old, 6-11 new; distinct keys: nothing compacts
+        ts = now - 120_000 if i < 6 else now
+        assert await produce(c, topic, 0, keyed_batch([(b"k%d" % i, b"v" * 200)],
+                                                      timestamp_ms=ts)) == (0, i)
+    ctx = ctx_of(node)
+    plog = ctx.logs.get(topic, 0)
+
+    async def check_reads() -> None:
+        start = plog.log_start_offset
+        for offset in range(start, 12):
+            part, records = await fetch_records(c, topic, 0, offset)
+            assert part.error_code == 0, (offset, part)  # type: ignore[attr-defined]
+            assert records[0][0] == offset
+        if start:
+            part, _ = await fetch_records(c, topic, 0, start - 1)
+            assert part.error_code == 1  # type: ignore[attr-defined]  # OFFSET_OUT_OF_RANGE
+
+    reclaims: list[str] = []
+
+    async def reclaim(t: str) -> None:
+        await check_reads()  # the log start moved, the stream is not cut yet
+        await truncate_to_log_starts(ctx, t)
+        reclaims.append(t)
+
+    pass_ = cleaner(node, lambda: now + 1000, reclaim=reclaim)
+    await pass_.run_once()
+    for _ in range(100):
+        if reclaims:
+            break
+        await asyncio.sleep(0.02)
+    assert plog.log_start_offset == 6  # the old batches passed by time
+    await check_reads()
+    seg = (await ctx.topics.all_segments(topic))[0]
+    assert (await ctx.store.get_info(ctx.topics.segment_name(topic, seg.id))).start_offset > 0
+    # Size: the partition is kept within retention.bytes, oldest batches first.
+    await asyncio.to_thread(_alter, node, topic, {"retention.bytes": "1000"})
+    reclaims.clear()
+    await pass_.run_once()
+    for _ in range(100):
+        if reclaims:
+            break
+        await asyncio.sleep(0.02)
+    sizes = [e.length for e in ctx.index.entries_from(topic, 0, plog.log_start_offset)]
+    assert plog.log_start_offset > 6 and sum(sizes) <= 1000 < sum(sizes) + 300
+    await check_reads()
+    await pass_.close()
+    await c.close()
+
+
+def _alter(node: Node, topic: str, configs: dict[str, str]) -> None:
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{node.port}"})
+    entries = [ConfigEntry(n, v, incremental_operation=AlterConfigOpType.SET)
+               for n, v in configs.items()]
+    for f in admin.incremental_alter_configs(
+            [ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries)]
+    ).values():
+        f.result(timeout=20)

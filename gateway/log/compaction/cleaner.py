@@ -16,7 +16,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import islice
 from typing import Any, Protocol
 
@@ -107,6 +107,9 @@ class LogCleaner:
         self._deletions: set[asyncio.Task[None]] = set()
         self._swept: set[tuple[str, int]] = set()
         self._reclaimed: set[str] = set()
+        #: Topics whose log start retention moved in this pass: their stream is truncated
+        #: behind it.
+        self._retained: set[str] = set()
 
     def start(self) -> None:
         if self.backoff_ms > 0 and self._task is None:
@@ -145,7 +148,9 @@ class LogCleaner:
                     raise
                 except Exception:
                     log.exception("cleaning %s/%d", topic, p)
-            if self.reclaim is not None and (done or topic not in self._reclaimed):
+            retained = topic in self._retained
+            self._retained.discard(topic)
+            if self.reclaim is not None and (done or retained or topic not in self._reclaimed):
                 # Not at once: a fetch may still be reading the bytes just replaced
                 # (at the first pass of a process, none is).
                 delay_ms = CleaningConfig.of(info.configs).file_delete_delay_ms
@@ -172,8 +177,9 @@ class LogCleaner:
         last = self.index.last(topic, partition)
         if last is None:
             return False
-        if cfg.retention_ms >= 0:
-            self._apply_time_retention(plog, last, cfg.retention_ms, now)
+        if cfg.retention_ms >= 0 or cfg.retention_bytes >= 0:
+            if self._apply_retention(plog, last, cfg, now):
+                self._retained.add(topic)
         start = max(cp.end_offset, plog.log_start_offset)
         dirty = list(islice(self.index.entries_from(topic, partition, start), ENTRIES_PER_PASS_MAX))
         storage: dict[int, int] = {}
@@ -220,19 +226,34 @@ class LogCleaner:
             plog = self.logs.get(info.name, p)
             last = self.index.last(info.name, p)
             if last is not None and plog.log_start_offset < Checkpoint.decode(raw).end_offset:
-                self._apply_time_retention(plog, last, retention.value, now)
+                cfg = replace(CleaningConfig.of(info.configs), retention_ms=retention.value,
+                              retention_bytes=-1)
+                self._apply_retention(plog, last, cfg, now)
 
-    def _apply_time_retention(
-        self, plog: PartitionLog, last: IndexEntry, retention_ms: int, now: int
-    ) -> None:
-        """``compact,delete``: the log start passes batches older than ``retention.ms``."""
-        start = plog.log_start_offset
-        for e in self.index.entries_from(plog.topic, plog.partition, start):
-            if e.base_offset >= last.base_offset or e.max_timestamp > now - retention_ms:
+    def _apply_retention(
+        self, plog: PartitionLog, last: IndexEntry, cfg: CleaningConfig, now: int
+    ) -> bool:
+        """``compact,delete``: the log start passes batches older than ``retention.ms``
+        and the oldest while the partition holds more than ``retention.bytes`` (never
+        its last batch). The stream is truncated behind it later (``reclaim``), so an
+        offset at or past the log start always has its bytes."""
+        topic, partition, start = plog.topic, plog.partition, plog.log_start_offset
+        excess = -1
+        if cfg.retention_bytes >= 0:
+            excess = sum(e.length for e in self.index.entries_from(topic, partition, start))
+            excess -= cfg.retention_bytes
+        for e in self.index.entries_from(topic, partition, start):
+            if e.base_offset >= last.base_offset:
                 break
+            expired = 0 <= cfg.retention_ms and e.max_timestamp <= now - cfg.retention_ms
+            if not expired and excess <= 0:
+                break
+            excess -= e.length
             start = e.last_offset + 1
         if start > plog.log_start_offset:
             plog.set_log_start(start)
+            return True
+        return False
 
     def _cleaned_txns(self, topic: str, partition: int, start: int, end: int) -> CleanedTxns:
         aborted = [] if self.txns is None else self.txns.aborted(topic, partition, start, end)
