@@ -215,3 +215,107 @@ def _alter(node: Node, topic: str, configs: dict[str, str]) -> None:
             [ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries)]
     ).values():
         f.result(timeout=20)
+
+
+async def _many_batches(node: Node, topic: str, batches: int, keys: int) -> int:
+    await asyncio.to_thread(create, node, topic, {**COMPACT, "file.delete.delay.ms": "0"})
+    c = await node.client()
+    now = int(time.time() * 1000)
+    for i in range(batches):
+        batch = keyed_batch([(b"k%d" % (i % keys), b"v%d" % i)], timestamp_ms=now)
+        assert await produce(c, topic, 0, batch) == (0, i)
+    await c.close()
+    return now
+
+
+def _latest(batches: int, keys: int) -> list[tuple[int, bytes]]:
+    """(offset, value) of the latest record of each key, and the head (never cleaned)."""
+    latest = {i % keys: i for i in range(batches - 1)}
+    return sorted({*((o, b"v%d" % o) for o in latest.values()),
+                   (batches - 1, b"v%d" % (batches - 1))})
+
+
+async def test_a_pass_holds_at_most_switch_entries_max_entries(node: Node) -> None:
+    """A pass over many surviving batches switches the index in steps: it never holds
+    more than ``switch_entries_max`` entries, and readers get the same result."""
+    batches, keys = 1200, 1000
+    now = await _many_batches(node, "many", batches, keys)
+    ctx = ctx_of(node)
+    steps: list[int] = []
+    real = ctx.index.switch_cleaned
+
+    def counted(*args: Any, **kw: Any) -> None:
+        steps.append(len(args[3]))
+        real(*args, **kw)
+
+    ctx.index.switch_cleaned = counted  # type: ignore[method-assign]
+    try:
+        assert await cleaner(node, lambda: now + 1000, switch_entries_max=50).run_once() == 1
+    finally:
+        ctx.index.switch_cleaned = real  # type: ignore[method-assign]
+    assert max(steps) <= 50 and len(steps) >= (keys - 1) // 50
+    assert sum(steps) == keys  # the latest of each key below the head, each switched once
+    c = await node.client()
+    _, records = await fetch_records(c, "many", 0, 0)
+    assert records == _latest(batches, keys)
+    await c.close()
+
+
+async def test_a_pass_failing_between_steps_leaves_both_generations_readable(
+    node: Node,
+) -> None:
+    """The clean segment's appends fail after a few steps were switched: readers see the
+    new entries below the last step and the old ones after, the checkpoint says both
+    generations are live; a later pass (a restarted process) completes and deletes
+    them both."""
+    from tidegate.core.segmentstore.api import SegmentNotFoundError
+    from tidegate.gateway.log.compaction.cleaner import clean_segment_id
+
+    batches, keys = 300, 40
+    now = await _fill_twice(node, "steps", batches, keys)
+    ctx = ctx_of(node)
+    bad = cleaner(node, lambda: now + 1000, append_bytes_max=1, switch_entries_max=4)
+    bad.store = _FailingAppends(ctx.store, ok=10)  # type: ignore[assignment]
+    with pytest.raises(OSError):
+        await bad.clean_partition(ctx.topics.get("steps"), 0)  # type: ignore[arg-type]
+    cp = bad.checkpoint("steps", 0)
+    assert cp is not None and list(cp.generations) == [1, 2]
+    c = await node.client()
+    _, records = await fetch_records(c, "steps", 0, 0)
+    expect = _latest(2 * batches, keys)
+    assert set(expect) <= set(records)  # nothing lost: superseded records may remain
+    assert [o for o, _ in records] == sorted(o for o, _ in records)
+    fresh = cleaner(node, lambda: now + 2000)
+    assert await fresh.run_once() == 1
+    cp = fresh.checkpoint("steps", 0)
+    assert cp is not None and list(cp.generations) == [3]
+    _, records = await fetch_records(c, "steps", 0, 0)
+    assert records == expect
+    async def exists(g: int) -> bool:
+        try:
+            await ctx.store.get_info(ctx.topics.segment_name("steps", clean_segment_id(0, g)))
+            return True
+        except SegmentNotFoundError:
+            return False
+
+    for _ in range(100):
+        if not await exists(1) and not await exists(2):
+            break
+        await asyncio.sleep(0.02)
+    else:
+        raise AssertionError("the generations of the failed pass outlived the next one")
+    assert await exists(3)
+    await c.close()
+    await fresh.close()
+
+
+async def _fill_twice(node: Node, topic: str, batches: int, keys: int) -> int:
+    """A first clean (generation 1) of ``batches`` records, then as many again."""
+    now = await _many_batches(node, topic, batches, keys)
+    assert await cleaner(node, lambda: now + 500).run_once() == 1
+    c = await node.client()
+    for i in range(batches, 2 * batches):
+        batch = keyed_batch([(b"k%d" % (i % keys), b"v%d" % i)], timestamp_ms=now)
+        assert await produce(c, topic, 0, batch) == (0, i)
+    await c.close()
+    return now

@@ -6,8 +6,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-# end offset, generation, clean bytes, oldest kept tombstone's time, then the spans
-_CHECKPOINT = struct.Struct(">qqqq")
+# end offset, generation, clean bytes, oldest kept tombstone's time, last generation,
+# then the spans (a checkpoint of the first format has the first four only)
+_FIRST_FORMAT = struct.Struct(">qqqq")
+_CHECKPOINT = struct.Struct(">qqqqq")
 _SPAN = struct.Struct(">qq")
 NO_TOMBSTONE = (1 << 63) - 1
 #: Spans kept at most: beyond, neighbours merge (the later time wins, which only keeps
@@ -29,6 +31,14 @@ class Checkpoint:
     #: (and at or past the previous span's) were first cleaned at ``cleaned at``. A
     #: tombstone's delete horizon counts from then (Kafka's rule), not from its timestamp.
     spans: tuple[tuple[int, int], ...] = ()
+    #: The highest generation the index may point into: above ``generation`` while a
+    #: pass switches the index in steps (or one crashed half way); every generation from
+    #: ``generation`` to it is live.
+    last_generation: int = -1
+
+    @property
+    def generations(self) -> range:
+        return range(self.generation, max(self.last_generation, self.generation) + 1)
 
     def first_cleaned_ms(self, offset: int, now_ms: int) -> int:
         """When the cleaner first saw ``offset``: ``now_ms`` for the dirty section."""
@@ -48,18 +58,20 @@ class Checkpoint:
         return tuple(spans)
 
     def encode(self) -> bytes:
-        head = _CHECKPOINT.pack(
-            self.end_offset, self.generation, self.clean_bytes, self.tombstone_ms)
+        head = _CHECKPOINT.pack(self.end_offset, self.generation, self.clean_bytes,
+                                self.tombstone_ms, max(self.last_generation, self.generation))
         return head + b"".join(_SPAN.pack(*s) for s in self.spans)
 
     @staticmethod
     def decode(raw: bytes) -> Checkpoint:
-        end, generation, clean_bytes, tombstone_ms = _CHECKPOINT.unpack_from(raw)
+        if len(raw) == _FIRST_FORMAT.size:  # no spans yet: as old as its oldest tombstone
+            end, generation, clean_bytes, tombstone_ms = _FIRST_FORMAT.unpack(raw)
+            first = ((end, 0 if tombstone_ms == NO_TOMBSTONE else tombstone_ms),)
+            return Checkpoint(end, generation, clean_bytes, tombstone_ms, first, generation)
+        end, generation, clean_bytes, tombstone_ms, last = _CHECKPOINT.unpack_from(raw)
         spans = tuple(_SPAN.unpack_from(raw, at)
                       for at in range(_CHECKPOINT.size, len(raw), _SPAN.size))
-        if not spans and end > 0:  # written before spans were kept: as old as its tombstone
-            spans = ((end, 0 if tombstone_ms == NO_TOMBSTONE else tombstone_ms),)
-        return Checkpoint(end, generation, clean_bytes, tombstone_ms, spans)
+        return Checkpoint(end, generation, clean_bytes, tombstone_ms, spans, last)
 
 
 def clean_end_offset(raw: bytes) -> int:

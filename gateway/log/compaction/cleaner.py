@@ -31,7 +31,7 @@ from tidegate.gateway.log.compaction.checkpoint import Checkpoint
 from tidegate.gateway.log.compaction.policy import CleaningConfig, cleanable, should_clean
 from tidegate.gateway.log.compaction.records import iter_records, records_area
 from tidegate.gateway.log.compaction.retain import Retention, key_digest
-from tidegate.gateway.log.compaction.txns import CleanedTxns, TxnIndex
+from tidegate.gateway.log.compaction.txns import AbortedTxn, CleanedTxns, TxnIndex
 from tidegate.gateway.log.offset_index import IndexEntry, OffsetIndex
 from tidegate.gateway.log.partition_log import PartitionLog
 from tidegate.gateway.log.topics import TopicInfo
@@ -80,6 +80,7 @@ class LogCleaner:
     def __init__(
         self, topics: Topics, logs: Partitions, index: OffsetIndex, store: SegmentStore, *,
         backoff_ms: int = 15_000, dedupe_buffer_bytes: int = 128 << 20,
+        switch_entries_max: int = 50_000,
         append_bytes_max: int = 1 << 20, clock_ms: Callable[[], int] | None = None,
         reclaim: Callable[[str], Awaitable[object]] | None = None,
         io_bytes_per_second_max: float = 0, txns: TxnIndex | None = None,
@@ -91,6 +92,9 @@ class LogCleaner:
         self.backoff_ms = backoff_ms
         self.keys_max = max(dedupe_buffer_bytes // KEY_ENTRY_BYTES, 1)
         self.append_bytes_max = append_bytes_max
+        #: Index entries one pass holds before switching them (its memory bound beyond
+        #: the key map): the rewrite is switched in steps of at most this many batches.
+        self.switch_entries_max = max(switch_entries_max, 1)
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         #: Truncates the topic's stream as far as what still refers to it allows.
         self.reclaim = reclaim
@@ -173,7 +177,7 @@ class LogCleaner:
         now = self.clock_ms()
         cp = self.checkpoint(topic, partition) or Checkpoint(plog.log_start_offset, 0, 0)
         if (topic, partition) not in self._swept:
-            await self._sweep(topic, partition, cp.generation)
+            await self._sweep(topic, partition, cp.generations)
         last = self.index.last(topic, partition)
         if last is None:
             return False
@@ -184,6 +188,9 @@ class LogCleaner:
         dirty = list(islice(self.index.entries_from(topic, partition, start), ENTRIES_PER_PASS_MAX))
         storage: dict[int, int] = {}
         for seg_id in {e.segment_id for e in dirty}:
+            if seg_id >> 32 >= CLEAN_EPOCH_BASE:  # a step of a pass that did not finish
+                storage[seg_id] = 1 << 62
+                continue
             try:
                 props = await self.store.get_info(self.topics.segment_name(topic, seg_id))
                 storage[seg_id] = props.storage_length
@@ -292,71 +299,28 @@ class LogCleaner:
         end: int, cfg: CleaningConfig, now: int,
     ) -> bool:
         topic, partition = info.name, plog.partition
-        generation = cp.generation + 1
-        seg_id = clean_segment_id(partition, generation)
-        name = self.topics.segment_name(topic, seg_id)
+        generation = cp.generations[-1] + 1
+        name = self.topics.segment_name(topic, clean_segment_id(partition, generation))
         try:
             await self.store.create_segment(name)
-        except SegmentExistsError:  # left by a pass that crashed before its switch
+        except SegmentExistsError:  # left by a pass that crashed before its first switch
             await self.store.delete_segment(name)
             await self.store.create_segment(name)
+        rewrite = _Rewrite(self, info, plog, cp, generation, name)
         try:
-            return await self._write_generation(info, plog, cp, keys, end, cfg, now, name, seg_id)
+            done = await rewrite.run(keys, end, cfg, now)
         except BaseException:
-            await self.store.delete_segment(name)
+            if not rewrite.switched:  # nothing points into it yet
+                await self.store.delete_segment(name)
             raise
-
-    async def _write_generation(
-        self, info: TopicInfo, plog: PartitionLog, cp: Checkpoint, keys: dict[bytes, int],
-        end: int, cfg: CleaningConfig, now: int, name: str, seg_id: int,
-    ) -> bool:
-        topic, partition = info.name, plog.partition
-        generation = cp.generation + 1
-        retention = Retention(
-            keys, self._cleaned_txns(topic, partition, plog.log_start_offset, end),
-            functools.partial(cp.first_cleaned_ms, now_ms=now), now - cfg.delete_retention_ms)
-        entries: list[IndexEntry] = []
-        buffer = bytearray()
-        written = 0
-        for e in self.index.entries_from(topic, partition, plog.log_start_offset):
-            if e.base_offset >= end:
-                break
-            data = await self.logs.read_entry(topic, e)
-            self.stats.bytes_read += len(data)
-            f = retention.batch(data, read_header(data))
-            if f.data is not None:
-                entries.append(IndexEntry(e.base_offset, e.last_offset, seg_id,
-                                          written + len(buffer), len(f.data), f.max_timestamp))
-                buffer += f.data
-            if len(buffer) >= self.append_bytes_max:
-                written += await self._append(name, buffer, written)
-            await self._throttle(len(data))
-        if buffer:
-            written += await self._append(name, buffer, written)
-        # The switch: no await from the checks to the synced write.
-        if self.topics.get(topic) is not info or plog.retired or plog.failed is not None:
-            await self.store.delete_segment(name)
+        if not done:
+            if not rewrite.switched:
+                await self.store.delete_segment(name)
             return False
-        start = plog.log_start_offset
-        checkpoint = Checkpoint(end, generation, written, retention.oldest_due_ms,
-                                cp.with_span(end, now, start))
-        forgotten = retention.forgotten
-        self.index.switch_cleaned(
-            topic, partition, end, [e for e in entries if e.last_offset >= start],
-            checkpoint.encode(), start,
-            [self.txns.aborted_key(t) for t in forgotten] if self.txns is not None else [],
-        )
-        if self.txns is not None and forgotten:
-            self.txns.forget_aborted(topic, partition, forgotten)
-        while plog.recent and plog.recent[0].base_offset < end:
-            plog.recent.popleft()
-        self.stats.bytes_written += written
-        self.stats.records_removed += retention.removed
-        log.debug("%s/%d: %d records removed, %d bytes kept", topic, partition,
-                  retention.removed, written)
-        if cp.generation:
-            old = self.topics.segment_name(topic, clean_segment_id(partition, cp.generation))
-            self._later(cfg.file_delete_delay_ms, functools.partial(self._delete, old))
+        for g in cp.generations:
+            if g > 0:
+                old = self.topics.segment_name(topic, clean_segment_id(partition, g))
+                self._later(cfg.file_delete_delay_ms, functools.partial(self._delete, old))
         return True
 
     async def _throttle(self, size: int) -> None:
@@ -396,10 +360,11 @@ class LogCleaner:
         self._deletions.add(task)
         task.add_done_callback(self._deletions.discard)
 
-    async def _sweep(self, topic: str, partition: int, generation: int) -> None:
+    async def _sweep(self, topic: str, partition: int, live: range) -> None:
         """Delete the clean segments a crash may have left: the generation before the
-        current one (its delayed deletion) and the one after (a pass before its switch)."""
-        for g in (generation - 1, generation + 1):
+        live ones (its delayed deletion) and the one after (a pass before its first
+        switch)."""
+        for g in (live[0] - 1, live[-1] + 1):
             if g > 0:
                 try:
                     await self.store.delete_segment(
@@ -419,9 +384,9 @@ async def delete_clean_segments(
     for p in range(partitions):
         raw = index.clean_checkpoint(topic, p)
         if raw is not None:
-            g = Checkpoint.decode(raw).generation
+            live = Checkpoint.decode(raw).generations
             names += [topics.segment_name(topic, clean_segment_id(p, x))
-                      for x in (g - 1, g, g + 1) if x > 0]
+                      for x in range(live[0] - 1, live[-1] + 2) if x > 0]
 
     async def delete() -> None:
         for name in names:
@@ -431,3 +396,96 @@ async def delete_clean_segments(
                 pass
 
     return delete
+
+
+class _Rewrite:
+    """One pass's rewrite into clean segment ``name`` (generation ``generation``),
+    switched into the index in steps of at most ``switch_entries_max`` entries: each step
+    is one synced write replacing the entries of the offsets it covers, once the bytes
+    they point at are durable. Until the last step, the checkpoint keeps its end offset
+    and says the new generation is live too (``last_generation``), so a crash half way
+    leaves readers on old and new entries, each pointing at durable bytes."""
+
+    def __init__(self, cleaner: LogCleaner, info: TopicInfo, plog: PartitionLog,
+                 cp: Checkpoint, generation: int, name: str) -> None:
+        self.cleaner = cleaner
+        self.info = info
+        self.plog = plog
+        self.cp = cp
+        self.generation = generation
+        self.name = name
+        self.seg_id = clean_segment_id(plog.partition, generation)
+        self.switched = False
+        self.written = 0
+        self.switched_to = 0  # offsets below it are switched
+        self.buffer = bytearray()
+        self.entries: list[IndexEntry] = []
+
+    async def run(self, keys: dict[bytes, int], end: int, cfg: CleaningConfig, now: int) -> bool:
+        c, plog = self.cleaner, self.plog
+        topic, partition = plog.topic, plog.partition
+        retention = Retention(
+            keys, c._cleaned_txns(topic, partition, plog.log_start_offset, end),
+            functools.partial(self.cp.first_cleaned_ms, now_ms=now), now - cfg.delete_retention_ms)
+        forgotten = 0
+        for e in c.index.entries_from(topic, partition, plog.log_start_offset):
+            if e.base_offset >= end:
+                break
+            data = await c.logs.read_entry(topic, e)
+            c.stats.bytes_read += len(data)
+            f = retention.batch(data, read_header(data))
+            if f.data is not None:
+                self.entries.append(IndexEntry(
+                    e.base_offset, e.last_offset, self.seg_id,
+                    self.written + len(self.buffer), len(f.data), f.max_timestamp))
+                self.buffer += f.data
+            if len(self.buffer) >= c.append_bytes_max:
+                await self._flush()
+            if len(self.entries) >= c.switch_entries_max:
+                gone = retention.forgotten[forgotten:]
+                forgotten = len(retention.forgotten)
+                if not await self._switch(e.last_offset + 1, gone, None):
+                    return False
+            await c._throttle(len(data))
+        checkpoint = Checkpoint(end, self.generation, 0, retention.oldest_due_ms,
+                                self.cp.with_span(end, now, plog.log_start_offset))
+        if not await self._switch(end, retention.forgotten[forgotten:], checkpoint):
+            return False
+        c.stats.bytes_written += self.written
+        c.stats.records_removed += retention.removed
+        log.debug("%s/%d: %d records removed, %d bytes kept", topic, partition,
+                  retention.removed, self.written)
+        return True
+
+    async def _flush(self) -> None:
+        if self.buffer:
+            self.written += await self.cleaner._append(self.name, self.buffer, self.written)
+
+    async def _switch(self, upto: int, forgotten: list[AbortedTxn],
+                      final: Checkpoint | None) -> bool:
+        """Switch the entries of offsets ``[switched_to, upto)``; ``final``: the pass's
+        checkpoint (else the old one, with the new generation live)."""
+        c, plog = self.cleaner, self.plog
+        await self._flush()
+        # No await from the checks to the synced write.
+        if c.topics.get(plog.topic) is not self.info or plog.retired or plog.failed is not None:
+            return False
+        start = plog.log_start_offset
+        if final is not None:
+            checkpoint = replace(final, clean_bytes=self.written)
+        else:
+            checkpoint = replace(self.cp, last_generation=self.generation)
+        txns = c.txns
+        c.index.switch_cleaned(
+            plog.topic, plog.partition, upto, [e for e in self.entries if e.last_offset >= start],
+            checkpoint.encode(), start,
+            [txns.aborted_key(t) for t in forgotten] if txns is not None else [],
+            from_offset=self.switched_to,
+        )
+        if txns is not None and forgotten:
+            txns.forget_aborted(plog.topic, plog.partition, forgotten)
+        while plog.recent and plog.recent[0].base_offset < upto:
+            plog.recent.popleft()
+        self.switched, self.switched_to = True, upto
+        self.entries = []
+        return True
