@@ -31,7 +31,8 @@ from tidegate.gateway.log.compaction.checkpoint import Checkpoint
 from tidegate.gateway.log.compaction.policy import CleaningConfig, cleanable, should_clean
 from tidegate.gateway.log.compaction.records import iter_records, records_area
 from tidegate.gateway.log.compaction.retain import Retention, key_digest
-from tidegate.gateway.log.compaction.txns import AbortedTxn, CleanedTxns, TxnIndex
+from tidegate.gateway.log.compaction.stepped import SteppedRewrite
+from tidegate.gateway.log.compaction.txns import CleanedTxns, TxnIndex
 from tidegate.gateway.log.offset_index import IndexEntry, OffsetIndex
 from tidegate.gateway.log.partition_log import PartitionLog
 from tidegate.gateway.log.topics import TopicInfo
@@ -300,15 +301,21 @@ class LogCleaner:
     ) -> bool:
         topic, partition = info.name, plog.partition
         generation = cp.generations[-1] + 1
-        name = self.topics.segment_name(topic, clean_segment_id(partition, generation))
+        seg_id = clean_segment_id(partition, generation)
+        name = self.topics.segment_name(topic, seg_id)
         try:
             await self.store.create_segment(name)
         except SegmentExistsError:  # left by a pass that crashed before its first switch
             await self.store.delete_segment(name)
             await self.store.create_segment(name)
-        rewrite = _Rewrite(self, info, plog, cp, generation, name)
+        rewrite = SteppedRewrite(
+            _PassIO(self), self.index, self.txns, lambda: self.topics.get(topic) is info,
+            plog, cp, generation, seg_id, name, self.append_bytes_max, self.switch_entries_max)
         try:
-            done = await rewrite.run(keys, end, cfg, now)
+            done = await rewrite.run(
+                Retention(keys, self._cleaned_txns(topic, partition, plog.log_start_offset, end),
+                          functools.partial(cp.first_cleaned_ms, now_ms=now),
+                          now - cfg.delete_retention_ms), end, now)
         except BaseException:
             if not rewrite.switched:  # nothing points into it yet
                 await self.store.delete_segment(name)
@@ -317,6 +324,8 @@ class LogCleaner:
             if not rewrite.switched:
                 await self.store.delete_segment(name)
             return False
+        self.stats.bytes_written += rewrite.written
+        self.stats.records_removed += rewrite.removed
         for g in cp.generations:
             if g > 0:
                 old = self.topics.segment_name(topic, clean_segment_id(partition, g))
@@ -398,94 +407,20 @@ async def delete_clean_segments(
     return delete
 
 
-class _Rewrite:
-    """One pass's rewrite into clean segment ``name`` (generation ``generation``),
-    switched into the index in steps of at most ``switch_entries_max`` entries: each step
-    is one synced write replacing the entries of the offsets it covers, once the bytes
-    they point at are durable. Until the last step, the checkpoint keeps its end offset
-    and says the new generation is live too (``last_generation``), so a crash half way
-    leaves readers on old and new entries, each pointing at durable bytes."""
 
-    def __init__(self, cleaner: LogCleaner, info: TopicInfo, plog: PartitionLog,
-                 cp: Checkpoint, generation: int, name: str) -> None:
-        self.cleaner = cleaner
-        self.info = info
-        self.plog = plog
-        self.cp = cp
-        self.generation = generation
-        self.name = name
-        self.seg_id = clean_segment_id(plog.partition, generation)
-        self.switched = False
-        self.written = 0
-        self.switched_to = 0  # offsets below it are switched
-        self.buffer = bytearray()
-        self.entries: list[IndexEntry] = []
+class _PassIO:
+    """The cleaner's reads, appends and read-rate bound, for ``SteppedRewrite``."""
 
-    async def run(self, keys: dict[bytes, int], end: int, cfg: CleaningConfig, now: int) -> bool:
-        c, plog = self.cleaner, self.plog
-        topic, partition = plog.topic, plog.partition
-        retention = Retention(
-            keys, c._cleaned_txns(topic, partition, plog.log_start_offset, end),
-            functools.partial(self.cp.first_cleaned_ms, now_ms=now), now - cfg.delete_retention_ms)
-        forgotten = 0
-        for e in c.index.entries_from(topic, partition, plog.log_start_offset):
-            if e.base_offset >= end:
-                break
-            data = await c.logs.read_entry(topic, e)
-            c.stats.bytes_read += len(data)
-            f = retention.batch(data, read_header(data))
-            if f.data is not None:
-                self.entries.append(IndexEntry(
-                    e.base_offset, e.last_offset, self.seg_id,
-                    self.written + len(self.buffer), len(f.data), f.max_timestamp))
-                self.buffer += f.data
-            if len(self.buffer) >= c.append_bytes_max:
-                await self._flush()
-            if len(self.entries) >= c.switch_entries_max:
-                gone = retention.forgotten[forgotten:]
-                forgotten = len(retention.forgotten)
-                if not await self._switch(e.last_offset + 1, gone, None):
-                    return False
-            await c._throttle(len(data))
-        checkpoint = Checkpoint(end, self.generation, 0, retention.oldest_due_ms,
-                                self.cp.with_span(end, now, plog.log_start_offset))
-        if not await self._switch(end, retention.forgotten[forgotten:], checkpoint):
-            return False
-        c.stats.bytes_written += self.written
-        c.stats.records_removed += retention.removed
-        log.debug("%s/%d: %d records removed, %d bytes kept", topic, partition,
-                  retention.removed, self.written)
-        return True
+    def __init__(self, cleaner: LogCleaner) -> None:
+        self._cleaner = cleaner
 
-    async def _flush(self) -> None:
-        if self.buffer:
-            self.written += await self.cleaner._append(self.name, self.buffer, self.written)
+    async def read(self, topic: str, entry: IndexEntry) -> bytes:
+        data = await self._cleaner.logs.read_entry(topic, entry)
+        self._cleaner.stats.bytes_read += len(data)
+        return data
 
-    async def _switch(self, upto: int, forgotten: list[AbortedTxn],
-                      final: Checkpoint | None) -> bool:
-        """Switch the entries of offsets ``[switched_to, upto)``; ``final``: the pass's
-        checkpoint (else the old one, with the new generation live)."""
-        c, plog = self.cleaner, self.plog
-        await self._flush()
-        # No await from the checks to the synced write.
-        if c.topics.get(plog.topic) is not self.info or plog.retired or plog.failed is not None:
-            return False
-        start = plog.log_start_offset
-        if final is not None:
-            checkpoint = replace(final, clean_bytes=self.written)
-        else:
-            checkpoint = replace(self.cp, last_generation=self.generation)
-        txns = c.txns
-        c.index.switch_cleaned(
-            plog.topic, plog.partition, upto, [e for e in self.entries if e.last_offset >= start],
-            checkpoint.encode(), start,
-            [txns.aborted_key(t) for t in forgotten] if txns is not None else [],
-            from_offset=self.switched_to,
-        )
-        if txns is not None and forgotten:
-            txns.forget_aborted(plog.topic, plog.partition, forgotten)
-        while plog.recent and plog.recent[0].base_offset < upto:
-            plog.recent.popleft()
-        self.switched, self.switched_to = True, upto
-        self.entries = []
-        return True
+    async def append(self, name: str, buffer: bytearray, expected: int) -> int:
+        return await self._cleaner._append(name, buffer, expected)
+
+    async def throttle(self, size: int) -> None:
+        await self._cleaner._throttle(size)
