@@ -192,3 +192,19 @@ def test_serve_cleans_aborted_transactions(tidegate: Tidegate) -> None:
     w.transaction([(b"k5", b"e5")], True)
     assert [v for v in read_all(tidegate.bootstrap, topic, 1, committed=True) if v] == [
         b"a1", b"c2", b"d4", b"e5"]
+
+
+async def test_a_commit_after_an_abort_supersedes_older_values(node: Node) -> None:
+    """The key map follows the markers: a producer's committed transaction after its
+    aborted one is mapped, so it supersedes the key's older values."""
+    topic = "txm"
+    await asyncio.to_thread(create, node, topic, COMPACT)
+    w = await asyncio.to_thread(Writer, node, topic)
+    await asyncio.to_thread(w.put, [(b"k1", b"v0")])  # 0
+    await asyncio.to_thread(w.transaction, [(b"k1", b"x")], False)  # 1, marker 2
+    await asyncio.to_thread(w.transaction, [(b"k1", b"y")], True)  # 3, marker 4
+    await asyncio.to_thread(w.put, [(b"k9", b"head")])  # 5
+    now = int(time.time() * 1000)
+    assert await txn_cleaner(node, lambda: now + 1000).run_once() == 1
+    assert bases(node, topic) == [2, 3, 4, 5]
+    assert await asyncio.to_thread(values, node, topic, True) == [b"y", b"head"]

@@ -36,6 +36,7 @@ from tidegate.gateway.log.compaction.txns import CleanedTxns, TxnIndex
 from tidegate.gateway.log.offset_index import IndexEntry, OffsetIndex
 from tidegate.gateway.log.partition_log import PartitionLog
 from tidegate.gateway.log.topics import TopicInfo
+from tidegate.gateway.txn.markers import marker_type
 from tidegate.protocol.record_batch import read_header
 
 log = logging.getLogger(__name__)
@@ -281,7 +282,10 @@ class LogCleaner:
             data = await self.logs.read_entry(topic, e)
             self.stats.bytes_read += len(data)
             header = read_header(data)
-            # Markers are not keyed data; aborted records never replace a committed value.
+            # Markers are not keyed data (but end their transaction); aborted records
+            # never replace a committed value.
+            if header.is_control:
+                txns.on_marker(header, marker_type(data, header))
             skip = header.is_control or txns.on_batch(header)
             found = [] if skip else [
                 (key_digest(r.key), header.base_offset + r.offset_delta)
