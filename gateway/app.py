@@ -147,6 +147,7 @@ class Gateway:
             dedupe_buffer_bytes=self.config.log_cleaner_dedupe_buffer_size,
             clock_ms=self.clock_ms, reclaim=lambda topic: truncate_to_log_starts(ctx, topic),
             io_bytes_per_second_max=self.config.log_cleaner_io_max_bytes_per_second,
+            txns=partition_txns, switch_entries_max=self.config.log_cleaner_switch_entries_max,
         )
         self.cleaner.start()
         self.server = KafkaServer(self.ctx, self.metrics)

@@ -108,6 +108,9 @@ class GatewayConfig:
     #: Bytes per second a cleaner pass reads at most (0: no bound; Kafka's default): the
     #: cleaner shares the process's CPU with produce and fetch (bench/compaction.py).
     log_cleaner_io_max_bytes_per_second: int = 32 * 1024 * 1024
+    #: Index entries a cleaner pass holds at most before switching them (tidegate's own:
+    #: with the key map, what bounds a pass's memory).
+    log_cleaner_switch_entries_max: int = 50_000
     #: Extra store configuration passed through to the segment store and controller.
     store: dict[str, Any] = field(default_factory=dict)
     controller: dict[str, Any] = field(default_factory=dict)
