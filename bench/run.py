@@ -102,6 +102,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="tidegate only: each large-record case is produced again by transactional "
         "producers committing this often (0: not run)",
     )
+    p.add_argument(
+        "--compaction-records",
+        type=int,
+        default=30_000,
+        help="tidegate only: 1 KB records over --compaction-keys keys into a compacted "
+        "topic while its cleaner runs (bench/compaction.py); 0: not run",
+    )
+    p.add_argument("--compaction-keys", type=int, default=3_000)
+    p.add_argument(
+        "--compaction-settle-s", type=float, default=4.0, help="cleaner passes after producing"
+    )
     p.add_argument("--latency-mbps", type=float, default=5.0, help="offered MB/s (1e6 B/s)")
     p.add_argument("--latency-seconds", type=float, default=10.0, help="0 skips the latency phase")
     p.add_argument("--latency-warmup-seconds", type=float, default=2.0)
@@ -199,10 +210,14 @@ class Bench:
         # start, produce + consume (+ transactional produce) per case, latency
         return 1 + 3 * len(self.cases) + 1
 
+    def compacting(self) -> bool:
+        return self.args.compaction_records > 0 and report.TIDEGATE in self.args.system_list
+
     def steps_total(self) -> int:
         runs: int = self.args.runs
         extra = self.steps_per_system() if self.args.profile else 0
-        return runs * (1 + len(self.args.system_list) * self.steps_per_system()) + extra
+        per_run = 1 + len(self.args.system_list) * self.steps_per_system() + self.compacting()
+        return runs * per_run + extra
 
     def records_for(self, size: int) -> int:
         if size == self.args.large_bytes:
@@ -223,6 +238,10 @@ class Bench:
             for name in self.args.system_list:
                 server = self.make_server(name, run, tansu_exe)
                 self.one_system(run, server, bar)
+            if self.compacting():
+                bar.set_postfix_str(f"run {run + 1}: compaction")
+                self.compaction(run)
+                bar.update()
         if self.args.profile:
             self.profile_dir = self.out_dir / "profiles"
             run = self.args.runs
@@ -381,6 +400,22 @@ class Bench:
             self.args.phase_timeout_s,
             txn_commit_ms,
         )
+
+    def compaction(self, run: int) -> None:
+        """Cleaning MB/s and produce latency while the cleaner runs, on its own `tidegate
+        serve` (cleaner every 500 ms)."""
+        from bench import compaction
+
+        try:
+            figures = compaction.run(
+                self.args.compaction_records, self.args.compaction_keys, self.args.large_bytes,
+                self.args.compaction_settle_s, backoff_ms=500,
+                work_dir=self.work_dir,
+            )
+        except Exception as e:
+            self.fail(run, report.TIDEGATE, compaction.WORKLOAD, repr(e))
+            return
+        self.record(run, report.TIDEGATE, compaction.WORKLOAD, **figures)
 
     def latency(self, run: int, server: systems.Server) -> None:
         topic = f"bench-latency-{uuid.uuid4().hex[:8]}"

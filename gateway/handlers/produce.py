@@ -103,11 +103,12 @@ def _validate(ctx: HandlerContext, work: _Work) -> None:
         work.message = "record count does not match last offset delta"
         return
     try:
-        validate_records(records, batch, DECOMPRESSED_BYTES_MAX)
+        area = validate_records(records, batch, DECOMPRESSED_BYTES_MAX)
     except RecordsError as exc:
         work.error, work.message = exc.code, exc.message
         return
-    verdict = check_batch(info.configs, records, batch, work.topic, work.partition, ctx.clock_ms())
+    verdict = check_batch(
+        info.configs, records, batch, work.topic, work.partition, ctx.clock_ms(), area)
     if verdict.error != ErrorCode.NONE:
         work.error, work.message = verdict.error, verdict.message
         return

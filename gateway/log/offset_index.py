@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,19 +154,25 @@ class OffsetIndex:
 
     def switch_cleaned(
         self, topic: str, partition: int, end_offset: int, entries: list[IndexEntry],
-        checkpoint: bytes, log_start: int,
+        checkpoint: bytes, log_start: int, deletes: Iterable[tuple[bytes, bytes]] = (),
+        from_offset: int = 0,
     ) -> None:
         """Atomically and durably (synced) replace every entry of the partition whose
         base offset is below ``end_offset`` by ``entries`` and store the cleaner's
         ``checkpoint``: readers see the old entries or the new ones. The log start is
-        written too: it no longer follows from the first entry, which may be gone."""
+        written too: it no longer follows from the first entry, which may be gone.
+        ``deletes``: (kind, suffix) keys of the partition to delete with them (the
+        aborted transactions whose markers the pass removed). ``from_offset``: only the
+        entries from it on are replaced (a pass switches in steps)."""
         wb = WriteBatch(raw_mode=True)
         wb.put(_tp(b"s", topic, partition), _U64.pack(log_start))
         prefix = _tp(b"o", topic, partition)
-        wb.delete_range(prefix, prefix + _U64.pack(end_offset))
+        wb.delete_range(prefix + _U64.pack(from_offset), prefix + _U64.pack(end_offset))
         for e in entries:
             wb.put(prefix + _U64.pack(e.base_offset), e.encode())
         wb.put(_tp(b"c", topic, partition), checkpoint)
+        for kind, suffix in deletes:
+            wb.delete(_tp(kind, topic, partition) + suffix)
         self._write(lambda db: db.write(wb, self._sync))
 
     # -- reads -----------------------------------------------------------------------

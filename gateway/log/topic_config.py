@@ -7,7 +7,9 @@ them); every other config reads as Kafka's default. Three groups:
 - ``cleanup.policy`` decides whether retention applies at all: ``compact`` alone has no
   time or size retention (the cleaner keeps the latest record of every key forever);
   ``compact,delete`` applies only the retention settings the topic sets explicitly, so a
-  compacted topic never inherits the 7-day default; ``delete`` (the default) as below.
+  compacted topic never inherits the 7-day default, and the cleaner applies them (the
+  log start moves first, the stream is truncated behind it: a consumer at a valid offset
+  never finds its bytes gone); ``delete`` (the default) as below.
 - ``retention.ms`` / ``retention.bytes`` → the stream's retention policy; as in Kafka
   both apply, each when not -1 (``retention.ms`` defaults to 7 days): time retention
   with a size bound, or either alone, or none. Kafka counts ``retention.bytes`` per
@@ -285,11 +287,10 @@ def stream_config(configs: Mapping[str, str], partitions: int) -> StreamConfig:
     c = effective(configs)
     ms, size = int(c["retention.ms"]), int(c["retention.bytes"])
     policies = cleanup_policies(c)
-    if "delete" not in policies:
+    if "delete" not in policies or "compact" in policies:
+        # compact,delete: the cleaner applies the retention the topic sets, moving log
+        # starts first; the stream is truncated behind them, never ahead of them.
         ms = size = -1
-    elif "compact" in policies:  # compact,delete: only what the topic sets explicitly
-        ms = ms if "retention.ms" in configs else -1
-        size = size if "retention.bytes" in configs else -1
     retention: RetentionPolicy | None = None
     size_max = max(size * max(partitions, 1), 1) if size != -1 else None
     if ms != -1:

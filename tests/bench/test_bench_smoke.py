@@ -32,6 +32,9 @@ TINY = [
     "--disk-mb", "4",
     "--loopback-mb", "16",
     "--phase-timeout-s", "40",
+    "--compaction-records", "3000",
+    "--compaction-keys", "300",
+    "--compaction-settle-s", "2",
 ]  # fmt: skip
 
 
@@ -71,6 +74,10 @@ def test_bench_runs_both_systems(tmp_path: Path) -> None:
     ]
     assert f" | {', '.join(disk_rounds)} |" in markdown  # every round's baseline shown
     assert (out_dir / "throughput_latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    compaction = doc["medians"][report.TIDEGATE]["compaction-1024B-p1"]
+    assert compaction["cleaner_passes"] >= 1 and compaction["cleaning_mb_s"] > 0
+    assert 300 <= compaction["records_left"] < 3000  # cleaned: the latest of 300 keys, the head
+    assert "## Compaction" in markdown
     med = doc["medians"]
     for system in (report.PEER, report.TIDEGATE):
         for size, records in ((1024, 2 * 1024 * 1024 // 1024), (100, 20_000)):
