@@ -126,6 +126,10 @@ HANDLER_MODULES = [
     "delete_records",
     "describe_cluster",
     "sasl_handshake",
+    # What admin UIs read (docs/kafka-apis.md).
+    "describe_log_dirs",
+    "list_partition_reassignments",
+    "describe_client_quotas",
     # Consumer groups (gateway/groups).
     "find_coordinator",
     "join_group",
