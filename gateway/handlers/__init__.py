@@ -43,7 +43,9 @@ from tidegate.core.controller.api import Controller
 from tidegate.core.segmentstore.api import SegmentStore
 from tidegate.gateway.cluster.leadership import PartitionLeaders
 from tidegate.gateway.config import GatewayConfig
+from tidegate.gateway.fetch.sessions import FetchSessionCache
 from tidegate.gateway.groups.coordinator import GroupCoordinator
+from tidegate.gateway.log.leader_epochs import LeaderEpochs
 from tidegate.gateway.log.log_start import RetentionFollower
 from tidegate.gateway.log.offset_index import OffsetIndex
 from tidegate.gateway.log.partitions import PartitionLogs
@@ -211,6 +213,10 @@ class HandlerContext:
     transactions: TransactionCoordinator | None = None
     partition_txns: PartitionTxns | None = None
     txn_markers: LogMarkerWriter | None = None
+    #: Incremental fetch sessions (KIP-227); None: every fetch is sessionless.
+    fetch_sessions: FetchSessionCache | None = None
+    #: Each partition's leader epoch and its history; None: epochs are not checked.
+    leader_epochs: LeaderEpochs | None = None
 
     @property
     def groups(self) -> GroupCoordinator:
