@@ -117,6 +117,7 @@ HANDLER_MODULES = [
     "produce",
     "fetch",
     "list_offsets",
+    "offset_for_leader_epoch",
     "init_producer_id",
     "create_topics",
     # Admin APIs.

@@ -90,6 +90,18 @@ class LeaderEpochs:
         # No later epoch appended: the current one starts where the log ends now.
         return (requested if floor is None else floor), next_offset
 
+    def epoch_of(self, topic: str, partition: int, offset: int, next_offset: int) -> int:
+        """The epoch that appended ``offset`` (ListOffsets answers it with the offset): the
+        current one from the log end on, -1 for offsets older than the history."""
+        if offset >= next_offset:
+            return self.current()
+        found = UNDEFINED_EPOCH
+        for epoch, start in self.history(topic, partition):
+            if start > offset:
+                break
+            found = epoch
+        return found
+
     # -- the index hook: told of every batch as it is indexed --------------------------
 
     def on_indexed(self, write: IndexWrite, topic: str, partition: int,
