@@ -23,6 +23,7 @@ from tidegate.gateway.fetch.sessions import (
     next_epoch,
 )
 from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.gateway.log.leader_epochs import epoch_error
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
 
@@ -59,6 +60,7 @@ async def _resolve(ctx: HandlerContext, parts: list[FetchPart], ids: bool) -> No
     """Each partition's log for this fetch, or its error."""
     cluster = ctx.cluster
     epochs = ctx.leader_epochs
+    current = epochs.current() if epochs is not None else -1
     for part in parts:
         part.plog, part.error = None, ErrorCode.NONE
         info = ctx.topics.get(part.topic) if part.topic is not None else None
@@ -72,10 +74,9 @@ async def _resolve(ctx: HandlerContext, parts: list[FetchPart], ids: bool) -> No
             part.error = await cluster.partition_error(info.name, part.partition)
             if part.error != ErrorCode.NONE:
                 continue
-        if epochs is not None and part.leader_epoch >= 0:
-            part.error = epochs.check(info.name, part.partition, part.leader_epoch)
-            if part.error != ErrorCode.NONE:
-                continue
+        if part.leader_epoch != current and part.leader_epoch >= 0 and current >= 0:
+            part.error = epoch_error(part.leader_epoch, current)
+            continue
         # Opened after the leadership check: a log opened before may predate a takeover.
         part.plog = ctx.logs.get(info.name, part.partition)
 

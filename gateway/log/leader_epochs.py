@@ -36,6 +36,13 @@ _EPOCH = struct.Struct(">I")
 _OFFSET = struct.Struct(">Q")
 
 
+def epoch_error(client_epoch: int, current: int) -> ErrorCode:
+    """Kafka's answer to a client's current leader epoch (-1: not checked)."""
+    if client_epoch < 0 or client_epoch == current:
+        return ErrorCode.NONE
+    return ErrorCode.FENCED_LEADER_EPOCH if client_epoch < current else ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
 class EpochIndex(Protocol):
     def scan(self, kind: bytes, topic: str, partition: int) -> Iterable[tuple[bytes, bytes]]: ...
 
@@ -52,14 +59,7 @@ class LeaderEpochs:
 
     def check(self, topic: str, partition: int, client_epoch: int) -> ErrorCode:
         """A request's current leader epoch against the partition's (-1: not checked)."""
-        if client_epoch < 0:
-            return ErrorCode.NONE
-        current = self.current()
-        if client_epoch < current:
-            return ErrorCode.FENCED_LEADER_EPOCH
-        if client_epoch > current:
-            return ErrorCode.UNKNOWN_LEADER_EPOCH
-        return ErrorCode.NONE
+        return epoch_error(client_epoch, self.current())
 
     def history(self, topic: str, partition: int) -> list[tuple[int, int]]:
         key = (topic, partition)
