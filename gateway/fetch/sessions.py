@@ -16,7 +16,10 @@ place of one unused for ``eviction_ms`` (the least recently used first); otherwi
 the smallest session (fewest partitions) older than ``eviction_ms`` if the new one is
 larger. Privileged sessions (followers; tidegate has none yet) may also evict any
 non-privileged session however young. A full fetch that finds no place gets session id 0
-and the client goes on sending full fetches.
+and the client goes on sending full fetches. The partitions of one session and of all
+together are bounded too (``SESSION_PARTITIONS_MAX``, ``CACHE_PARTITIONS_MAX``): a session
+an incremental fetch grows past them is dropped (FETCH_SESSION_ID_NOT_FOUND), and the
+client starts again with a full fetch.
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ INITIAL_EPOCH = 0
 INVALID_SESSION_ID = 0
 #: Kafka's MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS.
 EVICTION_MS = 120_000
-#: Partitions one session may hold: bounds what incremental fetches can add over time.
-SESSION_PARTITIONS_MAX = 100_000
+#: Partitions one session, and all sessions together, may hold: what incremental fetches
+#: add over time is bounded (a consumer of more partitions goes on with full fetches).
+SESSION_PARTITIONS_MAX = 50_000
+CACHE_PARTITIONS_MAX = 500_000
 
 PartKey = tuple[Hashable, int]
 
@@ -152,6 +157,7 @@ class FetchSessionCache:
     counts: SessionCounts = field(default_factory=SessionCounts)
     #: Partitions held by all sessions, as of their last touch.
     partitions: int = 0
+    partitions_max: int = CACHE_PARTITIONS_MAX
 
     def get(self, session_id: int) -> FetchSession | None:
         return self.sessions.get(session_id)
@@ -184,11 +190,20 @@ class FetchSessionCache:
             return None, ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR
         return session, ErrorCode.NONE
 
+    def too_large(self, session: FetchSession) -> bool:
+        """Whether a session grown by an incremental fetch passed the bounds (it is then
+        dropped: the client's next fetch is a full one)."""
+        size = len(session.parts)
+        others = self.partitions - max(session.cached_size, 0)
+        return size > SESSION_PARTITIONS_MAX or others + size > self.partitions_max
+
     def maybe_create(self, privileged: bool, parts: dict[PartKey, FetchPart],
                      uses_topic_ids: bool) -> int:
         """A new session of ``parts`` if there is room (or a session to evict); its id,
         or 0 when none was created."""
         now = self.clock_ms()
+        if len(parts) > SESSION_PARTITIONS_MAX or self.partitions + len(parts) > self.partitions_max:
+            return INVALID_SESSION_ID
         if len(self.sessions) >= self.slots and not self._try_evict(
             privileged, (privileged, len(parts), 0), now
         ):

@@ -16,7 +16,6 @@ from tidegate.gateway.fetch import reading
 from tidegate.gateway.fetch.sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
-    SESSION_PARTITIONS_MAX,
     FetchPart,
     FetchSession,
     PartKey,
@@ -113,9 +112,9 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             return _error(code)
         cache.counts.incremental += 1
         session.update(_asked(ctx, request, ids), _forgotten(request, ids))
-        if len(session.parts) > SESSION_PARTITIONS_MAX:
+        if cache.too_large(session):
             cache.remove(session.id)
-            return _error(ErrorCode.INVALID_REQUEST)
+            return _error(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
         if not session.parts:  # everything forgotten: Kafka drops the session
             cache.remove(session.id)
             session = None

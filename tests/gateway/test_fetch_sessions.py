@@ -169,3 +169,20 @@ def test_cache_full_evicts_stale_then_smaller_older_sessions() -> None:
     # A privileged session may evict a young non-privileged one.
     e = cache.maybe_create(True, _session_parts(1), False)
     assert e and len(cache.sessions) == 2 and cache.counts.evictions == 3
+
+
+async def test_sessions_are_bounded_in_partitions(node: Node) -> None:
+    assert node.gateway is not None and node.gateway.ctx is not None
+    cache = node.gateway.ctx.fetch_sessions
+    assert cache is not None
+    cache.partitions_max = 3
+    c = await node.client()
+    await _topic(c, "b", 4)
+    big = await c.call(_fetch(0, 0, [_parts("b", {0: 0, 1: 0, 2: 0, 3: 0})]), 12, FetchResponse)
+    assert big.error_code == 0 and big.session_id == 0  # answered, no session
+    small = await c.call(_fetch(0, 0, [_parts("b", {0: 0, 1: 0})]), 12, FetchResponse)
+    assert small.session_id != 0
+    grown = await c.call(_fetch(small.session_id, 1, [_parts("b", {2: 0, 3: 0})]), 12, FetchResponse)
+    assert grown.error_code == E.FETCH_SESSION_ID_NOT_FOUND and not cache.sessions
+    assert cache.partitions == 0
+    await c.close()
