@@ -138,7 +138,10 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         (p for t in body.responses for p in t.partitions), tokens, strict=True
     ):
         part_answer.records = token
-    return reading.splice(body, version, answered, tokens)
+    encoded = reading.splice(body, version, answered, tokens)
+    for part in parts:  # a cached session must not hold the answer's buffers or old logs
+        part.chunks, part.plog = [], None
+    return encoded
 
 
 async def _poll(ctx: HandlerContext, request: Any, parts: list[FetchPart]) -> None:
