@@ -16,6 +16,8 @@ from typing import Any
 
 from kafka.protocol.admin import DescribeLogDirsRequest, DescribeLogDirsResponse
 from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.gateway.log.compaction.checkpoint import Checkpoint
+from tidegate.gateway.log.compaction.cleaner import clean_segment_id
 from tidegate.gateway.log.sizes import PartitionSize, partition_sizes
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
@@ -46,6 +48,17 @@ def _volume(path: Path) -> tuple[int, int]:
     return -1, -1
 
 
+def _clean_segments(ctx: HandlerContext, topic: str, partitions: int) -> dict[int, str]:
+    """The clean segment of each compacted partition (its checkpoint names it)."""
+    out = {}
+    for p in range(partitions):
+        raw = ctx.index.clean_checkpoint(topic, p)
+        if raw is not None:
+            generation = Checkpoint.decode(raw).generation
+            out[p] = ctx.topics.segment_name(topic, clean_segment_id(p, generation))
+    return out
+
+
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     wanted: dict[str, set[int] | None]
     if request.topics is None:
@@ -57,7 +70,8 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         info = ctx.topics.get(name)
         if info is None:
             continue  # Kafka leaves out partitions this broker does not host
-        all_sizes = await partition_sizes(ctx.topics, ctx.store, name, info.partitions)
+        all_sizes = await partition_sizes(ctx.topics, ctx.store, name, info.partitions,
+                                          _clean_segments(ctx, name, info.partitions))
         sizes[name] = [
             (p, s) for p, s in enumerate(all_sizes) if parts is None or p in parts
         ]

@@ -7,12 +7,13 @@ bytes are those above its truncation offset; the part below its ``storage_length
 reached Tier-2, the rest is still only in Tier-1. A segment holding one partition (every
 topic starts with one per partition) gives it all its bytes; a segment holding several
 is split between them evenly, so the sizes of a topic's partitions always add up to what
-its stream stores, and each is exact unless segments are shared.
+its stream stores, and each is exact unless segments are shared. A compacted partition
+adds its clean segment (``gateway/log/compaction``), which it holds alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -50,9 +51,11 @@ def segment_bytes(props: SegmentProperties) -> tuple[int, int]:
 
 
 async def partition_sizes(
-    topics: TopicSegments, store: SegmentInfo, topic: str, partitions: int
+    topics: TopicSegments, store: SegmentInfo, topic: str, partitions: int,
+    own_segments: Mapping[int, str] | None = None,
 ) -> list[PartitionSize]:
-    """Each partition's size, indexed by partition."""
+    """Each partition's size, indexed by partition; ``own_segments`` names a segment each
+    partition holds alone besides its stream's (a compacted partition's clean segment)."""
     points = [partition_point(p) for p in range(partitions)]
     tier1 = [0.0] * partitions
     tier2 = [0.0] * partitions
@@ -69,4 +72,11 @@ async def partition_sizes(
         for p in holders:
             tier1[p] += t1 / len(holders)
             tier2[p] += t2 / len(holders)
+    for p, name in (own_segments or {}).items():
+        try:
+            t1, t2 = segment_bytes(await store.get_info(name))
+        except SegmentNotFoundError:
+            continue
+        tier1[p] += t1
+        tier2[p] += t2
     return [PartitionSize(round(a), round(b)) for a, b in zip(tier1, tier2, strict=True)]
