@@ -6,7 +6,8 @@ A real ``tidegate serve``; one topic of ``--partitions`` partitions, ``--active`
 them receiving one record before each fetch; the consumer is at the tail of all. Each
 mode sends ``--fetches`` fetches (max_wait 0) on one connection and reports the bytes of
 the request and the answer, the server's CPU time per fetch (``/proc``) and the round
-trip. Run: ``python -m bench.fetch_sessions --partitions 1000 --fetches 500``.
+trip. Run: ``python -m bench.fetch_sessions --partitions 1000 --fetches 500``; the
+same with ``PYTHONPATH`` pointing at an older tree and ``--modes full`` measures it.
 """
 
 from __future__ import annotations
@@ -167,7 +168,11 @@ def main() -> None:
     parser.add_argument("--active", type=int, default=0,
                         help="partitions receiving a record before each fetch")
     parser.add_argument("--fetches", type=int, default=500)
+    parser.add_argument("--modes", default="full,incremental",
+                        help="full (sessionless), incremental, or both; a build without "
+                             "sessions (PYTHONPATH to its tree) runs only full")
     args = parser.parse_args()
+    modes = args.modes.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         proc, port = _start(Path(tmp))
         try:
@@ -177,6 +182,8 @@ def main() -> None:
                 configs=[])], timeout_ms=60_000, validate_only=False), 5, CreateTopicsResponse)
             out = {}
             for name, incremental in (("full", False), ("incremental", True)):
+                if name not in modes:
+                    continue
                 out[name] = _run_mode(port, proc.pid, "fs", args.partitions, args.active,
                                       args.fetches, incremental)
             print(json.dumps({"partitions": args.partitions, "active": args.active,

@@ -38,8 +38,9 @@ _TOKEN_PREFIX = os.urandom(12)
 _TOKEN_INDEX = struct.Struct(">I")
 
 
-def tokens(count: int) -> list[bytes]:
-    return [_TOKEN_PREFIX + _TOKEN_INDEX.pack(i) for i in range(count)]
+def token(index: int) -> bytes:
+    """The placeholder of the ``index``-th partition's records in an answer."""
+    return _TOKEN_PREFIX + _TOKEN_INDEX.pack(index)
 
 
 def set_ends(parts: list[FetchPart], txns: PartitionTxns | None, read_committed: bool) -> None:

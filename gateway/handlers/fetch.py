@@ -125,7 +125,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             parts = list(session.parts.values())
     await _resolve(ctx, parts, ids)
     await _poll(ctx, request, parts)
-    answered, body = _answer(ctx, request, version, parts, session)
+    answered, body, tokens = _answer(ctx, request, parts, session, create)
     session_id = 0
     if session is not None:
         session_id = session.id
@@ -133,14 +133,10 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     elif create and cache is not None:
         session_id = cache.maybe_create(False, dict(asked), ids)
     body.session_id = session_id
-    tokens = reading.tokens(len(answered))
-    for part_answer, token in zip(
-        (p for t in body.responses for p in t.partitions), tokens, strict=True
-    ):
-        part_answer.records = token
     encoded = reading.splice(body, version, answered, tokens)
-    for part in parts:  # a cached session must not hold the answer's buffers or old logs
-        part.chunks, part.plog = [], None
+    if session is not None or session_id:
+        for part in parts:  # a cached session must not hold the answer's buffers or logs
+            part.chunks, part.plog = [], None
     return encoded
 
 
@@ -170,47 +166,58 @@ async def _poll(ctx: HandlerContext, request: Any, parts: list[FetchPart]) -> No
         await reading.wait_for_growth(ctx, parts, remaining)
 
 
-def _answer(ctx: HandlerContext, request: Any, version: int, parts: list[FetchPart],
-            session: FetchSession | None) -> tuple[list[FetchPart], Any]:
+def _answer(ctx: HandlerContext, request: Any, parts: list[FetchPart],
+            session: FetchSession | None, remember: bool) -> tuple[list[FetchPart], Any, list[bytes]]:
     """The answer's partitions grouped by topic (an incremental fetch: only those
-    Kafka's rule says must be sent), and the response around them, records unset."""
+    Kafka's rule says must be sent), the response around them with a placeholder for
+    each one's records (``reading.splice``), and the placeholders. ``remember``: a full
+    fetch that may open a session notes what it answered."""
     txns = ctx.partition_txns
     read_committed = request.isolation_level == 1
-    grouped: dict[Any, list[tuple[FetchPart, Any]]] = {}
+    grouped: dict[Any, list[FetchPart]] = {}
     for part in parts:
-        plog = part.plog
-        hw = plog.high_watermark if plog is not None else -1
-        start = plog.log_start_offset if plog is not None else -1
-        lso = hw
-        if plog is not None and txns is not None:
-            lso = txns.last_stable_offset(plog.topic, part.partition, hw)
-        if session is not None:
-            if not part.must_answer(hw, lso, start):
-                continue
-        else:
-            part.sent_hw, part.sent_lso, part.sent_start = hw, lso, start
-        aborted: list[Any] | None = None
-        if read_committed:
-            aborted = []
-            if txns is not None and part.size and plog is not None:
-                aborted = [
-                    _Aborted(producer_id=t.producer_id, first_offset=t.first_offset)
-                    for t in txns.aborted(plog.topic, part.partition, part.offset, part.end)
-                ]
-        answer = _Partition(
-            partition_index=part.partition, error_code=part.error, high_watermark=hw,
-            last_stable_offset=lso, log_start_offset=start, aborted_transactions=aborted,
-            preferred_read_replica=-1, records=None,
-        )
         key = part.topic_id if part.topic_id is not None else part.topic
-        grouped.setdefault(key, []).append((part, answer))
-    ordered = [p for group in grouped.values() for p, _ in group]
-    response = FetchResponse(
-        throttle_time_ms=0, error_code=0, session_id=0,
-        responses=[
-            _Topic(topic=group[0][0].topic or "", topic_id=group[0][0].topic_id or _NO_ID,
-                   partitions=[a for _, a in group])
-            for group in grouped.values()
-        ],
-    )
-    return ordered, response
+        group = grouped.get(key)
+        if group is None:
+            grouped[key] = [part]
+        else:
+            group.append(part)
+    ordered: list[FetchPart] = []
+    tokens: list[bytes] = []
+    topics = []
+    for group in grouped.values():
+        answers = []
+        for part in group:
+            plog = part.plog
+            hw = plog.high_watermark if plog is not None else -1
+            start = plog.log_start_offset if plog is not None else -1
+            lso = hw
+            if plog is not None and txns is not None:
+                lso = txns.last_stable_offset(plog.topic, part.partition, hw)
+            if session is not None:
+                if not part.must_answer(hw, lso, start):
+                    continue
+            elif remember:
+                part.sent_hw, part.sent_lso, part.sent_start = hw, lso, start
+            aborted: list[Any] | None = None
+            if read_committed:
+                aborted = []
+                if txns is not None and part.size and plog is not None:
+                    aborted = [
+                        _Aborted(producer_id=t.producer_id, first_offset=t.first_offset)
+                        for t in txns.aborted(plog.topic, part.partition, part.offset, part.end)
+                    ]
+            token = reading.token(len(tokens))
+            tokens.append(token)
+            ordered.append(part)
+            answers.append(_Partition(
+                partition_index=part.partition, error_code=part.error, high_watermark=hw,
+                last_stable_offset=lso, log_start_offset=start, aborted_transactions=aborted,
+                preferred_read_replica=-1, records=token,
+            ))
+        if answers:
+            first = group[0]
+            topics.append(_Topic(topic=first.topic or "", topic_id=first.topic_id or _NO_ID,
+                                 partitions=answers))
+    response = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+    return ordered, response, tokens
