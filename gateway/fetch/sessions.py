@@ -49,7 +49,8 @@ class FetchPart:
     was last answered (the session's cache), and the state of the fetch being answered."""
 
     __slots__ = ("topic", "topic_id", "partition", "offset", "max_bytes", "leader_epoch",
-                 "plog", "error", "chunks", "size", "end", "sent_hw", "sent_lso", "sent_start")
+                 "plog", "error", "chunks", "size", "end", "sent_hw", "sent_lso", "sent_start",
+                 "leader_hint")
 
     def __init__(self, topic: str | None, topic_id: Any, partition: int, offset: int,
                  max_bytes: int, leader_epoch: int) -> None:
@@ -69,6 +70,9 @@ class FetchPart:
         self.sent_hw = -1
         self.sent_lso = -1
         self.sent_start = -1
+        #: The partition's leader, told with NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH
+        #: (KIP-951); -1: not known.
+        self.leader_hint = -1
 
     def ask(self, offset: int, max_bytes: int, leader_epoch: int) -> None:
         self.offset, self.max_bytes, self.leader_epoch = offset, max_bytes, leader_epoch

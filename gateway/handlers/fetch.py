@@ -2,7 +2,8 @@
 (``gateway.fetch.reading``), incremental fetch sessions (KIP-227,
 ``gateway.fetch.sessions``), topics named by id from v13 (KIP-516: an unknown id is
 UNKNOWN_TOPIC_ID), and each partition's leader epoch checked against the client's
-(``gateway.log.leader_epochs``)."""
+(``gateway.log.leader_epochs``). NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH name the
+current leader and epoch (v12+) and, from v16, its address (KIP-951)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,10 @@ SPEC = ApiSpec(FetchRequest, FetchResponse, 4, 17)
 _Topic = FetchResponse.FetchableTopicResponse
 _Partition = _Topic.PartitionData
 _Aborted = _Partition.AbortedTransaction
+_LeaderAndEpoch = _Partition.LeaderIdAndEpoch
 _NO_ID = uuid.UUID(int=0)
+#: Fetch v16+ answers carry the address of each leader its errors name (KIP-951).
+NODE_ENDPOINTS_VERSION = 16
 #: Fetch v13+ names topics by id.
 TOPIC_ID_VERSION = 13
 
@@ -61,7 +65,7 @@ async def _resolve(ctx: HandlerContext, parts: list[FetchPart], ids: bool) -> No
     epochs = ctx.leader_epochs
     current = epochs.current() if epochs is not None else -1
     for part in parts:
-        part.plog, part.error = None, ErrorCode.NONE
+        part.plog, part.error, part.leader_hint = None, ErrorCode.NONE, -1
         info = ctx.topics.get(part.topic) if part.topic is not None else None
         if info is None or (ids and info.topic_id != part.topic_id):
             part.error = ErrorCode.UNKNOWN_TOPIC_ID if ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -72,12 +76,30 @@ async def _resolve(ctx: HandlerContext, parts: list[FetchPart], ids: bool) -> No
         if cluster is not None:
             part.error = await cluster.partition_error(info.name, part.partition)
             if part.error != ErrorCode.NONE:
+                if part.error == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                    leader = await cluster.leader(info.name, part.partition)
+                    part.leader_hint = -1 if leader is None else leader
                 continue
         if part.leader_epoch != current and part.leader_epoch >= 0 and current >= 0:
             part.error = epoch_error(part.leader_epoch, current)
+            if part.error == ErrorCode.FENCED_LEADER_EPOCH:
+                part.leader_hint = ctx.config.node_id
             continue
         # Opened after the leadership check: a log opened before may predate a takeover.
         part.plog = ctx.logs.get(info.name, part.partition)
+
+
+def _endpoints(ctx: HandlerContext, nodes: set[int]) -> list[Any]:
+    out = []
+    for node in sorted(nodes):
+        if ctx.cluster is not None:
+            address = ctx.cluster.kafka_address(node)
+        else:
+            address = ctx.config.advertised_address if node == ctx.config.node_id else None
+        if address is not None:
+            out.append(FetchResponse.NodeEndpoint(node_id=node, host=address[0],
+                                                  port=address[1], rack=None))
+    return out
 
 
 def _error(code: ErrorCode) -> Any:
@@ -133,6 +155,8 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     elif create and cache is not None:
         session_id = cache.maybe_create(False, dict(asked), ids)
     body.session_id = session_id
+    if version >= NODE_ENDPOINTS_VERSION:
+        body.node_endpoints = _endpoints(ctx, {p.leader_hint for p in answered if p.leader_hint >= 0})
     encoded = reading.splice(body, version, answered, tokens)
     if session is not None or session_id:
         for part in parts:  # a cached session must not hold the answer's buffers or logs
@@ -174,6 +198,7 @@ def _answer(ctx: HandlerContext, request: Any, parts: list[FetchPart],
     fetch that may open a session notes what it answered."""
     txns = ctx.partition_txns
     read_committed = request.isolation_level == 1
+    epoch = ctx.leader_epochs.current() if ctx.leader_epochs is not None else -1
     grouped: dict[Any, list[FetchPart]] = {}
     for part in parts:
         key = part.topic_id if part.topic_id is not None else part.topic
@@ -210,11 +235,15 @@ def _answer(ctx: HandlerContext, request: Any, parts: list[FetchPart],
             token = reading.token(len(tokens))
             tokens.append(token)
             ordered.append(part)
-            answers.append(_Partition(
+            answer = _Partition(
                 partition_index=part.partition, error_code=part.error, high_watermark=hw,
                 last_stable_offset=lso, log_start_offset=start, aborted_transactions=aborted,
                 preferred_read_replica=-1, records=token,
-            ))
+            )
+            if part.leader_hint >= 0 and epoch >= 0:
+                answer.current_leader = _LeaderAndEpoch(leader_id=part.leader_hint,
+                                                        leader_epoch=epoch)
+            answers.append(answer)
         if answers:
             first = group[0]
             topics.append(_Topic(topic=first.topic or "", topic_id=first.topic_id or _NO_ID,

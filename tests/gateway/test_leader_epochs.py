@@ -39,11 +39,11 @@ async def _end_offset(c: RawClient, epoch: int, current: int = -1) -> tuple[int,
     return p.error_code, p.leader_epoch, p.end_offset
 
 
-async def _fetch_epoch(c: RawClient, current: int) -> Any:
+async def _fetch_epoch(c: RawClient, current: int, version: int = 12) -> Any:
     req = _fetch(0, -1, [_parts("le", {0: 0})])
     req.topics[0].partitions[0].current_leader_epoch = current
-    resp = await c.call(req, 12, FetchResponse)
-    return resp.responses[0].partitions[0]
+    resp = await c.call(req, version, FetchResponse)
+    return resp if version >= 16 else resp.responses[0].partitions[0]
 
 
 async def _latest(c: RawClient, current: int) -> Any:
@@ -85,7 +85,18 @@ async def test_epochs_reported_checked_and_answered(node: Node) -> None:
     # The partition's leader changes (epoch 2): old epochs are fenced, new appends are
     # stamped 2, and epoch 0 ends where epoch 2 started.
     _set_epoch(node, 2)
-    assert (await _fetch_epoch(c, 0)).error_code == E.FENCED_LEADER_EPOCH
+    fenced = await _fetch_epoch(c, 0)
+    assert fenced.error_code == E.FENCED_LEADER_EPOCH
+    # KIP-951: the answer names the leader and its epoch, and from v16 its address.
+    assert (fenced.current_leader.leader_id, fenced.current_leader.leader_epoch) == (0, 2)
+    # v16 names topics by id: a full fetch by name cannot be sent, so ask by id.
+    md = await c.call(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="le")],
+                                      allow_auto_topic_creation=False), 12, MetadataResponse)
+    req = _fetch(0, -1, [_parts("", {0: 0}, md.topics[0].topic_id)])
+    req.topics[0].partitions[0].current_leader_epoch = 0
+    v16 = await c.call(req, 16, FetchResponse)
+    assert v16.responses[0].partitions[0].error_code == E.FENCED_LEADER_EPOCH
+    assert [(n.node_id, n.port) for n in v16.node_endpoints] == [(0, node.port)]
     assert (await _latest(c, 1)).error_code == E.FENCED_LEADER_EPOCH
     assert (await _end_offset(c, 0, current=0))[0] == E.FENCED_LEADER_EPOCH
     assert await _end_offset(c, 0, current=2) == (0, 0, 3)  # nothing appended at 2 yet
