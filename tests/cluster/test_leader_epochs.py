@@ -1,5 +1,6 @@
-"""Leader epochs in cluster mode: a ``kill -9`` hands the dead node's partitions over and
-every partition's epoch grows; the old epoch ends where the new one started (the new
+"""Leader epochs in cluster mode: a node answering for a partition it does not lead names
+the leader, its epoch and address (KIP-951); a ``kill -9`` hands the dead node's
+partitions over and every partition's epoch grows; the old epoch ends where the new one started (the new
 leader learnt the history by indexing what the old leader appended), and consumers read
 on without errors."""
 
@@ -13,10 +14,17 @@ from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from tidegate.protocol.errors import ErrorCode as E
 
-from tests.clients.requests import frame
+from tests.clients.requests import frame, record_batch
 from tests.cluster.clients import QUIET, leaders, read_back
 from tests.cluster.nodes import start_nodes
 from tests.cluster.zk import ZooKeeperServer
@@ -66,6 +74,31 @@ def test_takeover_grows_epochs_and_keeps_their_history(tmp_path: Path, zookeeper
         assert len(before) == PARTITIONS and len({e for _, e in before.values()}) == 1
         assert {leader for leader, _ in before.values()} == {1, 2}, before
         _produce(bootstrap, BEFORE)
+        # Asked of the node that does not lead it, a partition's answers name its leader,
+        # epoch and address (KIP-951).
+        elsewhere = next(p for p, (leader, _) in before.items() if leader == victim.node_id)
+        batch = ProduceRequest.TopicProduceData.PartitionProduceData(
+            index=elsewhere, records=record_batch([b"x"]))
+        produced = _call(survivor.port, ProduceRequest(
+            transactional_id=None, acks=-1, timeout_ms=5000,
+            topic_data=[ProduceRequest.TopicProduceData(name="ep", partition_data=[batch])]),
+            12, ProduceResponse)
+        answer = produced.responses[0].partition_responses[0]
+        assert answer.error_code == E.NOT_LEADER_OR_FOLLOWER
+        assert (answer.current_leader.leader_id, answer.current_leader.leader_epoch) == (
+            victim.node_id, before[elsewhere][1])
+        assert [(n.node_id, n.port) for n in produced.node_endpoints] == [
+            (victim.node_id, victim.port)]
+        fetched = _call(survivor.port, FetchRequest(
+            replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+            session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(topic="ep", partitions=[
+                FetchRequest.FetchTopic.FetchPartition(
+                    partition=elsewhere, current_leader_epoch=-1, fetch_offset=0,
+                    last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)])],
+            forgotten_topics_data=[], rack_id=""), 12, FetchResponse)
+        part = fetched.responses[0].partitions[0]
+        assert part.error_code == E.NOT_LEADER_OR_FOLLOWER
+        assert part.current_leader.leader_id == victim.node_id
         victim.kill9()
         after: dict[int, tuple[int, int]] = {}
         deadline = time.monotonic() + 60
