@@ -65,6 +65,11 @@ class PartitionLeaders:
     def node_id(self) -> int:
         return self.node.node_id
 
+    def leader_epoch(self) -> int:
+        """Every partition's leader epoch: the container map's version, which grows with
+        every change of owners and reads the same on every node."""
+        return max(int(self.node.containers.version), 0)
+
     async def segment_of(self, topic: str, partition: int) -> str:
         key = (topic, partition)
         now = time.monotonic()

@@ -43,7 +43,9 @@ from tidegate.core.controller.api import Controller
 from tidegate.core.segmentstore.api import SegmentStore
 from tidegate.gateway.cluster.leadership import PartitionLeaders
 from tidegate.gateway.config import GatewayConfig
+from tidegate.gateway.fetch.sessions import FetchSessionCache
 from tidegate.gateway.groups.coordinator import GroupCoordinator
+from tidegate.gateway.log.leader_epochs import LeaderEpochs
 from tidegate.gateway.log.log_start import RetentionFollower
 from tidegate.gateway.log.offset_index import OffsetIndex
 from tidegate.gateway.log.partitions import PartitionLogs
@@ -115,6 +117,7 @@ HANDLER_MODULES = [
     "produce",
     "fetch",
     "list_offsets",
+    "offset_for_leader_epoch",
     "init_producer_id",
     "create_topics",
     # Admin APIs.
@@ -126,6 +129,10 @@ HANDLER_MODULES = [
     "delete_records",
     "describe_cluster",
     "sasl_handshake",
+    # What admin UIs read (docs/kafka-apis.md).
+    "describe_log_dirs",
+    "list_partition_reassignments",
+    "describe_client_quotas",
     # Consumer groups (gateway/groups).
     "find_coordinator",
     "join_group",
@@ -207,6 +214,10 @@ class HandlerContext:
     transactions: TransactionCoordinator | None = None
     partition_txns: PartitionTxns | None = None
     txn_markers: LogMarkerWriter | None = None
+    #: Incremental fetch sessions (KIP-227); None: every fetch is sessionless.
+    fetch_sessions: FetchSessionCache | None = None
+    #: Each partition's leader epoch and its history; None: epochs are not checked.
+    leader_epochs: LeaderEpochs | None = None
 
     @property
     def groups(self) -> GroupCoordinator:

@@ -24,6 +24,7 @@ _Partition = _Topic.MetadataResponsePartition
 def topic_response(ctx: HandlerContext, info: TopicInfo, leaders: list[int | None] | None = None) -> Any:
     """``leaders``: each partition's leader in cluster mode (None: not available)."""
     node = ctx.config.node_id
+    epoch = ctx.leader_epochs.current() if ctx.leader_epochs is not None else -1
     partitions = []
     for p in range(info.partitions):
         leader = node if leaders is None else leaders[p]
@@ -34,7 +35,7 @@ def topic_response(ctx: HandlerContext, info: TopicInfo, leaders: list[int | Non
             ))
             continue
         partitions.append(_Partition(
-            error_code=0, partition_index=p, leader_id=leader, leader_epoch=-1,
+            error_code=0, partition_index=p, leader_id=leader, leader_epoch=epoch,
             replica_nodes=[leader], isr_nodes=[leader], offline_replicas=[],
         ))
     return _Topic(
