@@ -67,7 +67,8 @@ setup(
     packages=PACKAGES,
     package_dir=PACKAGE_DIR,
     # The .proto ships in sdists (to build from) and wheels (for the staleness check).
-    package_data={"tidegate.protocol": ["controller.proto"]},
+    # protocol/schemas/: Kafka message specs kafka-python lacks (protocol/consumer_group.py).
+    package_data={"tidegate.protocol": ["controller.proto"], "tidegate.protocol.schemas": ["*.json"]},
     # The produce path's record walk in C (gateway/log/validate.py): optional, a build
     # without a compiler falls back to aiokafka's record reader.
     ext_modules=[

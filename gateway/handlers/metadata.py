@@ -62,6 +62,16 @@ async def ensure_topic(ctx: HandlerContext, name: str, allow_create: bool) -> To
     return ctx.topics.get(name) or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
+def _name_of(ctx: HandlerContext, topic_id: uuid.UUID) -> str | None:
+    """v10+ asks for topics by id (KIP-516; librdkafka does for the ids a KIP-848
+    assignment names); an unknown id answers UNKNOWN_TOPIC_ID."""
+    for name in ctx.topics.names():
+        info = ctx.topics.get(name)
+        if info is not None and info.topic_id == topic_id:
+            return name
+    return None
+
+
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     version = req.api_version
     requested = request.topics
@@ -69,7 +79,8 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         names = ctx.topics.names()
         allow = False
     else:
-        names = [t.name for t in requested]
+        names = [t.name if t.name is not None or version < 10 else _name_of(ctx, t.topic_id)
+                 for t in requested]
         allow = version < 4 or bool(request.allow_auto_topic_creation)
     topics = []
     cluster = ctx.cluster

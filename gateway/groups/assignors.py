@@ -1,0 +1,118 @@
+"""The server-side assignors of KIP-848 consumer groups (``group.remote.assignor``):
+``uniform`` (Kafka's default) and ``range``. Pure functions: members with their
+subscriptions and the previous target in, the new target assignment out.
+
+- ``uniform`` spreads every subscribed partition so that the counts of any two members
+  that could take the same partition differ by at most one, keeping each partition
+  where the previous target had it whenever that does not break the balance (sticky:
+  few partitions move when members come and go).
+- ``range`` gives, topic by topic, contiguous ranges of partitions to the members
+  subscribed to it, in member id order (the first ``partitions % members`` get one
+  more), so members subscribed to co-partitioned topics get the same partition numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+#: topic -> partitions
+Assignment = dict[str, frozenset[int]]
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentSpec:
+    """One member as the assignor sees it."""
+
+    member_id: str
+    subscribed: frozenset[str]
+
+
+def uniform(
+    members: list[AssignmentSpec],
+    partitions: Mapping[str, int],
+    previous: Mapping[str, Assignment],
+) -> dict[str, Assignment]:
+    eligible: dict[str, list[str]] = {}
+    for m in sorted(members, key=lambda m: m.member_id):
+        for topic in m.subscribed:
+            if partitions.get(topic, 0) > 0:
+                eligible.setdefault(topic, []).append(m.member_id)
+    owner: dict[tuple[str, int], str] = {}
+    owned: dict[str, set[tuple[str, int]]] = {m.member_id: set() for m in members}
+    for mid, assignment in sorted(previous.items()):
+        if mid not in owned:
+            continue
+        for topic, parts in assignment.items():
+            if mid not in eligible.get(topic, ()):
+                continue
+            for p in parts:
+                tp = (topic, p)
+                if p < partitions[topic] and tp not in owner:
+                    owner[tp] = mid
+                    owned[mid].add(tp)
+    for topic in sorted(eligible):
+        for p in range(partitions[topic]):
+            tp = (topic, p)
+            if tp not in owner:
+                mid = min(eligible[topic], key=lambda x: (len(owned[x]), x))
+                owner[tp] = mid
+                owned[mid].add(tp)
+    _balance(eligible, owner, owned)
+    return {mid: _as_assignment(tps) for mid, tps in owned.items()}
+
+
+def _balance(
+    eligible: dict[str, list[str]],
+    owner: dict[tuple[str, int], str],
+    owned: dict[str, set[tuple[str, int]]],
+) -> None:
+    """Move partitions from a member to an eligible one with at least two fewer until
+    none can move; each move lowers the sum of squared counts, so this ends."""
+    moved = True
+    while moved:
+        moved = False
+        for tp in sorted(owner):
+            src = owner[tp]
+            dst = min(eligible[tp[0]], key=lambda x: (len(owned[x]), x))
+            if len(owned[dst]) + 1 < len(owned[src]):
+                owned[src].discard(tp)
+                owned[dst].add(tp)
+                owner[tp] = dst
+                moved = True
+
+
+def range_(
+    members: list[AssignmentSpec],
+    partitions: Mapping[str, int],
+    previous: Mapping[str, Assignment],
+) -> dict[str, Assignment]:
+    del previous  # range is a function of the membership alone
+    out: dict[str, dict[str, set[int]]] = {m.member_id: {} for m in members}
+    topics = sorted({t for m in members for t in m.subscribed})
+    for topic in topics:
+        n = partitions.get(topic, 0)
+        subscribers = sorted(m.member_id for m in members if topic in m.subscribed)
+        if n <= 0 or not subscribers:
+            continue
+        quota, extra = divmod(n, len(subscribers))
+        start = 0
+        for i, mid in enumerate(subscribers):
+            count = quota + (1 if i < extra else 0)
+            if count:
+                out[mid][topic] = set(range(start, start + count))
+            start += count
+    return {mid: {t: frozenset(ps) for t, ps in a.items()} for mid, a in out.items()}
+
+
+def _as_assignment(tps: set[tuple[str, int]]) -> Assignment:
+    out: dict[str, set[int]] = {}
+    for topic, p in tps:
+        out.setdefault(topic, set()).add(p)
+    return {t: frozenset(ps) for t, ps in out.items()}
+
+
+#: Assignor names as clients send them in ``ServerAssignor``; the first is the default
+#: (Kafka's ``group.consumer.assignors`` default order).
+ASSIGNORS = {"uniform": uniform, "range": range_}
+DEFAULT_ASSIGNOR = "uniform"

@@ -1,0 +1,328 @@
+"""KIP-848 consumer groups (``group.protocol=consumer``): ConsumerGroupHeartbeat,
+leaves, session and revocation timeouts, ConsumerGroupDescribe, and the member-epoch
+checks of OffsetCommit/OffsetFetch v9. State and its steps are in ``consumer_model.py``
+and ``reconcile.py``; the group is written durably (one table entry) before a
+heartbeat that changed it is answered, so after a restart every member carries on with
+the epoch and partitions it was last told.
+
+A group id is one kind: the coordinator (``coordinator.py``) keeps classic and consumer
+groups apart and answers a request for the other kind as Kafka 4.0 does.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tidegate.core.segmentstore.api import TableEntry, TableRemoval, TableUpdate
+from tidegate.gateway.groups.assignors import ASSIGNORS
+from tidegate.gateway.groups.config import GroupConfig
+from tidegate.gateway.groups.consumer_model import (
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    Assignment,
+    ConsumerGroup,
+    ConsumerMember,
+    decode_group,
+    encode_group,
+    group_key,
+)
+from tidegate.gateway.groups.errors import INVALID_REGULAR_EXPRESSION
+from tidegate.gateway.groups.errors import ErrorCode as E
+from tidegate.gateway.groups.reconcile import (
+    TopicCatalog,
+    compute_target,
+    is_subset,
+    reconcile,
+    subscription_metadata,
+)
+from tidegate.gateway.groups.store import GroupStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_names: list[str] | None = None
+    subscribed_regex: str | None = None
+    server_assignor: str | None = None
+    #: topic name -> partitions the member owns; None when not sent
+    owned: Assignment | None = None
+    client_id: str = ""
+    client_host: str = ""
+    api_version: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    error: int
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    #: Sent when it changed or the member's view differs; None otherwise.
+    assignment: Assignment | None = None
+
+
+def _validate(r: HeartbeatRequest) -> str | None:
+    """Kafka's request checks (INVALID_REQUEST with these messages)."""
+    if not r.group_id:
+        return "GroupId can't be empty."
+    if r.api_version >= 1 and not r.member_id:
+        return "MemberId can't be empty."
+    if r.member_epoch == 0:
+        if r.rebalance_timeout_ms == -1:
+            return "RebalanceTimeoutMs must be provided in first request."
+        if r.owned is None or r.owned:
+            return "TopicPartitions must be empty when (re-)joining."
+        if r.subscribed_names is None and r.subscribed_regex is None:
+            return "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+    elif r.member_epoch > 0 or r.member_epoch == LEAVE_EPOCH:
+        if not r.member_id:
+            return "MemberId can't be empty."
+    elif r.member_epoch == STATIC_LEAVE_EPOCH:
+        if r.instance_id is None:
+            return "InstanceId can't be null."
+    else:
+        return f"MemberEpoch {r.member_epoch} is invalid."
+    return None
+
+
+class ConsumerGroups:
+    def __init__(
+        self, store: GroupStore, config: GroupConfig, clock_ms: Callable[[], int]
+    ) -> None:
+        self.config = config
+        self._store = store
+        self._clock_ms = clock_ms
+        self.groups: dict[str, ConsumerGroup] = {}
+
+    def load(self, entries: list[TableEntry]) -> None:
+        now = self._clock_ms()
+        for e in entries:
+            if e.key.startswith(b"c"):
+                gid = e.key[1:].decode()
+                self.groups[gid] = decode_group(gid, e.value, now, self.config.consumer_session_timeout_ms)
+
+    # -- ConsumerGroupHeartbeat ----------------------------------------------------------
+
+    async def heartbeat(self, r: HeartbeatRequest, catalog: TopicCatalog) -> HeartbeatResult:
+        problem = _validate(r)
+        if problem is not None:
+            return HeartbeatResult(E.INVALID_REQUEST, problem)
+        if r.server_assignor is not None and r.server_assignor not in ASSIGNORS:
+            return HeartbeatResult(
+                E.UNSUPPORTED_ASSIGNOR, f"Assignor {r.server_assignor} is not supported; "
+                f"supported: {', '.join(ASSIGNORS)}."
+            )
+        if r.subscribed_regex is not None:
+            try:
+                re.compile(r.subscribed_regex)
+            except re.error as exc:
+                return HeartbeatResult(
+                    INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {r.subscribed_regex!r}: {exc}"
+                )
+        g = self.groups.get(r.group_id)
+        before = encode_group(g) if g is not None else None
+        if r.member_epoch < 0:
+            result = self._leave(g, r)
+        else:
+            result = self._heartbeat(g, r, catalog)
+        g = self.groups.get(r.group_id)
+        if result.error == E.NONE and g is not None and encode_group(g) != before:
+            try:
+                await self._store.submit([TableUpdate(group_key(g.group_id), encode_group(g))])
+            except Exception:  # noqa: BLE001 - reported to the client, which retries
+                log.exception("writing consumer group %r failed", r.group_id)
+                return HeartbeatResult(E.COORDINATOR_NOT_AVAILABLE, "the group could not be written")
+        return result
+
+    def _leave(self, g: ConsumerGroup | None, r: HeartbeatRequest) -> HeartbeatResult:
+        if g is None:
+            return HeartbeatResult(E.UNKNOWN_MEMBER_ID, f"Group {r.group_id} has no member {r.member_id}.")
+        if r.instance_id is not None:
+            mid = g.static_members.get(r.instance_id)
+            if mid is None:
+                return HeartbeatResult(E.UNKNOWN_MEMBER_ID, f"Instance id {r.instance_id} is unknown.")
+            if mid != r.member_id:
+                return HeartbeatResult(
+                    E.FENCED_INSTANCE_ID, f"Instance id {r.instance_id} belongs to another member."
+                )
+            m = g.members[mid]
+            if r.member_epoch == STATIC_LEAVE_EPOCH:
+                # The static member keeps its partitions until it rejoins or its session ends.
+                m.member_epoch = STATIC_LEAVE_EPOCH
+                return HeartbeatResult(E.NONE, None, m.member_id, STATIC_LEAVE_EPOCH)
+        elif r.member_id not in g.members:
+            return HeartbeatResult(E.UNKNOWN_MEMBER_ID, f"Member {r.member_id} is not in group {g.group_id}.")
+        self.remove_member(g, r.member_id)
+        return HeartbeatResult(E.NONE, None, r.member_id, LEAVE_EPOCH)
+
+    def remove_member(self, g: ConsumerGroup, member_id: str) -> None:
+        m = g.members.pop(member_id)
+        if m.instance_id is not None and g.static_members.get(m.instance_id) == member_id:
+            del g.static_members[m.instance_id]
+        g.target.pop(member_id, None)
+        g.group_epoch += 1
+
+    def _heartbeat(
+        self, g: ConsumerGroup | None, r: HeartbeatRequest, catalog: TopicCatalog
+    ) -> HeartbeatResult:
+        now = self._clock_ms()
+        if r.member_epoch == 0:
+            if g is None:
+                g = self.groups[r.group_id] = ConsumerGroup(r.group_id)
+            joined = self._join(g, r)
+            if isinstance(joined, HeartbeatResult):
+                return joined
+            m = joined
+        else:
+            found = self._known_member(g, r)
+            if isinstance(found, HeartbeatResult):
+                return found
+            g, m = found
+        old = (m.member_epoch, dict(m.assigned))
+        if r.rebalance_timeout_ms >= 0:
+            m.rebalance_timeout_ms = r.rebalance_timeout_ms
+        if r.rack_id is not None:
+            m.rack_id = r.rack_id
+        m.client_id, m.client_host = r.client_id, r.client_host
+        changed = False
+        if r.subscribed_names is not None and tuple(sorted(r.subscribed_names)) != m.subscribed_names:
+            m.subscribed_names, changed = tuple(sorted(r.subscribed_names)), True
+        if r.subscribed_regex is not None and (r.subscribed_regex or None) != m.subscribed_regex:
+            m.subscribed_regex, changed = r.subscribed_regex or None, True
+        if r.server_assignor is not None and r.server_assignor != m.server_assignor:
+            m.server_assignor, changed = r.server_assignor, True
+        m.session_deadline_ms = now + self.config.consumer_session_timeout_ms
+        metadata = subscription_metadata(g, catalog)
+        if metadata != g.topics:
+            g.topics, changed = metadata, True
+        if changed:
+            g.group_epoch += 1
+        if g.group_epoch > g.assignment_epoch:
+            compute_target(g)
+        reconcile(g, m, r.owned, now)
+        send = r.member_epoch == 0 or old != (m.member_epoch, m.assigned) or (
+            r.owned is not None and r.owned != m.assigned
+        )
+        return HeartbeatResult(
+            E.NONE, None, m.member_id, m.member_epoch, self.config.consumer_heartbeat_interval_ms,
+            dict(m.assigned) if send else None,
+        )
+
+    def _join(self, g: ConsumerGroup, r: HeartbeatRequest) -> ConsumerMember | HeartbeatResult:
+        member_id = r.member_id or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        m = ConsumerMember(member_id, instance_id=r.instance_id)
+        if r.instance_id is not None:
+            previous_id = g.static_members.get(r.instance_id)
+            if previous_id is not None:
+                previous = g.members[previous_id]
+                if previous.member_epoch != STATIC_LEAVE_EPOCH and previous_id != member_id:
+                    return HeartbeatResult(
+                        E.UNRELEASED_INSTANCE_ID,
+                        f"Static member {r.instance_id} with member id {previous_id} is not released.",
+                    )
+                # The new incarnation takes the old one's place and partitions (no
+                # rebalance); it reaches the assignment epoch as any joining member.
+                del g.members[previous_id]
+                g.target[member_id] = g.target.pop(previous_id, {})
+                m.assigned, m.revoking, m.state = previous.assigned, previous.revoking, previous.state
+                m.subscribed_names, m.subscribed_regex = previous.subscribed_names, previous.subscribed_regex
+                m.server_assignor = previous.server_assignor
+                g.members[member_id] = m
+                g.static_members[r.instance_id] = member_id
+                return m
+        if member_id in g.members:
+            # A member rejoining with epoch 0 lost its partitions: it starts afresh.
+            self.remove_member(g, member_id)
+        elif len(g.members) >= self.config.max_group_size:
+            return HeartbeatResult(
+                E.GROUP_MAX_SIZE_REACHED, f"Group {g.group_id} has {len(g.members)} members."
+            )
+        g.members[member_id] = m
+        if r.instance_id is not None:
+            g.static_members[r.instance_id] = member_id
+        g.group_epoch += 1
+        return m
+
+    def _known_member(
+        self, g: ConsumerGroup | None, r: HeartbeatRequest
+    ) -> tuple[ConsumerGroup, ConsumerMember] | HeartbeatResult:
+        m = g.members.get(r.member_id) if g is not None else None
+        if g is None or m is None:
+            return HeartbeatResult(E.UNKNOWN_MEMBER_ID, f"Member {r.member_id} is not in group {r.group_id}.")
+        if r.instance_id is not None and g.static_members.get(r.instance_id) != m.member_id:
+            return HeartbeatResult(E.FENCED_INSTANCE_ID, f"Instance id {r.instance_id} belongs to another member.")
+        if r.member_epoch > m.member_epoch or (
+            r.member_epoch < m.member_epoch
+            # The answer that moved the member on may have been lost: its previous epoch
+            # is still good while it owns no more than it has now.
+            and not (r.member_epoch == m.previous_epoch and r.owned is not None and is_subset(r.owned, m.assigned))
+        ):
+            return HeartbeatResult(
+                E.FENCED_MEMBER_EPOCH,
+                f"Member epoch {r.member_epoch} is fenced; the member's epoch is {m.member_epoch}.",
+            )
+        return g, m
+
+    # -- timeouts ------------------------------------------------------------------------
+
+    def maintain(self) -> None:
+        """Drop members whose session ended or that did not revoke in time."""
+        now = self._clock_ms()
+        for g in self.groups.values():
+            expired = [
+                m.member_id for m in g.members.values()
+                if now >= m.session_deadline_ms
+                or (m.revocation_deadline_ms is not None and now >= m.revocation_deadline_ms)
+            ]
+            for mid in expired:
+                log.info("consumer group %r: member %s expired", g.group_id, mid)
+                self.remove_member(g, mid)
+            if expired:
+                self._store.submit([TableUpdate(group_key(g.group_id), encode_group(g))])
+
+    # -- offsets and admin ---------------------------------------------------------------
+
+    def check_commit(self, group_id: str, member_id: str, member_epoch: int, api_version: int) -> int:
+        """Kafka's ``ConsumerGroup.validateOffsetCommit``."""
+        g = self.groups[group_id]
+        if member_epoch < 0 and not g.members:
+            return E.NONE
+        m = g.members.get(member_id)
+        if m is None:
+            return E.UNKNOWN_MEMBER_ID
+        if api_version < 9:
+            return E.UNSUPPORTED_VERSION
+        if member_epoch > m.member_epoch:
+            return E.FENCED_MEMBER_EPOCH
+        if member_epoch < m.member_epoch:
+            return E.STALE_MEMBER_EPOCH
+        return E.NONE
+
+    def check_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
+        """Kafka's ``ConsumerGroup.validateOffsetFetch`` (OffsetFetch v9+)."""
+        g = self.groups[group_id]
+        if member_epoch < 0 and not member_id:
+            return E.NONE
+        m = g.members.get(member_id or "")
+        if m is None:
+            return E.UNKNOWN_MEMBER_ID
+        if member_epoch != m.member_epoch:
+            return E.STALE_MEMBER_EPOCH
+        return E.NONE
+
+    def delete(self, group_id: str) -> TableRemoval:
+        del self.groups[group_id]
+        return TableRemoval(group_key(group_id))

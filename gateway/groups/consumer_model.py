@@ -1,0 +1,167 @@
+"""The state of KIP-848 ("consumer" protocol) groups and its durable form.
+
+A group has a *group epoch* (bumped whenever its members, their subscriptions or the
+partition counts of subscribed topics change), a *target assignment* computed by the
+server-side assignor at the *assignment epoch*, and members each with a *member epoch*
+and the partitions they own now. A member reaches the target in steps (Kafka's
+CurrentAssignmentBuilder): it first gives up partitions the target takes away
+(UNREVOKED_PARTITIONS, its epoch unchanged), then moves to the assignment epoch and
+gets the target's partitions that no other member still owns (UNRELEASED_PARTITIONS
+until every one is free, then STABLE). So a partition is never owned by two members.
+
+Durable form: ``b"c" + group id`` -> JSON of the whole group (epochs, assignor,
+subscription metadata, target, every member with its epochs, owned and revoking
+partitions). Sessions are not stored: they start again when the group is loaded.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+#: topic name -> partitions
+Assignment = dict[str, frozenset[int]]
+
+KEY_PREFIX = b"c"
+#: The epoch a static member leaves with when it will come back (KIP-848).
+STATIC_LEAVE_EPOCH = -2
+LEAVE_EPOCH = -1
+
+
+def group_key(group_id: str) -> bytes:
+    return KEY_PREFIX + group_id.encode()
+
+
+class MemberState(enum.Enum):
+    STABLE = "stable"
+    UNREVOKED_PARTITIONS = "unrevoked_partitions"
+    UNRELEASED_PARTITIONS = "unreleased_partitions"
+
+
+class ConsumerGroupState(enum.Enum):
+    # Values are the strings ListGroups and ConsumerGroupDescribe put on the wire.
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+
+
+@dataclass(slots=True)
+class ConsumerMember:
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    rebalance_timeout_ms: int = 300_000
+    subscribed_names: tuple[str, ...] = ()
+    subscribed_regex: str | None = None
+    server_assignor: str | None = None
+    member_epoch: int = 0
+    previous_epoch: int = -1
+    state: MemberState = MemberState.STABLE
+    assigned: Assignment = field(default_factory=dict)
+    revoking: Assignment = field(default_factory=dict)
+    #: Monotonic deadlines (not stored).
+    session_deadline_ms: int = 0
+    revocation_deadline_ms: int | None = None
+
+
+@dataclass(slots=True)
+class ConsumerGroup:
+    group_id: str
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    assignor: str = "uniform"
+    #: Subscription metadata: subscribed topic -> (topic id, partition count); a change
+    #: (a topic created, deleted, recreated or given partitions) bumps the group epoch.
+    topics: dict[str, tuple[str, int]] = field(default_factory=dict)
+    target: dict[str, Assignment] = field(default_factory=dict)
+    members: dict[str, ConsumerMember] = field(default_factory=dict)
+    #: group.instance.id -> member id
+    static_members: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def state(self) -> ConsumerGroupState:
+        if not self.members:
+            return ConsumerGroupState.EMPTY
+        if self.group_epoch > self.assignment_epoch:
+            return ConsumerGroupState.ASSIGNING
+        for m in self.members.values():
+            if m.member_epoch != self.assignment_epoch or m.state is not MemberState.STABLE:
+                return ConsumerGroupState.RECONCILING
+        return ConsumerGroupState.STABLE
+
+    def owners(self, *, besides: str) -> dict[tuple[str, int], str]:
+        """Who owns each partition now (assigned or still being revoked), other than
+        member ``besides``."""
+        out: dict[tuple[str, int], str] = {}
+        for m in self.members.values():
+            if m.member_id == besides:
+                continue
+            for a in (m.assigned, m.revoking):
+                for topic, parts in a.items():
+                    for p in parts:
+                        out[(topic, p)] = m.member_id
+        return out
+
+
+def _enc_assignment(a: Assignment) -> dict[str, list[int]]:
+    return {t: sorted(ps) for t, ps in sorted(a.items()) if ps}
+
+
+def _dec_assignment(d: dict[str, list[int]]) -> Assignment:
+    return {t: frozenset(int(p) for p in ps) for t, ps in d.items()}
+
+
+def encode_group(g: ConsumerGroup) -> bytes:
+    members: list[dict[str, Any]] = [
+        {
+            "id": m.member_id, "instance": m.instance_id, "rack": m.rack_id,
+            "client_id": m.client_id, "client_host": m.client_host,
+            "rebalance_ms": m.rebalance_timeout_ms, "names": list(m.subscribed_names),
+            "regex": m.subscribed_regex, "assignor": m.server_assignor,
+            "epoch": m.member_epoch, "previous_epoch": m.previous_epoch, "state": m.state.value,
+            "assigned": _enc_assignment(m.assigned), "revoking": _enc_assignment(m.revoking),
+        }
+        for m in g.members.values()
+    ]
+    return json.dumps(
+        {
+            "group_epoch": g.group_epoch, "assignment_epoch": g.assignment_epoch,
+            "assignor": g.assignor, "topics": {t: list(v) for t, v in sorted(g.topics.items())},
+            "target": {mid: _enc_assignment(a) for mid, a in sorted(g.target.items())},
+            "members": members,
+        },
+        sort_keys=True,
+    ).encode()
+
+
+def decode_group(group_id: str, value: bytes, now_ms: int, session_timeout_ms: int) -> ConsumerGroup:
+    """A group as loaded after a restart: every member's session starts again now, and
+    a member still revoking gets its whole rebalance timeout again."""
+    d = json.loads(value)
+    g = ConsumerGroup(
+        group_id, int(d["group_epoch"]), int(d["assignment_epoch"]), str(d["assignor"]),
+        {t: (str(v[0]), int(v[1])) for t, v in d["topics"].items()},
+        {mid: _dec_assignment(a) for mid, a in d["target"].items()},
+    )
+    for md in d["members"]:
+        m = ConsumerMember(
+            member_id=md["id"], instance_id=md["instance"], rack_id=md["rack"],
+            client_id=md["client_id"], client_host=md["client_host"],
+            rebalance_timeout_ms=int(md["rebalance_ms"]), subscribed_names=tuple(md["names"]),
+            subscribed_regex=md["regex"], server_assignor=md["assignor"],
+            member_epoch=int(md["epoch"]), previous_epoch=int(md["previous_epoch"]),
+            state=MemberState(md["state"]), assigned=_dec_assignment(md["assigned"]),
+            revoking=_dec_assignment(md["revoking"]),
+            session_deadline_ms=now_ms + session_timeout_ms,
+        )
+        if m.state is MemberState.UNREVOKED_PARTITIONS:
+            m.revocation_deadline_ms = now_ms + m.rebalance_timeout_ms
+        g.members[m.member_id] = m
+        if m.instance_id is not None:
+            g.static_members[m.instance_id] = m.member_id
+    return g
