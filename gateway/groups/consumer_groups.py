@@ -182,6 +182,7 @@ class ConsumerGroups:
         if r.member_epoch == 0:
             if g is None:
                 g = self.groups[r.group_id] = ConsumerGroup(r.group_id)
+            epoch_at_start = g.group_epoch
             joined = self._join(g, r)
             if isinstance(joined, HeartbeatResult):
                 return joined
@@ -191,6 +192,7 @@ class ConsumerGroups:
             if isinstance(found, HeartbeatResult):
                 return found
             g, m = found
+            epoch_at_start = g.group_epoch
         old = (m.member_epoch, dict(m.assigned))
         if r.rebalance_timeout_ms >= 0:
             m.rebalance_timeout_ms = r.rebalance_timeout_ms
@@ -208,7 +210,7 @@ class ConsumerGroups:
         metadata = subscription_metadata(g, catalog)
         if metadata != g.topics:
             g.topics, changed = metadata, True
-        if changed:
+        if changed and g.group_epoch == epoch_at_start:  # one bump per heartbeat
             g.group_epoch += 1
         if g.group_epoch > g.assignment_epoch:
             compute_target(g)
@@ -253,8 +255,7 @@ class ConsumerGroups:
         g.members[member_id] = m
         if r.instance_id is not None:
             g.static_members[r.instance_id] = member_id
-        g.group_epoch += 1
-        return m
+        return m  # its subscription is new: the caller bumps the group epoch
 
     def _known_member(
         self, g: ConsumerGroup | None, r: HeartbeatRequest

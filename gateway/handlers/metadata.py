@@ -75,8 +75,9 @@ def _name_of(ctx: HandlerContext, topic_id: uuid.UUID) -> str | None:
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     version = req.api_version
     requested = request.topics
+    names: list[str | None]
     if requested is None or (version == 0 and not requested):
-        names = ctx.topics.names()
+        names = list(ctx.topics.names())
         allow = False
     else:
         names = [t.name if t.name is not None or version < 10 else _name_of(ctx, t.topic_id)
