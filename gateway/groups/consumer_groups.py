@@ -11,6 +11,7 @@ groups apart and answers a request for the other kind as Kafka 4.0 does.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import re
@@ -28,8 +29,12 @@ from tidegate.gateway.groups.consumer_model import (
     ConsumerGroup,
     ConsumerMember,
     decode_group,
+    decode_member,
     encode_group,
+    encode_member,
     group_key,
+    member_key,
+    parse_key,
 )
 from tidegate.gateway.groups.errors import INVALID_REGULAR_EXPRESSION
 from tidegate.gateway.groups.errors import ErrorCode as E
@@ -98,6 +103,20 @@ def _validate(r: HeartbeatRequest) -> str | None:
     return None
 
 
+def _durable_view(g: ConsumerGroup | None, member_id: str) -> object:
+    """What a heartbeat of ``member_id`` may change of the stored group: any change to
+    the rest (the target, the subscription metadata) comes with a new group epoch, and
+    members come and go only with a new epoch or as a static member's new incarnation."""
+    if g is None:
+        return None
+    m = g.members.get(member_id)
+    member = None if m is None else (
+        m.member_epoch, m.previous_epoch, m.state, m.assigned, m.revoking, m.rebalance_timeout_ms,
+        m.rack_id, m.subscribed_names, m.subscribed_regex, m.server_assignor, m.client_id, m.client_host,
+    )
+    return (g.group_epoch, g.assignment_epoch, g.assignor, tuple(g.members), member)
+
+
 class ConsumerGroups:
     def __init__(
         self, store: GroupStore, config: GroupConfig, clock_ms: Callable[[], int]
@@ -111,8 +130,29 @@ class ConsumerGroups:
         now = self._clock_ms()
         for e in entries:
             if e.key.startswith(b"c"):
-                gid = e.key[1:].decode()
-                self.groups[gid] = decode_group(gid, e.value, now, self.config.consumer_session_timeout_ms)
+                gid, _ = parse_key(e.key)
+                self.groups[gid] = decode_group(gid, e.value)
+        for e in entries:
+            if e.key.startswith(b"m"):
+                gid, mid = parse_key(e.key)
+                g = self.groups.get(gid)
+                if g is not None and mid is not None:
+                    decode_member(g, mid, e.value, now, self.config.consumer_session_timeout_ms)
+
+    def _persist(
+        self, g: ConsumerGroup, before_epochs: tuple[int, int] | None, before_ids: set[str],
+        member_id: str | None,
+    ) -> asyncio.Future[None]:
+        """Write what changed: the whole group after a new epoch, else one member; and
+        remove the members that are gone."""
+        puts = [TableUpdate(group_key(g.group_id), encode_group(g))]
+        if before_epochs != (g.group_epoch, g.assignment_epoch):
+            puts += [TableUpdate(member_key(g.group_id, m.member_id), encode_member(g, m))
+                     for m in g.members.values()]
+        elif member_id in g.members:
+            puts.append(TableUpdate(member_key(g.group_id, member_id), encode_member(g, g.members[member_id])))
+        removals = [TableRemoval(member_key(g.group_id, mid)) for mid in sorted(before_ids - set(g.members))]
+        return self._store.submit(puts, removals)
 
     # -- ConsumerGroupHeartbeat ----------------------------------------------------------
 
@@ -133,15 +173,17 @@ class ConsumerGroups:
                     INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {r.subscribed_regex!r}: {exc}"
                 )
         g = self.groups.get(r.group_id)
-        before = encode_group(g) if g is not None else None
+        before = _durable_view(g, r.member_id)
+        before_epochs = None if g is None else (g.group_epoch, g.assignment_epoch)
+        before_ids = set() if g is None else set(g.members)
         if r.member_epoch < 0:
             result = self._leave(g, r)
         else:
             result = self._heartbeat(g, r, catalog)
         g = self.groups.get(r.group_id)
-        if result.error == E.NONE and g is not None and encode_group(g) != before:
+        if result.error == E.NONE and g is not None and _durable_view(g, result.member_id or "") != before:
             try:
-                await self._store.submit([TableUpdate(group_key(g.group_id), encode_group(g))])
+                await self._persist(g, before_epochs, before_ids, result.member_id)
             except Exception:  # noqa: BLE001 - reported to the client, which retries
                 log.exception("writing consumer group %r failed", r.group_id)
                 return HeartbeatResult(E.COORDINATOR_NOT_AVAILABLE, "the group could not be written")
@@ -283,6 +325,7 @@ class ConsumerGroups:
         """Drop members whose session ended or that did not revoke in time."""
         now = self._clock_ms()
         for g in self.groups.values():
+            before_epochs, before_ids = (g.group_epoch, g.assignment_epoch), set(g.members)
             expired = [
                 m.member_id for m in g.members.values()
                 if now >= m.session_deadline_ms
@@ -292,7 +335,7 @@ class ConsumerGroups:
                 log.info("consumer group %r: member %s expired", g.group_id, mid)
                 self.remove_member(g, mid)
             if expired:
-                self._store.submit([TableUpdate(group_key(g.group_id), encode_group(g))])
+                self._persist(g, before_epochs, before_ids, None)
 
     # -- offsets and admin ---------------------------------------------------------------
 
@@ -324,6 +367,8 @@ class ConsumerGroups:
             return E.STALE_MEMBER_EPOCH
         return E.NONE
 
-    def delete(self, group_id: str) -> TableRemoval:
-        del self.groups[group_id]
-        return TableRemoval(group_key(group_id))
+    def delete(self, group_id: str) -> list[TableRemoval]:
+        g = self.groups.pop(group_id)
+        return [TableRemoval(group_key(group_id))] + [
+            TableRemoval(member_key(group_id, mid)) for mid in g.members
+        ]

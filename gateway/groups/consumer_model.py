@@ -9,29 +9,52 @@ CurrentAssignmentBuilder): it first gives up partitions the target takes away
 gets the target's partitions that no other member still owns (UNRELEASED_PARTITIONS
 until every one is free, then STABLE). So a partition is never owned by two members.
 
-Durable form: ``b"c" + group id`` -> JSON of the whole group (epochs, assignor,
-subscription metadata, target, every member with its epochs, owned and revoking
-partitions). Sessions are not stored: they start again when the group is loaded.
+Durable form, so that a heartbeat writes its own member and only a new epoch writes the
+whole group (UTF-8, big-endian length prefixes keep keys unambiguous):
+
+- ``b"c" + u32 len + group id`` -> the group (JSON: epochs, assignor, subscription
+  metadata);
+- ``b"m" + u32 len + group id + member id`` -> one member (JSON: its epochs, state,
+  subscription, owned and revoking partitions, and its part of the target).
+
+Sessions are not stored: they start again when the group is loaded.
 """
 
 from __future__ import annotations
 
 import enum
 import json
+import struct
 from dataclasses import dataclass, field
-from typing import Any
 
 #: topic name -> partitions
 Assignment = dict[str, frozenset[int]]
 
-KEY_PREFIX = b"c"
+GROUP_PREFIX = b"c"
+MEMBER_PREFIX = b"m"
 #: The epoch a static member leaves with when it will come back (KIP-848).
 STATIC_LEAVE_EPOCH = -2
 LEAVE_EPOCH = -1
 
 
+def _str32(s: str) -> bytes:
+    b = s.encode()
+    return struct.pack(">I", len(b)) + b
+
+
 def group_key(group_id: str) -> bytes:
-    return KEY_PREFIX + group_id.encode()
+    return GROUP_PREFIX + _str32(group_id)
+
+
+def member_key(group_id: str, member_id: str) -> bytes:
+    return MEMBER_PREFIX + _str32(group_id) + member_id.encode()
+
+
+def parse_key(key: bytes) -> tuple[str, str | None]:
+    """``(group id, member id or None)`` of a group or member key."""
+    (n,) = struct.unpack_from(">I", key, 1)
+    group_id = key[5 : 5 + n].decode()
+    return group_id, (key[5 + n :].decode() if key[:1] == MEMBER_PREFIX else None)
 
 
 class MemberState(enum.Enum):
@@ -117,51 +140,57 @@ def _dec_assignment(d: dict[str, list[int]]) -> Assignment:
 
 
 def encode_group(g: ConsumerGroup) -> bytes:
-    members: list[dict[str, Any]] = [
-        {
-            "id": m.member_id, "instance": m.instance_id, "rack": m.rack_id,
-            "client_id": m.client_id, "client_host": m.client_host,
-            "rebalance_ms": m.rebalance_timeout_ms, "names": list(m.subscribed_names),
-            "regex": m.subscribed_regex, "assignor": m.server_assignor,
-            "epoch": m.member_epoch, "previous_epoch": m.previous_epoch, "state": m.state.value,
-            "assigned": _enc_assignment(m.assigned), "revoking": _enc_assignment(m.revoking),
-        }
-        for m in g.members.values()
-    ]
     return json.dumps(
         {
             "group_epoch": g.group_epoch, "assignment_epoch": g.assignment_epoch,
             "assignor": g.assignor, "topics": {t: list(v) for t, v in sorted(g.topics.items())},
-            "target": {mid: _enc_assignment(a) for mid, a in sorted(g.target.items())},
-            "members": members,
         },
         sort_keys=True,
     ).encode()
 
 
-def decode_group(group_id: str, value: bytes, now_ms: int, session_timeout_ms: int) -> ConsumerGroup:
-    """A group as loaded after a restart: every member's session starts again now, and
-    a member still revoking gets its whole rebalance timeout again."""
+def encode_member(g: ConsumerGroup, m: ConsumerMember) -> bytes:
+    return json.dumps(
+        {
+            "instance": m.instance_id, "rack": m.rack_id,
+            "client_id": m.client_id, "client_host": m.client_host,
+            "rebalance_ms": m.rebalance_timeout_ms, "names": list(m.subscribed_names),
+            "regex": m.subscribed_regex, "assignor": m.server_assignor,
+            "epoch": m.member_epoch, "previous_epoch": m.previous_epoch, "state": m.state.value,
+            "assigned": _enc_assignment(m.assigned), "revoking": _enc_assignment(m.revoking),
+            "target": _enc_assignment(g.target.get(m.member_id, {})),
+        },
+        sort_keys=True,
+    ).encode()
+
+
+def decode_group(group_id: str, value: bytes) -> ConsumerGroup:
     d = json.loads(value)
-    g = ConsumerGroup(
+    return ConsumerGroup(
         group_id, int(d["group_epoch"]), int(d["assignment_epoch"]), str(d["assignor"]),
         {t: (str(v[0]), int(v[1])) for t, v in d["topics"].items()},
-        {mid: _dec_assignment(a) for mid, a in d["target"].items()},
     )
-    for md in d["members"]:
-        m = ConsumerMember(
-            member_id=md["id"], instance_id=md["instance"], rack_id=md["rack"],
-            client_id=md["client_id"], client_host=md["client_host"],
-            rebalance_timeout_ms=int(md["rebalance_ms"]), subscribed_names=tuple(md["names"]),
-            subscribed_regex=md["regex"], server_assignor=md["assignor"],
-            member_epoch=int(md["epoch"]), previous_epoch=int(md["previous_epoch"]),
-            state=MemberState(md["state"]), assigned=_dec_assignment(md["assigned"]),
-            revoking=_dec_assignment(md["revoking"]),
-            session_deadline_ms=now_ms + session_timeout_ms,
-        )
-        if m.state is MemberState.UNREVOKED_PARTITIONS:
-            m.revocation_deadline_ms = now_ms + m.rebalance_timeout_ms
-        g.members[m.member_id] = m
-        if m.instance_id is not None:
-            g.static_members[m.instance_id] = m.member_id
-    return g
+
+
+def decode_member(
+    g: ConsumerGroup, member_id: str, value: bytes, now_ms: int, session_timeout_ms: int
+) -> None:
+    """Add a stored member to ``g``: its session starts again now, and a member still
+    revoking gets its whole rebalance timeout again."""
+    md = json.loads(value)
+    m = ConsumerMember(
+        member_id=member_id, instance_id=md["instance"], rack_id=md["rack"],
+        client_id=md["client_id"], client_host=md["client_host"],
+        rebalance_timeout_ms=int(md["rebalance_ms"]), subscribed_names=tuple(md["names"]),
+        subscribed_regex=md["regex"], server_assignor=md["assignor"],
+        member_epoch=int(md["epoch"]), previous_epoch=int(md["previous_epoch"]),
+        state=MemberState(md["state"]), assigned=_dec_assignment(md["assigned"]),
+        revoking=_dec_assignment(md["revoking"]),
+        session_deadline_ms=now_ms + session_timeout_ms,
+    )
+    if m.state is MemberState.UNREVOKED_PARTITIONS:
+        m.revocation_deadline_ms = now_ms + m.rebalance_timeout_ms
+    g.members[member_id] = m
+    g.target[member_id] = _dec_assignment(md["target"])
+    if m.instance_id is not None:
+        g.static_members[m.instance_id] = member_id

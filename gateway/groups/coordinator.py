@@ -330,7 +330,10 @@ class GroupCoordinator(Membership):
         if g is None or g.is_(S.DEAD):
             return E.GROUP_ID_NOT_FOUND, {}
         subscribed: set[str] = set()
-        if not g.is_(S.EMPTY):
+        cg = self.consumer.groups.get(group_id)
+        if cg is not None:  # a consumer group's members subscribe to its metadata's topics
+            subscribed = set(cg.topics)
+        elif not g.is_(S.EMPTY):
             topics = g.subscribed_topics()
             if topics is None:
                 return NON_EMPTY_GROUP, {}
@@ -456,7 +459,7 @@ class GroupCoordinator(Membership):
                 if cg.members:
                     result[gid] = NON_EMPTY_GROUP
                     continue
-                removals = [self.consumer.delete(gid)]
+                removals = self.consumer.delete(gid)
                 if g is not None:
                     del self._groups[gid]
                     g.transition(S.DEAD, self._clock_ms())
@@ -520,7 +523,7 @@ class GroupCoordinator(Membership):
             if cg.members:
                 return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id)
             # An empty consumer group becomes a classic one (its commits stay).
-            self._store.submit(removals=[self.consumer.delete(req.group_id)])
+            self._store.submit(removals=self.consumer.delete(req.group_id))
         return await super().join_group(req)
 
     # -- introspection for tests and the REST service -------------------------------------

@@ -252,3 +252,51 @@ async def test_classic_and_consumer_groups_coexist(coord: GroupCoordinator) -> N
     assert r.error == E.NONE
     assert coord.fetch_offsets("simple", [("t", 0)], member_id="C", member_epoch=r.member_epoch)[1][("t", 0)].offset == 3  # type: ignore[union-attr]
     assert [row[3] for row in coord.list_groups()[1] if row[0] == "simple"] == ["consumer"]
+
+
+async def test_a_restart_mid_reconciliation_keeps_every_member_and_target(
+    store: InMemorySegmentStore, clock: FakeClock
+) -> None:
+    cat = Catalog(t=4)
+    c1 = make_coordinator(store, clock)
+    await c1.start(ticker=False)
+    a = await c1.consumer_heartbeat(_hb("A", 0), cat)
+    b = await c1.consumer_heartbeat(_hb("B", 0, instance_id="ib"), cat)
+    a2 = await c1.consumer_heartbeat(_hb("A", a.member_epoch, {"t": frozenset({0, 1, 2, 3})}), cat)
+    kept = _parts(a2)
+    before = c1.consumer.groups["g"]
+    snapshot = {mid: (m.member_epoch, m.state, m.assigned, m.revoking) for mid, m in before.members.items()}
+    target, epochs = dict(before.target), (before.group_epoch, before.assignment_epoch)
+    await c1.close()
+    c2 = make_coordinator(store, clock)
+    await c2.start(ticker=False)
+    after = c2.consumer.groups["g"]
+    assert {mid: (m.member_epoch, m.state, m.assigned, m.revoking) for mid, m in after.members.items()} == snapshot
+    assert (after.target, (after.group_epoch, after.assignment_epoch)) == (target, epochs)
+    assert after.static_members == {"ib": "B"}
+    # Reconciliation carries on where it was.
+    await c2.consumer_heartbeat(_hb("A", a.member_epoch, {"t": frozenset(kept)}), cat)
+    b2 = await c2.consumer_heartbeat(_hb("B", b.member_epoch, {}, instance_id="ib"), cat)
+    assert _parts(b2) == {0, 1, 2, 3} - kept
+    # A member that leaves is removed from the table too.
+    await c2.consumer_heartbeat(_hb("B", -1, instance_id="ib"), cat)
+    await c2.close()
+    c3 = make_coordinator(store, clock)
+    await c3.start(ticker=False)
+    assert set(c3.consumer.groups["g"].members) == {"A"}
+    assert await c3.delete_groups(["g"]) == {"g": NON_EMPTY_GROUP}
+    await c3.close()
+
+
+async def test_an_empty_consumer_group_becomes_classic_on_join(coord: GroupCoordinator) -> None:
+    cat = Catalog(t=1)
+    a = await coord.consumer_heartbeat(_hb("A", 0, group="mig"), cat)
+    assert await coord.commit_offsets("mig", a.member_epoch, "A", None, {("t", 0): OffsetCommit(9)}) == {("t", 0): E.NONE}
+    await coord.consumer_heartbeat(_hb("A", -1, group="mig"), cat)
+    join = await coord.join_group(JoinRequest(
+        group_id="mig", member_id="", group_instance_id=None, protocol_type="consumer",
+        protocols=[("range", b"")], session_timeout_ms=10_000, rebalance_timeout_ms=10_000,
+        require_known_member_id=False,
+    ))
+    assert join.error == E.NONE and "mig" not in coord.consumer.groups
+    assert coord.fetch_offsets("mig", [("t", 0)])[1][("t", 0)].offset == 9  # type: ignore[union-attr]
