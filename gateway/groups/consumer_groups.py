@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import re2
 from tidegate.core.segmentstore.api import TableEntry, TableRemoval, TableUpdate
 from tidegate.gateway.groups.assignors import ASSIGNORS
 from tidegate.gateway.groups.config import GroupConfig
@@ -40,6 +40,7 @@ from tidegate.gateway.groups.errors import INVALID_REGULAR_EXPRESSION
 from tidegate.gateway.groups.errors import ErrorCode as E
 from tidegate.gateway.groups.reconcile import (
     TopicCatalog,
+    compile_regex,
     compute_target,
     is_subset,
     reconcile,
@@ -167,8 +168,8 @@ class ConsumerGroups:
             )
         if r.subscribed_regex is not None:
             try:
-                re.compile(r.subscribed_regex)
-            except re.error as exc:
+                compile_regex(r.subscribed_regex)
+            except re2.error as exc:
                 return HeartbeatResult(
                     INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {r.subscribed_regex!r}: {exc}"
                 )
@@ -282,6 +283,7 @@ class ConsumerGroups:
                 del g.members[previous_id]
                 g.target[member_id] = g.target.pop(previous_id, {})
                 m.assigned, m.revoking, m.state = previous.assigned, previous.revoking, previous.state
+                m.assignment_epochs = previous.assignment_epochs
                 m.subscribed_names, m.subscribed_regex = previous.subscribed_names, previous.subscribed_regex
                 m.server_assignor = previous.server_assignor
                 g.members[member_id] = m
@@ -339,21 +341,32 @@ class ConsumerGroups:
 
     # -- offsets and admin ---------------------------------------------------------------
 
-    def check_commit(self, group_id: str, member_id: str, member_epoch: int, api_version: int) -> int:
-        """Kafka's ``ConsumerGroup.validateOffsetCommit``."""
+    def check_commit(
+        self, group_id: str, member_id: str, member_epoch: int, api_version: int,
+        partitions: list[tuple[str, int]],
+    ) -> tuple[int, dict[tuple[str, int], int]]:
+        """Kafka's ``ConsumerGroup.validateOffsetCommit`` with KIP-1251's assignment
+        epochs: an error for the whole request, or the partitions refused. A commit at
+        an older epoch is accepted for each partition the member still owns since that
+        epoch or before (a commit sent just before a heartbeat moved the member on);
+        STALE_MEMBER_EPOCH for the others."""
         g = self.groups[group_id]
         if member_epoch < 0 and not g.members:
-            return E.NONE
+            return E.NONE, {}
         m = g.members.get(member_id)
         if m is None:
-            return E.UNKNOWN_MEMBER_ID
+            return E.UNKNOWN_MEMBER_ID, {}
         if api_version < 9:
-            return E.UNSUPPORTED_VERSION
+            return E.UNSUPPORTED_VERSION, {}
         if member_epoch > m.member_epoch:
-            return E.FENCED_MEMBER_EPOCH
-        if member_epoch < m.member_epoch:
-            return E.STALE_MEMBER_EPOCH
-        return E.NONE
+            return E.FENCED_MEMBER_EPOCH, {}
+        if member_epoch == m.member_epoch:
+            return E.NONE, {}
+        stale: dict[tuple[str, int], int] = {
+            tp: E.STALE_MEMBER_EPOCH for tp in partitions
+            if tp[1] not in m.assigned.get(tp[0], ()) or m.assignment_epochs.get(tp, m.member_epoch) > member_epoch
+        }
+        return E.NONE, stale
 
     def check_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
         """Kafka's ``ConsumerGroup.validateOffsetFetch`` (OffsetFetch v9+)."""

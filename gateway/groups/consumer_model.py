@@ -87,6 +87,9 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     revoking: Assignment = field(default_factory=dict)
+    #: KIP-1251: the member epoch at which each owned partition was given to it (a
+    #: commit at an older epoch is good for partitions owned since then).
+    assignment_epochs: dict[tuple[str, int], int] = field(default_factory=dict)
     #: Monotonic deadlines (not stored).
     session_deadline_ms: int = 0
     revocation_deadline_ms: int | None = None
@@ -159,6 +162,7 @@ def encode_member(g: ConsumerGroup, m: ConsumerMember) -> bytes:
             "epoch": m.member_epoch, "previous_epoch": m.previous_epoch, "state": m.state.value,
             "assigned": _enc_assignment(m.assigned), "revoking": _enc_assignment(m.revoking),
             "target": _enc_assignment(g.target.get(m.member_id, {})),
+            "assignment_epochs": sorted([t, p, e] for (t, p), e in m.assignment_epochs.items()),
         },
         sort_keys=True,
     ).encode()
@@ -186,6 +190,7 @@ def decode_member(
         member_epoch=int(md["epoch"]), previous_epoch=int(md["previous_epoch"]),
         state=MemberState(md["state"]), assigned=_dec_assignment(md["assigned"]),
         revoking=_dec_assignment(md["revoking"]),
+        assignment_epochs={(t, int(p)): int(e) for t, p, e in md["assignment_epochs"]},
         session_deadline_ms=now_ms + session_timeout_ms,
     )
     if m.state is MemberState.UNREVOKED_PARTITIONS:

@@ -216,8 +216,11 @@ class GroupCoordinator(Membership):
         if not group_id:
             return all_(E.INVALID_GROUP_ID)
         g = self._groups.get(group_id)
+        rejected: dict[TopicPartition, int] = {}
         if group_id in self.consumer.groups:
-            err = self.consumer.check_commit(group_id, member_id, generation_id, api_version)
+            err, rejected = self.consumer.check_commit(
+                group_id, member_id, generation_id, api_version, list(offsets)
+            )
             if err != E.NONE:
                 return all_(err)
             g = g or self._new_group(group_id)
@@ -238,10 +241,12 @@ class GroupCoordinator(Membership):
             if generation_id != g.generation_id:
                 return all_(E.ILLEGAL_GENERATION)
             m.session_deadline_ms = self._clock_ms() + m.session_timeout_ms
-        errors: dict[TopicPartition, int] = {}
+        errors: dict[TopicPartition, int] = dict(rejected)
         accepted: dict[TopicPartition, CommittedOffset] = {}
         now = self._wall_clock_ms()
         for tp, c in offsets.items():
+            if tp in rejected:
+                continue
             if c.metadata is not None and len(c.metadata.encode()) > self.config.offset_metadata_bytes_max:
                 errors[tp] = OFFSET_METADATA_TOO_LARGE
             else:

@@ -4,10 +4,11 @@ it (Kafka's ``CurrentAssignmentBuilder``). No I/O, no clock."""
 
 from __future__ import annotations
 
-import re
+import functools
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
+import re2
 from tidegate.gateway.groups.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, AssignmentSpec
 from tidegate.gateway.groups.consumer_model import (
     Assignment,
@@ -35,11 +36,17 @@ class TopicCatalog(Protocol):
     def names(self) -> list[str]: ...
 
 
+@functools.lru_cache(maxsize=1024)
+def compile_regex(pattern: str) -> Any:
+    """A subscription regex, in RE2 as Kafka's RE2/J: linear time whatever a client
+    sends, so a hostile pattern cannot stall the event loop. Raises ``re2.error``."""
+    return re2.compile(pattern)
+
+
 def subscribed_topics(m: ConsumerMember, all_names: Iterable[str]) -> set[str]:
     topics = set(m.subscribed_names)
     if m.subscribed_regex:
-        # Kafka uses RE2/J; Python's re agrees on the patterns consumers use.
-        pattern = re.compile(m.subscribed_regex)
+        pattern = compile_regex(m.subscribed_regex)
         topics.update(n for n in all_names if pattern.fullmatch(n))
     return topics
 
@@ -115,6 +122,7 @@ def reconcile(g: ConsumerGroup, m: ConsumerMember, owned: Assignment | None, now
     revoke = _minus(m.assigned, target)
     if revoke:
         m.assigned, m.revoking = kept, revoke
+        m.assignment_epochs = {tp: e for tp, e in m.assignment_epochs.items() if tp[1] in kept.get(tp[0], ())}
         m.state = M.UNREVOKED_PARTITIONS
         m.revocation_deadline_ms = now_ms + m.rebalance_timeout_ms
         return
@@ -126,5 +134,9 @@ def reconcile(g: ConsumerGroup, m: ConsumerMember, owned: Assignment | None, now
             new[topic] = free
     if m.member_epoch != g.assignment_epoch:
         m.previous_epoch, m.member_epoch = m.member_epoch, g.assignment_epoch
+    m.assignment_epochs = {
+        (topic, p): m.assignment_epochs.get((topic, p), m.member_epoch)
+        for topic, parts in new.items() for p in parts
+    }
     m.assigned = new
     m.state = M.STABLE if new == {t: ps for t, ps in target.items() if ps} else M.UNRELEASED_PARTITIONS

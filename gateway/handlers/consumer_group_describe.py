@@ -14,6 +14,7 @@ from tidegate.protocol.consumer_group import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
 )
+from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, 0, 1)
 
@@ -36,8 +37,14 @@ def _assignment(ctx: HandlerContext, a: Assignment) -> Any:
 
 
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
+    if ctx.group_coordinator is None:  # cluster mode: another node has the groups now
+        described: list[tuple[str, int, str | None, Any]] = [
+            (gid, ErrorCode.NOT_COORDINATOR, None, None) for gid in request.group_ids
+        ]
+    else:
+        described = list(ctx.groups.describe_consumer_groups(list(request.group_ids)))
     groups = []
-    for gid, error, message, g in ctx.groups.describe_consumer_groups(list(request.group_ids)):
+    for gid, error, message, g in described:
         if g is None:
             groups.append(
                 _Group(

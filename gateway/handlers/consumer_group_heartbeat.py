@@ -16,6 +16,7 @@ from tidegate.protocol.consumer_group import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
+from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 0, 1)
 
@@ -48,6 +49,12 @@ def _names_by_id(ctx: HandlerContext) -> dict[uuid.UUID, str]:
 
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     v = req.api_version
+    if ctx.group_coordinator is None:  # cluster mode: another node has the groups now
+        return ConsumerGroupHeartbeatResponse(
+            throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR,
+            error_message="this node does not coordinate consumer groups now",
+            member_id=None, member_epoch=-1, heartbeat_interval_ms=0, assignment=None,
+        )
     result = await ctx.groups.consumer_heartbeat(
         HeartbeatRequest(
             group_id=request.group_id,

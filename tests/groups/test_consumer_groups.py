@@ -300,3 +300,28 @@ async def test_an_empty_consumer_group_becomes_classic_on_join(coord: GroupCoord
     ))
     assert join.error == E.NONE and "mig" not in coord.consumer.groups
     assert coord.fetch_offsets("mig", [("t", 0)])[1][("t", 0)].offset == 9  # type: ignore[union-attr]
+
+
+async def test_a_commit_at_an_older_epoch_is_good_for_partitions_owned_since(coord: GroupCoordinator) -> None:
+    """KIP-1251: a commit sent just before a heartbeat moved the member on."""
+    cat = Catalog(t=4)
+    a = await coord.consumer_heartbeat(_hb("A", 0), cat)
+    old = a.member_epoch
+    b = await coord.consumer_heartbeat(_hb("B", 0), cat)
+    a2 = await coord.consumer_heartbeat(_hb("A", old, {"t": frozenset({0, 1, 2, 3})}), cat)
+    kept = _parts(a2)
+    a3 = await coord.consumer_heartbeat(_hb("A", old, {"t": frozenset(kept)}), cat)
+    assert a3.member_epoch > old
+    gone = ({0, 1, 2, 3} - kept).pop()
+    offsets = {("t", p): OffsetCommit(1) for p in sorted(kept | {gone})}
+    result = await coord.commit_offsets("g", old, "A", None, offsets)
+    assert result == {("t", p): (E.STALE_MEMBER_EPOCH if p == gone else E.NONE) for p in sorted(kept | {gone})}
+    # B's partitions were given at the new epoch: B's older epoch is stale for them.
+    b2 = await coord.consumer_heartbeat(_hb("B", b.member_epoch, {}), cat)
+    mine = sorted(_parts(b2))
+    assert await coord.commit_offsets("g", b2.member_epoch, "B", None, {("t", mine[0]): OffsetCommit(1)}) == {
+        ("t", mine[0]): E.NONE
+    }
+    assert await coord.commit_offsets("g", old, "B", None, {("t", mine[0]): OffsetCommit(1)}) == {
+        ("t", mine[0]): E.STALE_MEMBER_EPOCH
+    }

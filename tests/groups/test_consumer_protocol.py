@@ -47,13 +47,14 @@ def server(tmp_path: Path) -> Iterator[Tidegate]:
 
 
 class Member:
-    def __init__(self, name: str, client: str, jvm: Java, server: Tidegate, tmp: Path) -> None:
+    def __init__(self, name: str, client: str, jvm: Java, server: Tidegate, tmp: Path,
+                 assignor: str = ASSIGNOR, *extra: str) -> None:
         self.name = name
         self.client = client
         self.stop_file = tmp / f"{name}.stop"
         self.log = tmp / f"{name}.out"
         self._out: IO[str] = open(self.log, "w")
-        args = [server.bootstrap, TOPIC, GROUP, str(self.stop_file), ASSIGNOR]
+        args = [server.bootstrap, TOPIC, GROUP, str(self.stop_file), assignor, *extra]
         self.proc: subprocess.Popen[str]
         if client == "java":
             self.proc = jvm.popen("GroupConsumer", *args, stdout=self._out)
@@ -71,6 +72,10 @@ class Member:
             if len(parts) >= 3 and parts[0] == kind:
                 out.append((int(parts[1]), int(parts[2])))
         return out
+
+    def assignment(self) -> set[int] | None:
+        last = [ln for ln in self.log.read_text().splitlines() if ln.startswith("A ")]
+        return None if not last else {int(x) for x in last[-1][2:].split(",") if x}
 
     def kill9(self) -> None:
         self.proc.kill()
@@ -136,8 +141,10 @@ def test_consumer_protocol_group_exactly_once(java: Java, server: Tidegate, tmp_
         return not (missing - read_by_killed)
 
     def progress() -> object:
+        missing = sorted(produced - set(delivered()))[:10]
         return {
             "produced": len(produced), "delivered": len(set(delivered())),
+            "missing": {r: [m.name for m in members if r in m.lines("R")] for r in missing},
             "members": {m.name: (m.proc.poll(), len(m.lines("D"))) for m in members},
             "server": server.tail(15),
         }
@@ -200,3 +207,50 @@ def test_consumer_protocol_group_exactly_once(java: Java, server: Tidegate, tmp_
     admin.close()
     ends = {p: max(o for q, o in produced if q == p) + 1 for p in range(PARTITIONS)}
     assert {tp.partition: om.offset for tp, om in committed.items()} == ends
+
+
+def _describe_line(out: str) -> str:
+    return next(ln for ln in out.splitlines() if ln.startswith("describe "))
+
+
+def test_java_static_members_with_the_range_assignor(java: Java, server: Tidegate, tmp_path: Path) -> None:  # noqa: F811
+    """Two static Java members (``group.instance.id``) with ``consumer:range``: one
+    closes (member epoch -2: it keeps its partitions) and a new process with the same
+    instance id takes them back without a new group epoch; nothing is read twice."""
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    admin.create_topics([NewTopic(TOPIC, num_partitions=4, replication_factor=1)])
+    admin.close()
+    producer = Producer({"bootstrap.servers": server.bootstrap})
+    for i in range(40):
+        producer.produce(TOPIC, value=f"v{i}".encode(), partition=i % 4)
+    assert producer.flush(30) == 0
+
+    def describe() -> str:
+        return java.run("ConsumerGroupAdmin", server.bootstrap, GROUP, TOPIC, "4")
+
+    members = [Member(f"s{i}", "java", java, server, tmp_path, "consumer:range", f"inst-{i}") for i in (1, 2)]
+    try:
+        def settled() -> bool:
+            got = [m.assignment() for m in members]
+            return all(a is not None and len(a) == 2 for a in got) and "state=Stable members=2" in describe()
+
+        _wait(settled, "two static members with two partitions each", describe)
+        first = describe()
+        assert "assignor=range" in first, first
+        epoch = _describe_line(first).rsplit(" epoch=", 1)[1]
+        before = members[0].assignment()
+        other_changes = len([ln for ln in members[1].log.read_text().splitlines() if ln.startswith("A ")])
+        members[0].finish()  # closes: a static leave (epoch -2)
+        members.append(Member("s1-again", "java", java, server, tmp_path, "consumer:range", "inst-1"))
+        _wait(lambda: members[2].assignment() == before, "the same partitions back", describe)
+        again = describe()
+        assert _describe_line(again).endswith(f" epoch={epoch}"), (first, again)  # no rebalance
+        _wait(lambda: {r for m in members for r in m.lines("D")} >= {(p, o) for p in range(4) for o in range(10)},
+              "every record delivered", describe)
+    finally:
+        for m in members:
+            m.finish()
+    got = [r for m in members for r in m.lines("D")]
+    assert len(got) == len(set(got)) == 40
+    # The other member's assignment did not change while the static member was away.
+    assert len([ln for ln in members[1].log.read_text().splitlines() if ln.startswith("A ")]) == other_changes
