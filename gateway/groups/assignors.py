@@ -5,7 +5,9 @@ subscriptions and the previous target in, the new target assignment out.
 - ``uniform`` spreads every subscribed partition so that the counts of any two members
   that could take the same partition differ by at most one, keeping each partition
   where the previous target had it whenever that does not break the balance (sticky:
-  few partitions move when members come and go).
+  few partitions move when members come and go). Members with one subscription (the
+  usual case) are assigned by quotas in linear time; mixed subscriptions by a greedy
+  pass and moves, in time that grows with partitions times members.
 - ``range`` gives, topic by topic, contiguous ranges of partitions to the members
   subscribed to it, in member id order (the first ``partitions % members`` get one
   more), so members subscribed to co-partitioned topics get the same partition numbers.
@@ -33,6 +35,53 @@ def uniform(
     partitions: Mapping[str, int],
     previous: Mapping[str, Assignment],
 ) -> dict[str, Assignment]:
+    if len({m.subscribed for m in members}) == 1:
+        return _uniform_homogeneous(members, partitions, previous)
+    return _uniform_general(members, partitions, previous)
+
+
+def _uniform_homogeneous(
+    members: list[AssignmentSpec],
+    partitions: Mapping[str, int],
+    previous: Mapping[str, Assignment],
+) -> dict[str, Assignment]:
+    """Every member subscribes to the same topics: quotas of ``n // m`` or one more,
+    the larger ones to the members keeping most of their previous partitions; in
+    O(partitions + members log members)."""
+    topics = sorted(t for t in members[0].subscribed if partitions.get(t, 0) > 0)
+    everything = [(t, p) for t in topics for p in range(partitions[t])]
+    valid = set(everything)
+    kept: dict[str, list[tuple[str, int]]] = {}
+    taken: set[tuple[str, int]] = set()
+    for m in sorted(members, key=lambda m: m.member_id):
+        mine = sorted(
+            tp for t, ps in previous.get(m.member_id, {}).items() for p in ps
+            if (tp := (t, p)) in valid and tp not in taken
+        )
+        taken.update(mine)
+        kept[m.member_id] = mine
+    base, extra = divmod(len(everything), len(members))
+    order = sorted(members, key=lambda m: (-len(kept[m.member_id]), m.member_id))
+    quota = {m.member_id: base + (1 if i < extra else 0) for i, m in enumerate(order)}
+    out: dict[str, list[tuple[str, int]]] = {}
+    for mid, mine in kept.items():
+        out[mid] = mine[: quota[mid]]
+    placed = {tp for mine in out.values() for tp in mine}
+    free = iter(tp for tp in everything if tp not in placed)
+    for m in order:
+        mine = out[m.member_id]
+        while len(mine) < quota[m.member_id]:
+            mine.append(next(free))
+    return {mid: _as_assignment(set(tps)) for mid, tps in out.items()}
+
+
+def _uniform_general(
+    members: list[AssignmentSpec],
+    partitions: Mapping[str, int],
+    previous: Mapping[str, Assignment],
+) -> dict[str, Assignment]:
+    """Members subscribe to different topics: greedy to the least loaded eligible
+    member, then moves between eligible members until no two differ by two or more."""
     eligible: dict[str, list[str]] = {}
     for m in sorted(members, key=lambda m: m.member_id):
         for topic in m.subscribed:

@@ -193,6 +193,11 @@ class GroupCoordinator(Membership):
             self._forget_if_unused(g)
         if removed:
             log.info("offset retention: %d commits expired", removed)
+        for cg in list(self.consumer.groups.values()):
+            holder = self._groups.get(cg.group_id)
+            if not cg.members and (holder is None or not holder.offsets):
+                # An empty consumer group with no commits is gone, as Kafka's cleanup does it.
+                self._store.submit(removals=self.consumer.delete(cg.group_id))
         return removed
 
     # -- offsets -------------------------------------------------------------------------

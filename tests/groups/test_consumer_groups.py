@@ -325,3 +325,16 @@ async def test_a_commit_at_an_older_epoch_is_good_for_partitions_owned_since(coo
     assert await coord.commit_offsets("g", old, "B", None, {("t", mine[0]): OffsetCommit(1)}) == {
         ("t", mine[0]): E.STALE_MEMBER_EPOCH
     }
+
+
+async def test_an_empty_consumer_group_without_commits_is_cleaned_up(coord: GroupCoordinator) -> None:
+    cat = Catalog(t=1)
+    for gid in ("keep", "drop"):
+        await coord.consumer_heartbeat(_hb("A", 0, group=gid), cat)
+    assert await coord.commit_offsets("keep", 1, "A", None, {("t", 0): OffsetCommit(2)}) == {("t", 0): E.NONE}
+    coord.expire_offsets()
+    assert set(coord.consumer.groups) == {"keep", "drop"}  # members: both stay
+    for gid in ("keep", "drop"):
+        await coord.consumer_heartbeat(_hb("A", -1, group=gid), cat)
+    coord.expire_offsets()
+    assert set(coord.consumer.groups) == {"keep"}
