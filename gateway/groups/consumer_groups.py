@@ -80,10 +80,22 @@ class HeartbeatResult:
     assignment: Assignment | None = None
 
 
+#: Bounds that keep a member's stored entry within the group table's key and value
+#: limits (Kafka has none; a request past them is INVALID_REQUEST, never a failed write).
+IDS_BYTES_MAX = 2_048
+SUBSCRIPTION_BYTES_MAX = 256 * 1024
+
+
 def _validate(r: HeartbeatRequest) -> str | None:
-    """Kafka's request checks (INVALID_REQUEST with these messages)."""
+    """Kafka's request checks (INVALID_REQUEST with these messages), and our bounds."""
     if not r.group_id:
         return "GroupId can't be empty."
+    ids = (r.group_id, r.member_id, r.instance_id or "", r.rack_id or "", r.server_assignor or "")
+    if sum(len(x.encode()) for x in ids) > IDS_BYTES_MAX:
+        return f"GroupId, MemberId, InstanceId, RackId and ServerAssignor exceed {IDS_BYTES_MAX} bytes."
+    subscription = list(r.subscribed_names or ()) + [r.subscribed_regex or ""]
+    if sum(len(x.encode()) + 3 for x in subscription) > SUBSCRIPTION_BYTES_MAX:
+        return f"The subscription exceeds {SUBSCRIPTION_BYTES_MAX} bytes."
     if r.api_version >= 1 and not r.member_id:
         return "MemberId can't be empty."
     if r.member_epoch == 0:

@@ -146,6 +146,8 @@ async def test_heartbeat_errors(client: RawClient) -> None:
         (_hb("m1", 7, []), E.FENCED_MEMBER_EPOCH, None),
         (_hb("zz", 1, []), E.UNKNOWN_MEMBER_ID, None),
         (_hb("zz", -1), E.UNKNOWN_MEMBER_ID, None),
+        (_hb("m2", 0, group_id="g" * 3000), E.INVALID_REQUEST, None),
+        (_hb("m2", 0, subscribed_topic_names=[f"t{i:07d}" for i in range(40_000)]), E.INVALID_REQUEST, None),
     ]
     for req, error, message in cases:
         res = await client.call(req, 1, ConsumerGroupHeartbeatResponse)
