@@ -7,7 +7,7 @@ subscriptions and the previous target in, the new target assignment out.
   where the previous target had it whenever that does not break the balance (sticky:
   few partitions move when members come and go). Members with one subscription (the
   usual case) are assigned by quotas in linear time; mixed subscriptions by a greedy
-  pass and moves, in time that grows with partitions times members.
+  pass and moves, asking one heap per distinct subscription for the least loaded.
 - ``range`` gives, topic by topic, contiguous ranges of partitions to the members
   subscribed to it, in member id order (the first ``partitions % members`` get one
   more), so members subscribed to co-partitioned topics get the same partition numbers.
@@ -15,6 +15,7 @@ subscriptions and the previous target in, the new target assignment out.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -81,54 +82,78 @@ def _uniform_general(
     previous: Mapping[str, Assignment],
 ) -> dict[str, Assignment]:
     """Members subscribe to different topics: greedy to the least loaded eligible
-    member, then moves between eligible members until no two differ by two or more."""
-    eligible: dict[str, list[str]] = {}
-    for m in sorted(members, key=lambda m: m.member_id):
-        for topic in m.subscribed:
-            if partitions.get(topic, 0) > 0:
-                eligible.setdefault(topic, []).append(m.member_id)
+    member, then moves between eligible members until no two differ by two or more.
+    Members with the same subscription are interchangeable, so "least loaded" is asked
+    of one heap per distinct subscription."""
     owner: dict[tuple[str, int], str] = {}
     owned: dict[str, set[tuple[str, int]]] = {m.member_id: set() for m in members}
+    subscribed = {m.member_id: m.subscribed for m in members}
     for mid, assignment in sorted(previous.items()):
         if mid not in owned:
             continue
         for topic, parts in assignment.items():
-            if mid not in eligible.get(topic, ()):
+            if topic not in subscribed[mid]:
                 continue
             for p in parts:
                 tp = (topic, p)
-                if p < partitions[topic] and tp not in owner:
+                if p < partitions.get(topic, 0) and tp not in owner:
                     owner[tp] = mid
                     owned[mid].add(tp)
-    for topic in sorted(eligible):
+    loads = _Loads(members, owned)
+    topics = sorted({t for m in members for t in m.subscribed if partitions.get(t, 0) > 0})
+    for topic in topics:
         for p in range(partitions[topic]):
             tp = (topic, p)
             if tp not in owner:
-                mid = min(eligible[topic], key=lambda x: (len(owned[x]), x))
+                mid = loads.least(topic)
                 owner[tp] = mid
                 owned[mid].add(tp)
-    _balance(eligible, owner, owned)
-    return {mid: _as_assignment(tps) for mid, tps in owned.items()}
-
-
-def _balance(
-    eligible: dict[str, list[str]],
-    owner: dict[tuple[str, int], str],
-    owned: dict[str, set[tuple[str, int]]],
-) -> None:
-    """Move partitions from a member to an eligible one with at least two fewer until
-    none can move; each move lowers the sum of squared counts, so this ends."""
+                loads.changed(mid)
     moved = True
-    while moved:
+    while moved:  # each move lowers the sum of squared counts, so this ends
         moved = False
         for tp in sorted(owner):
-            src = owner[tp]
-            dst = min(eligible[tp[0]], key=lambda x: (len(owned[x]), x))
+            src, dst = owner[tp], loads.least(tp[0])
             if len(owned[dst]) + 1 < len(owned[src]):
                 owned[src].discard(tp)
                 owned[dst].add(tp)
                 owner[tp] = dst
+                loads.changed(src)
+                loads.changed(dst)
                 moved = True
+    return {mid: _as_assignment(tps) for mid, tps in owned.items()}
+
+
+class _Loads:
+    """The least loaded member subscribed to a topic, by ``(count, member id)``: one
+    heap per distinct subscription, entries made stale by a count change skipped."""
+
+    def __init__(self, members: list[AssignmentSpec], owned: dict[str, set[tuple[str, int]]]) -> None:
+        self._owned = owned
+        self._class_of = {m.member_id: m.subscribed for m in members}
+        self._heaps: dict[frozenset[str], list[tuple[int, str]]] = {}
+        for m in members:
+            self._heaps.setdefault(m.subscribed, []).append((len(owned[m.member_id]), m.member_id))
+        for h in self._heaps.values():
+            heapq.heapify(h)
+        self._classes_of_topic: dict[str, list[frozenset[str]]] = {}
+        for c in self._heaps:
+            for topic in c:
+                self._classes_of_topic.setdefault(topic, []).append(c)
+
+    def changed(self, member_id: str) -> None:
+        heapq.heappush(self._heaps[self._class_of[member_id]], (len(self._owned[member_id]), member_id))
+
+    def least(self, topic: str) -> str:
+        best: tuple[int, str] | None = None
+        for c in self._classes_of_topic[topic]:
+            h = self._heaps[c]
+            while h[0][0] != len(self._owned[h[0][1]]):
+                heapq.heappop(h)
+            if best is None or h[0] < best:
+                best = h[0]
+        assert best is not None
+        return best[1]
 
 
 def range_(
