@@ -130,6 +130,11 @@ def _durable_view(g: ConsumerGroup | None, member_id: str) -> object:
     return (g.group_epoch, g.assignment_epoch, g.assignor, tuple(g.members), member)
 
 
+def _log_failure(done: asyncio.Future[None]) -> None:
+    if not done.cancelled() and done.exception() is not None:
+        log.error("writing a consumer group failed: %r", done.exception())
+
+
 class ConsumerGroups:
     def __init__(
         self, store: GroupStore, config: GroupConfig, clock_ms: Callable[[], int]
@@ -240,6 +245,8 @@ class ConsumerGroups:
             epoch_at_start = g.group_epoch
             joined = self._join(g, r)
             if isinstance(joined, HeartbeatResult):
+                if not g.members and g.group_epoch == 0:  # made for this join only
+                    del self.groups[r.group_id]
                 return joined
             m = joined
         else:
@@ -349,7 +356,7 @@ class ConsumerGroups:
                 log.info("consumer group %r: member %s expired", g.group_id, mid)
                 self.remove_member(g, mid)
             if expired:
-                self._persist(g, before_epochs, before_ids, None)
+                self._persist(g, before_epochs, before_ids, None).add_done_callback(_log_failure)
 
     # -- offsets and admin ---------------------------------------------------------------
 
