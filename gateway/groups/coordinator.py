@@ -527,6 +527,11 @@ class GroupCoordinator(Membership):
                 out.append((gid, E.GROUP_ID_NOT_FOUND, f"Group {gid} not found.", None))
         return out
 
+    def consumer_group_members(self, group_id: str) -> int:
+        """How many members a KIP-848 group has (0 when it is not one)."""
+        cg = self.consumer.groups.get(group_id)
+        return 0 if cg is None else len(cg.members)
+
     async def join_group(self, req: JoinRequest) -> JoinResult:
         cg = self.consumer.groups.get(req.group_id)
         if cg is not None and self._loaded:
