@@ -15,7 +15,7 @@ import asyncio
 import base64
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 
 import re2
@@ -398,6 +398,24 @@ class ConsumerGroups:
         if member_epoch != m.member_epoch:
             return E.STALE_MEMBER_EPOCH
         return E.NONE
+
+    def describe(
+        self, group_ids: Sequence[str], *, classic: Container[str]
+    ) -> list[tuple[str, int, str | None, ConsumerGroup | None]]:
+        """``(group id, error, message, group)``: a classic (in ``classic``) or unknown
+        group is GROUP_ID_NOT_FOUND, so the admin client asks DescribeGroups next."""
+        out: list[tuple[str, int, str | None, ConsumerGroup | None]] = []
+        for gid in group_ids:
+            cg = self.groups.get(gid)
+            if not gid:
+                out.append((gid, E.INVALID_GROUP_ID, "Group id can't be empty.", None))
+            elif cg is not None:
+                out.append((gid, E.NONE, None, cg))
+            elif gid in classic:
+                out.append((gid, E.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group.", None))
+            else:
+                out.append((gid, E.GROUP_ID_NOT_FOUND, f"Group {gid} not found.", None))
+        return out
 
     def delete(self, group_id: str) -> list[TableRemoval]:
         g = self.groups.pop(group_id)

@@ -510,22 +510,10 @@ class GroupCoordinator(Membership):
     def describe_consumer_groups(
         self, group_ids: Sequence[str]
     ) -> list[tuple[str, int, str | None, ConsumerGroup | None]]:
-        """``(group id, error, message, group)`` for ConsumerGroupDescribe: a classic or
-        unknown group is GROUP_ID_NOT_FOUND (the admin client then asks DescribeGroups)."""
-        out: list[tuple[str, int, str | None, ConsumerGroup | None]] = []
-        for gid in group_ids:
-            cg = self.consumer.groups.get(gid)
-            if not self._loaded:
-                out.append((gid, E.COORDINATOR_LOAD_IN_PROGRESS, None, None))
-            elif not gid:
-                out.append((gid, E.INVALID_GROUP_ID, "Group id can't be empty.", None))
-            elif cg is not None:
-                out.append((gid, E.NONE, None, cg))
-            elif gid in self._groups:
-                out.append((gid, E.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group.", None))
-            else:
-                out.append((gid, E.GROUP_ID_NOT_FOUND, f"Group {gid} not found.", None))
-        return out
+        """``(group id, error, message, group)`` for ConsumerGroupDescribe."""
+        if not self._loaded:
+            return [(gid, E.COORDINATOR_LOAD_IN_PROGRESS, None, None) for gid in group_ids]
+        return self.consumer.describe(group_ids, classic=self._groups)
 
     def consumer_group_members(self, group_id: str) -> int:
         """How many members a KIP-848 group has (0 when it is not one)."""
