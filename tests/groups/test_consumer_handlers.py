@@ -210,11 +210,13 @@ async def test_classic_apis_on_a_consumer_group(client: RawClient) -> None:
 
 
 async def test_metadata_by_topic_id(client: RawClient) -> None:
-    tid = await _topic_id(client, "t")
+    tid, unknown = await _topic_id(client, "t"), uuid.uuid4()
     by_id = await client.call(
         MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=None, topic_id=tid),
-                                MetadataRequest.MetadataRequestTopic(name=None, topic_id=uuid.uuid4())],
+                                MetadataRequest.MetadataRequestTopic(name=None, topic_id=unknown)],
                         allow_auto_topic_creation=False, include_topic_authorized_operations=False),
         12, MetadataResponse,
     )
-    assert [(t.name, t.error_code) for t in by_id.topics] == [("t", 0), ("", E.UNKNOWN_TOPIC_ID)]
+    assert [(t.name, t.topic_id, t.error_code) for t in by_id.topics] == [
+        ("t", tid, 0), (None, unknown, E.UNKNOWN_TOPIC_ID)
+    ]
