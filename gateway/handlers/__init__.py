@@ -145,6 +145,8 @@ HANDLER_MODULES = [
     "describe_groups",
     "list_groups",
     "delete_groups",
+    "consumer_group_heartbeat",
+    "consumer_group_describe",
     # Transactions (gateway/txn).
     "add_partitions_to_txn",
     "add_offsets_to_txn",
