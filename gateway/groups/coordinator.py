@@ -194,7 +194,7 @@ class GroupCoordinator(Membership):
             return dict.fromkeys(offsets, err)
 
         if not self._loaded:
-            return all_(E.COORDINATOR_LOAD_IN_PROGRESS)
+            return all_(self.unloaded_error)
         if not group_id:
             return all_(E.INVALID_GROUP_ID)
         g = self._groups.get(group_id)
@@ -246,7 +246,7 @@ class GroupCoordinator(Membership):
         """KIP-447 fencing of a TxnOffsetCommit: a member id, when given, must belong to
         the group and a generation, when given, must be the current one."""
         if not self._loaded:
-            return E.COORDINATOR_LOAD_IN_PROGRESS
+            return self.unloaded_error
         if not group_id:
             return E.INVALID_GROUP_ID
         g = self._groups.get(group_id)
@@ -281,7 +281,7 @@ class GroupCoordinator(Membership):
         """Committed offsets of ``partitions`` (None: every committed partition).
         Partitions with no commit map to None."""
         if not self._loaded:
-            return E.COORDINATOR_LOAD_IN_PROGRESS, {}
+            return self.unloaded_error, {}
         g = self._groups.get(group_id)
         stored = g.offsets if g is not None else {}
         if partitions is None:
@@ -292,7 +292,7 @@ class GroupCoordinator(Membership):
         self, group_id: str, partitions: Sequence[TopicPartition]
     ) -> tuple[int, dict[TopicPartition, int]]:
         if not self._loaded:
-            return E.COORDINATOR_LOAD_IN_PROGRESS, {}
+            return self.unloaded_error, {}
         g = self._groups.get(group_id)
         if g is None or g.is_(S.DEAD):
             return E.GROUP_ID_NOT_FOUND, {}
@@ -355,7 +355,7 @@ class GroupCoordinator(Membership):
         out: list[GroupDescription] = []
         for gid in group_ids:
             if not self._loaded:
-                out.append(GroupDescription(E.COORDINATOR_LOAD_IN_PROGRESS, gid, "", "", ""))
+                out.append(GroupDescription(self.unloaded_error, gid, "", "", ""))
                 continue
             if not gid:
                 out.append(GroupDescription(E.INVALID_GROUP_ID, gid, "", "", ""))
@@ -389,7 +389,7 @@ class GroupCoordinator(Membership):
         state (case-insensitive), ``types`` by group type; every group here is
         "classic" (the group protocol of KIP-848 is not served)."""
         if not self._loaded:
-            return E.COORDINATOR_LOAD_IN_PROGRESS, []
+            return self.unloaded_error, []
         wanted_states = {s.lower() for s in states}
         wanted_types = {t.lower() for t in types}
         if wanted_types and "classic" not in wanted_types:
@@ -405,7 +405,7 @@ class GroupCoordinator(Membership):
         writes = []
         for gid in group_ids:
             if not self._loaded:
-                result[gid] = E.COORDINATOR_LOAD_IN_PROGRESS
+                result[gid] = self.unloaded_error
                 continue
             if not gid:
                 result[gid] = E.INVALID_GROUP_ID
@@ -432,3 +432,16 @@ class GroupCoordinator(Membership):
 
     def group(self, group_id: str) -> Group | None:
         return self._groups.get(group_id)
+
+
+class NotCoordinator(GroupCoordinator):
+    """Stands in for the coordinator on a cluster node that does not coordinate groups
+    now (it is never started): group requests answer ``NOT_COORDINATOR``, so clients look
+    the coordinator up again; ListGroups, sent to every broker, lists none here."""
+
+    unloaded_error = E.NOT_COORDINATOR
+
+    def list_groups(
+        self, states: Sequence[str] = (), types: Sequence[str] = ()
+    ) -> tuple[int, list[tuple[str, str, str]]]:
+        return E.NONE, []
