@@ -102,6 +102,10 @@ async def serve(config: GatewayConfig) -> None:
 
         # The container map says which containers this node runs.
         local_config = dataclasses.replace(store_config, owned_containers=())
+        if store_config.tier2_dir and store_config.tier2_fence_dir is None:
+            # Tier-2 writes fenced by each container's epoch (core/segmentstore/fence.py).
+            fences = str(Path(store_config.tier2_dir) / ".fence")
+            local_config = dataclasses.replace(local_config, tier2_fence_dir=fences)
         local = StreamSegmentStore(config.data_dir / "segmentstore", local_config)
         cluster = ClusterWiring(config, local)
         store = cluster.routing
