@@ -133,8 +133,8 @@ async def serve(config: GatewayConfig) -> None:
         )
         await controller.start()
         front = controller
-    # Followers' gateway and REST writes go to the controller leader; gRPC serves this
-    # node's own controller (forwarded writes land there, never travel twice).
+    # Followers' gateway, REST and gRPC writes go to the controller leader; writes
+    # another node forwarded here run on this node's own controller (``forwarded``).
     gateway = Gateway(
         config, store, front, traffic=traffic, controller_counts=controller.stats,
         before_listen=cluster.attach if cluster is not None else None, local_store=local,
@@ -142,7 +142,7 @@ async def serve(config: GatewayConfig) -> None:
     # The admin APIs may not seal, delete or truncate the streams under Kafka topics;
     # writes a follower's gateway forwards to this node's gRPC are the gateway's own.
     admin = KafkaScopeGuard(front, config.scope)
-    grpc_admin = KafkaScopeGuard(controller, config.scope)
+    grpc_admin = admin
     rest: tuple[Any, Any] | None = None
     grpc_server: Any = None
     try:
