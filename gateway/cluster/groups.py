@@ -18,7 +18,9 @@ coordinator up again. Markers for partitions other nodes lead are sent to them
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from tidegate.core.segmentstore.service import container_of
@@ -38,6 +40,7 @@ class GroupPlacement:
         self.markers = markers
         self.config = GroupConfig.from_table(ctx.config.groups)
         self.container = container_of(self.config.table, container_count)
+        self._following = asyncio.Lock()
         ctx.not_coordinator = NotCoordinator(store, self.config)
         ctx.not_txn_coordinator = NotTxnCoordinator(
             store, ctx.producer_ids, markers, GroupOffsetsAdapter(lambda: ctx.groups), ctx.clock_ms,
@@ -45,6 +48,21 @@ class GroupPlacement:
 
     async def follow(self, running: set[int]) -> None:
         """Hold loaded coordinators exactly while this node runs the groups' container."""
+        async with self._following:
+            await self._follow(running)
+
+    async def follow_until_done(self, running: Callable[[], set[int]], retry_ms: int = 500) -> None:
+        """``follow``, tried again until it succeeds (a coordinator's table may not exist
+        yet on a new cluster, or its container be moving)."""
+        while True:
+            try:
+                await self.follow(running())
+                return
+            except Exception as exc:  # noqa: BLE001 - retried: the next map change may be far
+                log.warning("group coordination not followed (%r); retrying", exc)
+                await asyncio.sleep(retry_ms / 1000)
+
+    async def _follow(self, running: set[int]) -> None:
         current = self.ctx.group_coordinator
         if self.container in running:
             if current is None:

@@ -62,6 +62,7 @@ class ClusterWiring:
         self.leaders: PartitionLeaders | None = None
         self.topics_refresh_ms = 500
         self._topics_task: asyncio.Task[None] | None = None
+        self._groups_task: asyncio.Task[None] | None = None
 
     @property
     def store(self) -> SegmentStore:
@@ -124,7 +125,14 @@ class ClusterWiring:
 
         async def owned(gained: set[int], lost: set[int]) -> None:
             await leaders.on_owned(gained, lost)
-            await groups.follow(self.node.running)
+            try:
+                await groups.follow(self.node.running)
+            except Exception as exc:  # noqa: BLE001 - retried off the map's path
+                log.warning("group coordination not followed (%r); retrying", exc)
+                if self._groups_task is None or self._groups_task.done():
+                    self._groups_task = asyncio.get_running_loop().create_task(
+                        groups.follow_until_done(lambda: set(self.node.running))
+                    )
 
         self.node.on_owned = owned
         await owned(set(self.node.running), set())
@@ -162,8 +170,9 @@ class ClusterWiring:
                         log.warning("offsets of deleted topic %s not removed: %r", name, exc)
 
     async def close(self) -> None:
-        if self._topics_task is not None:
-            self._topics_task.cancel()
+        for task in (self._topics_task, self._groups_task):
+            if task is not None:
+                task.cancel()
         await self.node.close()
         await self.server.close()
         await self.routing.close()
