@@ -2,8 +2,9 @@
 appends its storage writer has not yet moved to Tier-2 loses its container to another
 node; once thawed (SIGCONT) its writer finds the new owner's epoch in the container's
 Tier-2 fence and stops without writing, and the node, its ZooKeeper session lost, stops
-every container it ran and starts afresh what the map gives it. Every acknowledged
-record reads back once, at dense offsets."""
+every container it ran and starts afresh what the map gives it; appends it held for
+the partition are never re-sent from there (the idempotent producer sent them to the new
+leader). Every acknowledged record reads back once, at dense offsets."""
 
 from __future__ import annotations
 
@@ -68,12 +69,11 @@ def test_a_thawed_stale_owner_writes_nothing_to_tier2(tmp_path: Path, zookeeper:
         while len(producing.acked) < 400:
             time.sleep(0.05)
 
-        # Every request answered, then frozen at once: the acknowledged tail is still in
-        # the owner's storage writer, waiting for its next flush to Tier-2.
-        producing.stopping.set()
-        producing.join(60)
+        # Frozen with the acknowledged tail still in the owner's storage writer (its next
+        # flush to Tier-2 due within seconds) and produce requests in flight.
         assert frozen.proc is not None
         os.kill(frozen.proc.pid, signal.SIGSTOP)
+        producing.stopping.set()
         survivors = ",".join(n.bootstrap for n in nodes if n is not frozen)
         deadline = time.monotonic() + 60
         while _owner(zookeeper.hosts, cid) == frozen.node_id and time.monotonic() < deadline:
@@ -102,6 +102,7 @@ def test_a_thawed_stale_owner_writes_nothing_to_tier2(tmp_path: Path, zookeeper:
         (epoch,) = struct.unpack(">q", fence.read_bytes())
         assert epoch > 0
 
+        producing.join(150)
         assert producing.unflushed == 0 and not producing.errors, producing.errors[:5]
         # The thawed node started again from the map, whatever it gets back: offsets
         # go on after the new owner's, through any node.
