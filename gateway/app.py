@@ -126,25 +126,16 @@ class Gateway:
         )
         self.metrics.add_collector(FetchSessionCollector(self.ctx.fetch_sessions))
         # The transaction coordinator: in-doubt transactions are completed before serving.
+        # In cluster mode the groups' coordinator node runs it (gateway/cluster/groups.py).
         from tidegate.gateway.txn import wiring as txn_wiring
-        from tidegate.gateway.txn.coordinator import TransactionCoordinator, TxnConfig
 
         self.ctx.partition_txns = partition_txns
         markers = txn_wiring.LogMarkerWriter(topics, logs, producers, self.clock_ms)
         self.ctx.txn_markers = markers
-        ctx = self.ctx
-        txns = TransactionCoordinator(
-            self.store, producer_ids, markers,
-            txn_wiring.GroupOffsetsAdapter(lambda: ctx.groups), self.clock_ms,
-            TxnConfig(
-                max_timeout_ms=self.config.transaction_max_timeout_ms,
-                check_interval_ms=self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
-                id_expiration_ms=self.config.transactional_id_expiration_ms,
-                end_wait_ms=self.config.transaction_end_wait_ms,
-            ),
-        )
-        await txns.start()
-        self.ctx.transactions = txns
+        if not self.config.zookeeper:
+            txns = txn_wiring.build_coordinator(self.ctx, markers)
+            await txns.start()
+            self.ctx.transactions = txns
         # Log starts follow the controller's retention truncation (gateway/log/log_start.py).
         follower = RetentionFollower(self.ctx)
         follower.start()

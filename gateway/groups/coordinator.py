@@ -217,7 +217,7 @@ class GroupCoordinator(Membership):
             return dict.fromkeys(offsets, err)
 
         if not self._loaded:
-            return all_(E.COORDINATOR_LOAD_IN_PROGRESS)
+            return all_(self.unloaded_error)
         if not group_id:
             return all_(E.INVALID_GROUP_ID)
         g = self._groups.get(group_id)
@@ -279,7 +279,7 @@ class GroupCoordinator(Membership):
         """KIP-447 fencing of a TxnOffsetCommit: a member id, when given, must belong to
         the group and a generation, when given, must be the current one."""
         if not self._loaded:
-            return E.COORDINATOR_LOAD_IN_PROGRESS
+            return self.unloaded_error
         if not group_id:
             return E.INVALID_GROUP_ID
         g = self._groups.get(group_id)
@@ -320,7 +320,7 @@ class GroupCoordinator(Membership):
         Partitions with no commit map to None. ``member_id``/``member_epoch``
         (OffsetFetch v9) are checked when the group is a consumer (KIP-848) group."""
         if not self._loaded:
-            return E.COORDINATOR_LOAD_IN_PROGRESS, {}
+            return self.unloaded_error, {}
         if group_id in self.consumer.groups:
             err = self.consumer.check_fetch(group_id, member_id, member_epoch)
             if err != E.NONE:
@@ -335,7 +335,7 @@ class GroupCoordinator(Membership):
         self, group_id: str, partitions: Sequence[TopicPartition]
     ) -> tuple[int, dict[TopicPartition, int]]:
         if not self._loaded:
-            return E.COORDINATOR_LOAD_IN_PROGRESS, {}
+            return self.unloaded_error, {}
         g = self._groups.get(group_id)
         if g is None or g.is_(S.DEAD):
             return E.GROUP_ID_NOT_FOUND, {}
@@ -401,7 +401,7 @@ class GroupCoordinator(Membership):
         out: list[GroupDescription] = []
         for gid in group_ids:
             if not self._loaded:
-                out.append(GroupDescription(E.COORDINATOR_LOAD_IN_PROGRESS, gid, "", "", ""))
+                out.append(GroupDescription(self.unloaded_error, gid, "", "", ""))
                 continue
             if not gid:
                 out.append(GroupDescription(E.INVALID_GROUP_ID, gid, "", "", ""))
@@ -436,7 +436,7 @@ class GroupCoordinator(Membership):
         filters by state, ``types`` by group type ("classic" or "consumer"), both
         case-insensitive."""
         if not self._loaded:
-            return E.COORDINATOR_LOAD_IN_PROGRESS, []
+            return self.unloaded_error, []
         wanted_states = {s.lower() for s in states}
         wanted_types = {t.lower() for t in types}
         listed = [
@@ -458,7 +458,7 @@ class GroupCoordinator(Membership):
         writes = []
         for gid in group_ids:
             if not self._loaded:
-                result[gid] = E.COORDINATOR_LOAD_IN_PROGRESS
+                result[gid] = self.unloaded_error
                 continue
             if not gid:
                 result[gid] = E.INVALID_GROUP_ID
@@ -497,7 +497,7 @@ class GroupCoordinator(Membership):
 
     async def consumer_heartbeat(self, req: HeartbeatRequest, topics: TopicCatalog) -> HeartbeatResult:
         if not self._loaded:
-            return HeartbeatResult(E.COORDINATOR_LOAD_IN_PROGRESS)
+            return HeartbeatResult(self.unloaded_error)
         classic = self._groups.get(req.group_id)
         if req.group_id not in self.consumer.groups and classic is not None and (
             not classic.is_(S.EMPTY) or req.member_epoch != 0
@@ -512,7 +512,7 @@ class GroupCoordinator(Membership):
     ) -> list[tuple[str, int, str | None, ConsumerGroup | None]]:
         """``(group id, error, message, group)`` for ConsumerGroupDescribe."""
         if not self._loaded:
-            return [(gid, E.COORDINATOR_LOAD_IN_PROGRESS, None, None) for gid in group_ids]
+            return [(gid, self.unloaded_error, None, None) for gid in group_ids]
         return self.consumer.describe(group_ids, classic=self._groups)
 
     def consumer_group_members(self, group_id: str) -> int:
@@ -533,3 +533,16 @@ class GroupCoordinator(Membership):
 
     def group(self, group_id: str) -> Group | None:
         return self._groups.get(group_id)
+
+
+class NotCoordinator(GroupCoordinator):
+    """Stands in for the coordinator on a cluster node that does not coordinate groups
+    now (it is never started): group requests answer ``NOT_COORDINATOR``, so clients look
+    the coordinator up again; ListGroups, sent to every broker, lists none here."""
+
+    unloaded_error = E.NOT_COORDINATOR
+
+    def list_groups(
+        self, states: Sequence[str] = (), types: Sequence[str] = ()
+    ) -> tuple[int, list[tuple[str, str, str]]]:
+        return E.NONE, []

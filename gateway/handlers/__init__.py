@@ -221,13 +221,18 @@ class HandlerContext:
     #: Each partition's leader epoch and its history; None: epochs are not checked.
     leader_epochs: LeaderEpochs | None = None
 
+    #: Cluster mode: answer group and transactional requests NOT_COORDINATOR while this
+    #: node coordinates neither (``gateway/cluster/groups.py``).
+    not_coordinator: GroupCoordinator | None = None
+    not_txn_coordinator: TransactionCoordinator | None = None
+
     @property
     def groups(self) -> GroupCoordinator:
-        if self.group_coordinator is None:
-            # The request fails and the connection closes; the client looks its
-            # coordinator up again (FindCoordinator names the node that has it).
+        if self.group_coordinator is not None:
+            return self.group_coordinator
+        if self.not_coordinator is None:
             raise RuntimeError("this node does not coordinate consumer groups now")
-        return self.group_coordinator
+        return self.not_coordinator
 
     def stop(self) -> None:
         self.stopping.set()

@@ -98,7 +98,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         if isinstance(found, ErrorCode):
             topics.append(_error_topic(name, found))
         elif cluster is not None:
-            leaders = [await cluster.leader(name, p) for p in range(found.partitions)]
+            leaders = await cluster.leaders(name, found.partitions)
             topics.append(topic_response(ctx, found, leaders))
         else:
             topics.append(topic_response(ctx, found))

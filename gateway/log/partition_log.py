@@ -281,6 +281,11 @@ class PartitionLog:
                     self._fail(p, exc)
         finally:
             self._recovering = False
+        if self.retired:  # moved to another node (or deleted): never re-sent from here
+            gone = StorageFailure(f"{self.topic}/{self.partition} is no longer served here")
+            for p in self._pending:
+                if p.state in _RESEND:
+                    self._fail(p, gone)
         self._drop_failed()
         resend = [p for p in self._pending if p.state in _RESEND]
         if resend and self.segment is not None:
