@@ -544,5 +544,5 @@ class NotCoordinator(GroupCoordinator):
 
     def list_groups(
         self, states: Sequence[str] = (), types: Sequence[str] = ()
-    ) -> tuple[int, list[tuple[str, str, str]]]:
+    ) -> tuple[int, list[tuple[str, str, str, str]]]:
         return E.NONE, []
