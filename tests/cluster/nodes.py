@@ -1,5 +1,8 @@
-"""Cluster test helpers: ``tidegate serve --zookeeper`` nodes sharing Tier-1 and Tier-2
-directories, as real subprocesses."""
+"""Cluster test helpers: ``tidegate serve --zookeeper`` nodes sharing a Tier-2
+directory, as real subprocesses. Tier-1 is cluster mode's default, replicated on the
+plog server each node embeds (``tier1="replicated"``), or the file log in a shared
+directory (``tier1="file"``: clusters of fewer than three nodes, which the replicated
+Tier-1 cannot keep writing through a node's loss)."""
 
 from __future__ import annotations
 
@@ -13,36 +16,51 @@ from tests.conftest import free_port
 
 
 class Node(Tidegate):
-    def __init__(self, root: Path, node_id: int, zookeeper: str, container_count: int) -> None:
+    def __init__(
+        self, root: Path, node_id: int, zookeeper: str, container_count: int, tier1: str = "replicated"
+    ) -> None:
         super().__init__(root / f"node-{node_id}", root / f"node-{node_id}.log")
+        assert tier1 in ("replicated", "file"), tier1
         self.node_id = node_id
         self.zookeeper = zookeeper
         self.shared = root / "shared"
         self.container_count = container_count
+        self.tier1 = tier1
         self.grpc_port = free_port()
+        self._offset = 0
 
     @property
     def grpc(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
 
     def start(self) -> None:
+        self.spawn()
+        self.wait_ready()
+
+    def spawn(self) -> None:
+        """Start the process; ``wait_ready`` waits for it."""
         assert self.proc is None
         self.starts += 1
         with open(self.log_path, "ab") as log:
             log.write(f"---- start {self.starts}\n".encode())
-            offset = log.tell()
+            self._offset = log.tell()
             cmd = [
                 sys.executable, "-m", "tidegate.gateway.cli", "serve",
                 "--data-dir", str(self.data_dir), "--listen", self.bootstrap,
                 "--rest", "off", "--grpc", self.grpc, "--zookeeper", self.zookeeper,
                 "--node-id", str(self.node_id), "--container-count", str(self.container_count),
-                "--tier1-dir", str(self.shared / "tier1"), "--tier2-dir", str(self.shared / "tier2"),
+                "--tier2-dir", str(self.shared / "tier2"),
             ]
+            if self.tier1 == "file":
+                cmd += ["--tier1-dir", str(self.shared / "tier1")]
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+
+    def wait_ready(self) -> None:
+        assert self.proc is not None
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             with open(self.log_path, "rb") as f:
-                f.seek(offset)
+                f.seek(self._offset)
                 if b"tidegate ready" in f.read():
                     return
             if self.proc.poll() is not None:
@@ -51,8 +69,20 @@ class Node(Tidegate):
         raise AssertionError(f"node {self.node_id} not ready in {READY_TIMEOUT_S}s:\n{self.tail()}")
 
 
-def start_nodes(root: Path, zookeeper: str, count: int, container_count: int) -> list[Node]:
-    nodes = [Node(root, i + 1, zookeeper, container_count) for i in range(count)]
-    for node in nodes:
-        node.start()
+def start_nodes(
+    root: Path, zookeeper: str, count: int, container_count: int, tier1: str = "replicated"
+) -> list[Node]:
+    """``count`` nodes started together: on the replicated Tier-1 a lone first node has
+    too few plog servers for its containers' logs until the others register."""
+    nodes = [Node(root, i + 1, zookeeper, container_count, tier1) for i in range(count)]
+    try:
+        for node in nodes:
+            node.spawn()
+        for node in nodes:
+            node.wait_ready()
+    except BaseException:
+        for node in nodes:
+            if node.proc is not None:
+                node.kill9()
+        raise
     return nodes

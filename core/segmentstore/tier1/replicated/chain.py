@@ -74,12 +74,12 @@ class Chain:
             raise DataLogError(f"log {self.name}: recording failed: {exc!r}") from exc
         self.meta = meta
 
-    async def new_plog(self, replicas: Replicas, count: int, capacity: int) -> Spare:
-        """A new empty plog on ``count`` healthy servers, recorded as a spare before it
-        is made (a crash leaves no plog unrecorded). Hold ``lock``.
-        ``TooFewServersError`` if there is no healthy group."""
+    async def new_plog(self, replicas: Replicas, count: int, least: int, capacity: int) -> Spare:
+        """A new empty plog on ``count`` healthy servers (as few as ``least`` while
+        fewer are healthy), recorded as a spare before it is made (a crash leaves no
+        plog unrecorded). Hold ``lock``. ``TooFewServersError`` if there is no group."""
         while True:
-            servers = await replicas.choose_group(count)
+            servers = await replicas.choose_group(count, least)
             spare = Spare(f"{self.name}-{self.epoch}-{uuid.uuid4().hex[:16]}", servers)
 
             def add(m: LogMeta, spare: Spare = spare) -> None:

@@ -104,6 +104,7 @@ class ReplicatedDurableDataLog:
         coordinator: PlogCoordinator,
         *,
         replication_factor: int = 3,
+        min_replicas: int | None = None,
         plog_bytes_max: int = 64 * MiB,
         entry_bytes_max: int = 16 * MiB,
         in_flight_bytes_max: int = 64 * MiB,
@@ -118,6 +119,10 @@ class ReplicatedDurableDataLog:
             raise ValueError(f"log name {name!r}: letters, digits, '_' and '-' only")
         self.name = name
         self._rf = replication_factor
+        # Kafka's min.insync.replicas: while fewer than ``replication_factor`` servers
+        # are healthy, new plogs go on as few as this (default: no fewer).
+        least = replication_factor if min_replicas is None else min_replicas
+        self._min_rf = max(1, min(least, replication_factor))
         self._plog_bytes_max = plog_bytes_max
         self._entry_bytes_max = entry_bytes_max
         self._in_flight_bytes_max = in_flight_bytes_max
@@ -191,7 +196,7 @@ class ReplicatedDurableDataLog:
                 await self._chain.update(no_spares)
             for s in old_spares:
                 await self.replicas.delete(s.id, s.servers)
-            first = await self._chain.new_plog(self.replicas, self._rf, self._capacity)
+            first = await self._chain.new_plog(self.replicas, self._rf, self._min_rf, self._capacity)
             index = self._chain.meta.next_index()
 
             def promote(m: LogMeta) -> None:
@@ -385,7 +390,7 @@ class ReplicatedDurableDataLog:
                 continue
             try:
                 async with self._chain.lock:
-                    spare = await self._chain.new_plog(self.replicas, self._rf, self._capacity)
+                    spare = await self._chain.new_plog(self.replicas, self._rf, self._min_rf, self._capacity)
             except TooFewServersError as exc:
                 if not self._pending:
                     deadline = loop.time() + self._failover_timeout_s
@@ -457,7 +462,7 @@ class ReplicatedDurableDataLog:
         if fresh is not None:
             self._spares.remove(fresh)
         else:
-            fresh = await self._chain.new_plog(self.replicas, self._rf, self._capacity)
+            fresh = await self._chain.new_plog(self.replicas, self._rf, self._min_rf, self._capacity)
         index = kept[-1][0].index + 1
         dropped = {s.id for s in abandoned} | {fresh.id} | {seg.id for seg, _ in kept}
 
