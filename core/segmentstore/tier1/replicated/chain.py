@@ -19,6 +19,7 @@ from tidegate.core.segmentstore.tier1.replicated.meta import (
     MetadataConflictError,
     MetadataExistsError,
     PlogCoordinator,
+    PlogRecord,
     Spare,
 )
 from tidegate.core.segmentstore.tier1.replicated.replicas import Replicas
@@ -96,3 +97,38 @@ class Chain:
                     m.spares = [s for s in m.spares if s.id != spare.id]
 
                 await self.update(drop)
+
+    async def take_over(self, replicas: Replicas, count: int, least: int, capacity: int) -> PlogRecord:
+        """Become the log's owner (fencing, then the start of recovery): claim the record,
+        seal the previous owner's active plog at the smallest end its servers hold and
+        record that end, drop its spares, and record a new active plog (returned). The
+        previous owner's next append meets a sealed plog, its next write a newer record."""
+        await self.claim()
+        await replicas.refresh()
+        async with self.lock:
+            last = self.meta.plogs[-1] if self.meta.plogs else None
+            if last is not None and last.end is None:
+                end = await replicas.seal_min(last.id, last.servers, self.epoch)
+
+                def sealed(m: LogMeta) -> None:
+                    m.plogs[-1].end = end
+
+                await self.update(sealed)
+            old_spares = list(self.meta.spares)
+            if old_spares:
+
+                def no_spares(m: LogMeta) -> None:
+                    m.spares = []
+
+                await self.update(no_spares)
+            for s in old_spares:
+                await replicas.delete(s.id, s.servers)
+            first = await self.new_plog(replicas, count, least, capacity)
+            active = PlogRecord(self.meta.next_index(), first.id, first.servers, None)
+
+            def promote(m: LogMeta) -> None:
+                m.spares = [s for s in m.spares if s.id != first.id]
+                m.plogs.append(active)
+
+            await self.update(promote)
+        return active
