@@ -361,3 +361,66 @@ async def test_plogs_truncated_while_their_server_was_down_are_swept_when_it_ret
     await check.open()
     assert await read_all(check) == [(a, payload(i)) for i, a in enumerate(addrs) if i >= 100]
     await check.close()
+
+
+async def test_with_exactly_three_servers_a_restarted_one_is_used_at_once(
+    make: Any, cluster: PlogCluster
+) -> None:
+    """Three servers, groups of three and no fewer: a ``kill -9`` leaves no group, so
+    the failover waits; once the server is back it answers a probe and the failover
+    goes on at once, not after the server's suspicion lapses (``suspect_ms``, 10 s)."""
+    server(cluster, "s3").stop()
+    log = make(plog_bytes_max=64 << 20, failover_timeout_ms=60_000)
+    await log.open()
+    app = Appender(log.append_future)
+    await app.wait_acked(300, 20)
+    index = log._segs[-1].index
+    victim = server(cluster, "s2")
+    victim.kill9()
+    await asyncio.sleep(1.0)
+    assert log._failing
+    victim.start()
+    back_at = time.monotonic()
+    await app.wait_acked(len(app.acked) + 300, 20)
+    assert resumed_after(app, index, back_at) < RESUME_S
+    await app.stop()
+    await log.close()
+    assert not app.errors
+    check = make()
+    await check.open()
+    check_read_back(await read_all(check), app.acked)
+    await check.close()
+
+
+async def test_a_failover_outlasting_the_suspicion_still_switches_plogs(
+    make: Any, cluster: PlogCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exactly three servers, groups of three: a server back before its suspicion lapses
+    (``suspect_ms``) but not probed in time (here: never). The failover, waiting all
+    along, must still seal and switch once the suspicion lapses: the entries the server
+    lost with its connection would otherwise be sent to it never again, and no append
+    would ever be acknowledged."""
+    server(cluster, "s3").stop()
+    log = make(plog_bytes_max=64 << 20, failover_timeout_ms=60_000, suspect_ms=4000)
+
+    async def no_probe(sids: list[str]) -> bool:
+        return False
+
+    monkeypatch.setattr(log.replicas, "_probe", no_probe)
+    await log.open()
+    app = Appender(log.append_future)
+    await app.wait_acked(300, 20)
+    victim = server(cluster, log._segs[-1].servers[0])
+    victim.kill9()
+    victim.start()
+    back_at = time.monotonic()
+    await app.wait_acked(len(app.acked) + 300, 20)
+    assert max(t for _, t in app.acked.values()) - back_at < 4 + RESUME_S
+    assert log.failovers >= 1
+    await app.stop()
+    await log.close()
+    assert not app.errors
+    check = make()
+    await check.open()
+    check_read_back(await read_all(check), app.acked)
+    await check.close()

@@ -82,6 +82,7 @@ class ReplicatedDurableDataLog:
         in_flight_bytes_max: int = 64 * MiB,
         timeout_ms: int = 2000,
         failover_timeout_ms: int = 30_000,
+        suspect_ms: int = 10_000,
         seed: int | None = None,
         before_seal_recorded: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
@@ -103,7 +104,8 @@ class ReplicatedDurableDataLog:
         self._failover_timeout_s = failover_timeout_ms / 1000
         self._before_seal_recorded = before_seal_recorded
         self.replicas = Replicas(
-            coordinator, timeout_ms=timeout_ms, rng=random.Random(seed), on_suspect=self._on_suspect
+            coordinator, timeout_ms=timeout_ms, suspect_ms=suspect_ms, rng=random.Random(seed),
+            on_suspect=self._on_suspect,
         )
         self._epoch = 0
         self._state = "new"  # new -> open -> closed
@@ -370,12 +372,16 @@ class ReplicatedDurableDataLog:
 
     async def _failover(self) -> None:
         deadline = asyncio.get_running_loop().time() + self._failover_timeout_s
+        # Done once, even if the server's suspicion lapses while it waits: what it was
+        # sent on the closed connection is lost to it, and nothing would send it again.
+        done = False
         try:
-            while self._needs_failover() and self._failed is None and self._state == "open":
+            while (not done or self._needs_failover()) and self._failed is None and self._state == "open":
                 try:
                     async with self._chain.lock:
                         await self._failover_once()
                     self.failovers += 1
+                    done = True
                 except TooFewServersError as exc:
                     if asyncio.get_running_loop().time() > deadline:
                         raise

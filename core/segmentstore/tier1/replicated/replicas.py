@@ -150,10 +150,9 @@ class Replicas:
         they are at least ``least`` (default ``count``)."""
         least = count if least is None else min(least, count)
         live = await self.refresh()
-        now = time.monotonic()
-        healthy = sorted(
-            s for s in live if not self.is_suspect(s) and now - self.full.get(s, -1e9) > self._suspect_s
-        )
+        healthy = self._healthy(live)
+        if len(healthy) < least and await self._probe([s for s in live if self.is_suspect(s)]):
+            healthy = self._healthy(live)
         if len(healthy) < least:
             needs = f"the replication factor needs {count}"
             if least < count:
@@ -164,6 +163,31 @@ class Replicas:
                 f"{len(healthy)} live plog servers ({', '.join(healthy) or 'none'}){room}, {needs}"
             )
         return self._rng.sample(healthy, min(count, len(healthy)))
+
+    def _healthy(self, live: Iterable[str]) -> list[str]:
+        now = time.monotonic()
+        return sorted(
+            s for s in live if not self.is_suspect(s) and now - self.full.get(s, -1e9) > self._suspect_s
+        )
+
+    async def _probe(self, sids: list[str]) -> bool:
+        """Ask each suspect server, on a connection of its own, for any answer: one that
+        answers (restarted, resumed) is healthy again. Only when too few servers are
+        healthy: otherwise a suspect waits out ``suspect_ms``. Whether any answered."""
+
+        async def probe(sid: str) -> bool:
+            conn = PlogConnection(sid, *self.addresses[sid], connect_timeout_s=self.timeout_s)
+            try:
+                await asyncio.wait_for(conn.request(Op.INFO, pack_id("probe")), self.timeout_s)
+            except (ServerUnavailableError, TimeoutError):
+                return False
+            finally:
+                conn.close()
+            self.suspects.pop(sid, None)
+            log.info("plog server %s answers again", sid)
+            return True
+
+        return any(await asyncio.gather(*(probe(s) for s in sids if s in self.addresses)))
 
     async def create(self, plog_id: str, servers: list[str], capacity: int) -> None:
         """Create ``plog_id`` on every server of the group, or on none (what was made is
