@@ -55,29 +55,33 @@ class Node(Tidegate):
                 cmd += ["--tier1-dir", str(self.shared / "tier1")]
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
 
-    def wait_ready(self) -> None:
+    def wait_ready(self, line: bytes = b"tidegate ready") -> None:
+        """Until the log of this start shows ``line``."""
         assert self.proc is not None
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             with open(self.log_path, "rb") as f:
                 f.seek(self._offset)
-                if b"tidegate ready" in f.read():
+                if line in f.read():
                     return
             if self.proc.poll() is not None:
                 raise AssertionError(f"node {self.node_id} exited with {self.proc.returncode}:\n{self.tail()}")
             time.sleep(0.05)
-        raise AssertionError(f"node {self.node_id} not ready in {READY_TIMEOUT_S}s:\n{self.tail()}")
+        raise AssertionError(f"node {self.node_id} not {line.decode()} in {READY_TIMEOUT_S}s:\n{self.tail()}")
 
 
 def start_nodes(
     root: Path, zookeeper: str, count: int, container_count: int, tier1: str = "replicated"
 ) -> list[Node]:
     """``count`` nodes started together: on the replicated Tier-1 a lone first node has
-    too few plog servers for its containers' logs until the others register."""
+    too few plog servers for its containers' logs until the others register. They join
+    in order of their ids (each once the one before joined), so the container map comes
+    out as when each started after the last was ready."""
     nodes = [Node(root, i + 1, zookeeper, container_count, tier1) for i in range(count)]
     try:
         for node in nodes:
             node.spawn()
+            node.wait_ready(b"cluster: node %d joined" % node.node_id)
         for node in nodes:
             node.wait_ready()
     except BaseException:
