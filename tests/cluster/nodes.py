@@ -28,6 +28,8 @@ class Node(Tidegate):
         self.tier1 = tier1
         self.grpc_port = free_port()
         self._offset = 0
+        #: More ``tidegate serve`` flags (a repeated flag's last value wins).
+        self.extra_args: list[str] = []
 
     @property
     def grpc(self) -> str:
@@ -53,6 +55,7 @@ class Node(Tidegate):
             ]
             if self.tier1 == "file":
                 cmd += ["--tier1-dir", str(self.shared / "tier1")]
+            cmd += self.extra_args
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, line: bytes = b"tidegate ready") -> None:
@@ -77,7 +80,11 @@ def start_nodes(
     too few plog servers for its containers' logs until the others register. They join
     in order of their ids (each once the one before joined), so the container map comes
     out as when each started after the last was ready."""
-    nodes = [Node(root, i + 1, zookeeper, container_count, tier1) for i in range(count)]
+    return start_together([Node(root, i + 1, zookeeper, container_count, tier1) for i in range(count)])
+
+
+def start_together(nodes: list[Node]) -> list[Node]:
+    """``start_nodes`` for nodes made by the caller."""
     try:
         for node in nodes:
             node.spawn()
