@@ -395,13 +395,13 @@ async def test_with_exactly_three_servers_a_restarted_one_is_used_at_once(
 async def test_a_failover_outlasting_the_suspicion_still_switches_plogs(
     make: Any, cluster: PlogCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Exactly three servers, groups of three: a server back before its suspicion lapses
-    (``suspect_ms``) but not probed in time (here: never). The failover, waiting all
-    along, must still seal and switch once the suspicion lapses: the entries the server
-    lost with its connection would otherwise be sent to it never again, and no append
-    would ever be acknowledged."""
+    """Exactly three servers, groups of three: a stalled server (SIGSTOP) is given up
+    on, the failover seals the plog on the other two and waits for a third server; the
+    server resumes but is not probed in time (here: never). Once its suspicion lapses
+    (``suspect_ms``) the failover must still switch to a new plog: the sealed plog takes
+    no more appends, so nothing would ever be acknowledged again."""
     server(cluster, "s3").stop()
-    log = make(plog_bytes_max=64 << 20, failover_timeout_ms=60_000, suspect_ms=4000)
+    log = make(plog_bytes_max=64 << 20, failover_timeout_ms=60_000, suspect_ms=3000)
 
     async def no_probe(sids: list[str]) -> bool:
         return False
@@ -411,11 +411,17 @@ async def test_a_failover_outlasting_the_suspicion_still_switches_plogs(
     app = Appender(log.append_future)
     await app.wait_acked(300, 20)
     victim = server(cluster, log._segs[-1].servers[0])
-    victim.kill9()
-    victim.start()
+    victim.pause()
+    try:
+        deadline = time.monotonic() + 10
+        while not log._failing and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert log._failing, "the stalled server was not given up on"
+    finally:
+        victim.resume()
     back_at = time.monotonic()
     await app.wait_acked(len(app.acked) + 300, 20)
-    assert max(t for _, t in app.acked.values()) - back_at < 4 + RESUME_S
+    assert max(t for _, t in app.acked.values()) - back_at < 3 + RESUME_S
     assert log.failovers >= 1
     await app.stop()
     await log.close()
