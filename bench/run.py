@@ -56,7 +56,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--cluster", action="store_true",
-        help="instead: one node against a cluster of three (bench/cluster.py)",
+        help="instead: only one node against a cluster of three (bench/cluster.py)",
+    )
+    p.add_argument(
+        "--cluster-records", type=int, default=100_000,
+        help="after the run, one tidegate node against a cluster of three with this many "
+        "1 KB records over 6 partitions (bench/cluster.py); 0 skips it",
     )
     p.add_argument("--runs", type=int, default=3, help="rounds; medians are quoted")
     p.add_argument(
@@ -543,6 +548,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if own_work_dir:
             shutil.rmtree(work_dir, ignore_errors=True)
+    cluster_result = _cluster(args, bench)
     med = report.medians(bench.measurements)
     doc: dict[str, Any] = {
         "started_utc": started.isoformat(timespec="seconds"),
@@ -566,6 +572,8 @@ def main(argv: list[str] | None = None) -> int:
     if cache_bytes is not None:
         doc["tidegate_cache_bytes_max"] = cache_bytes
         rss_limit_mb = (cache_bytes + args.rss_overhead_mib * MIB) / 1e6
+    if cluster_result is not None:
+        doc["cluster"] = cluster_result
     doc["ratios"] = report.goal_ratios(
         med,
         args.large_bytes,
@@ -586,8 +594,26 @@ def main(argv: list[str] | None = None) -> int:
         "failures": len(bench.failures),
         "results_dir": str(out_dir),
     }
+    if cluster_result is not None:
+        print("cluster (one node, then three): " + json.dumps(cluster_result))
+        result["cluster"] = cluster_result
     print("RESULT " + json.dumps(result, sort_keys=True), flush=True)
     return 1 if bench.failures else 0
+
+
+def _cluster(args: argparse.Namespace, bench: Bench) -> dict[str, Any] | None:
+    """Issue 26: the same records through one node and through three (ZooKeeper from
+    Debian, all on this machine): that the cluster works and what it costs here."""
+    if args.cluster_records <= 0 or report.TIDEGATE not in args.system_list:
+        return None
+    from bench import cluster
+
+    try:
+        found: dict[str, Any] = cluster.run(args.cluster_records, 1024, 6)
+    except Exception as e:  # noqa: BLE001 - reported as a failed phase
+        bench.fail(0, report.TIDEGATE, "cluster", repr(e))
+        return None
+    return found
 
 
 def _client_version() -> str:

@@ -60,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--zookeeper", help="join a cluster: ZooKeeper HOST:PORT[/chroot]")
     serve.add_argument("--node-id", type=int, help="this node's id in the cluster (default 0)")
     serve.add_argument("--segment-store", help="segment-store HOST:PORT for the other nodes")
-    serve.add_argument("--tier1-dir", help="Tier-1 logs directory (cluster: shared by all nodes)")
+    serve.add_argument("--tier1-dir", help="Tier-1 logs directory (cluster: a shared file log "
+                       "instead of the replicated one)")
     serve.add_argument("--tier2-dir", help="Tier-2 directory (cluster: shared by all nodes)")
     serve.add_argument("--container-count", type=int, help="segment containers in the cluster")
     serve.add_argument("--config", type=Path, help="TOML file; every flag is also a key")
@@ -75,6 +76,9 @@ def _parser() -> argparse.ArgumentParser:
     plog.add_argument("--zookeeper", help="ZooKeeper connect string to register in")
     plog.add_argument("--zookeeper-root", default="/tidegate/plog", help="its ZooKeeper path")
     plog.add_argument("--server-id", help="id in ZooKeeper (default: made once, kept in the data dir)")
+    plog.add_argument("--disk-bytes-max", type=int, help="bytes its plogs may take (default: the disk)")
+    plog.add_argument("--sweep-interval-ms", type=int, default=300_000,
+                      help="how often plogs no log records are deleted (also at start; 0: at start only)")
     for p in (serve, plog):
         p.add_argument(
             "--log-level",
@@ -118,6 +122,10 @@ async def serve(config: GatewayConfig) -> None:
             store_settings[key] = getattr(config, key)
     if config.container_count > 0:
         store_settings["container_count"] = config.container_count
+    if config.zookeeper:
+        from tidegate.gateway.cluster.wiring import cluster_tier1_settings
+
+        cluster_tier1_settings(config.zookeeper, config.segment_store, store_settings)
     store_config = SegmentStoreConfig(**store_settings)
     traffic = PartitionTraffic(config.scope, store_config.traffic_window_ms)
     cluster: Any = None
@@ -126,6 +134,10 @@ async def serve(config: GatewayConfig) -> None:
 
         # The container map says which containers this node runs.
         local_config = dataclasses.replace(store_config, owned_containers=())
+        if store_config.tier2_dir and store_config.tier2_fence_dir is None:
+            # Tier-2 writes fenced by each container's epoch (core/segmentstore/fence.py).
+            fences = str(Path(store_config.tier2_dir) / ".fence")
+            local_config = dataclasses.replace(local_config, tier2_fence_dir=fences)
         local = StreamSegmentStore(config.data_dir / "segmentstore", local_config)
         cluster = ClusterWiring(config, local)
         store = cluster.routing
@@ -153,8 +165,8 @@ async def serve(config: GatewayConfig) -> None:
         )
         await controller.start()
         front = controller
-    # Followers' gateway and REST writes go to the controller leader; gRPC serves this
-    # node's own controller (forwarded writes land there, never travel twice).
+    # Followers' gateway, REST and gRPC writes go to the controller leader; writes
+    # another node forwarded here run on this node's own controller (``forwarded``).
     gateway = Gateway(
         config, store, front, traffic=traffic, controller_counts=controller.stats,
         before_listen=cluster.attach if cluster is not None else None, local_store=local,
@@ -162,7 +174,7 @@ async def serve(config: GatewayConfig) -> None:
     # The admin APIs may not seal, delete or truncate the streams under Kafka topics;
     # writes a follower's gateway forwards to this node's gRPC are the gateway's own.
     admin = KafkaScopeGuard(front, config.scope)
-    grpc_admin = KafkaScopeGuard(controller, config.scope)
+    grpc_admin = admin
     rest: tuple[Any, Any] | None = None
     grpc_server: Any = None
     try:
@@ -241,7 +253,10 @@ def _plog_server(args: argparse.Namespace) -> int:
         print(f"tidegate: {exc}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(run_server(args.data_dir, host, port, args.zookeeper, args.server_id, args.zookeeper_root))
+        asyncio.run(run_server(
+            args.data_dir, host, port, args.zookeeper, args.server_id, args.zookeeper_root,
+            args.disk_bytes_max, args.sweep_interval_ms,
+        ))
     except (OSError, ZooKeeperError) as exc:
         print(f"tidegate: {exc}", file=sys.stderr)
         return 1

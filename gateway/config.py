@@ -93,6 +93,8 @@ class GatewayConfig:
     #: and keep librdkafka consumers under their queue limit (64 MiB), past which they
     #: pause fetching for ``fetch.queue.backoff.ms``.
     fetch_max_bytes: int = 8 * 1024 * 1024
+    #: Incremental fetch sessions kept (KIP-227, Kafka's name and default).
+    max_incremental_fetch_session_cache_slots: int = 1000
     #: glibc ``M_MMAP_THRESHOLD``: allocations at least this large get their own
     #: mapping, returned to the OS when freed. glibc's default threshold grows to 32 MiB
     #: as such blocks are freed, after which cache blocks and fetch buffers come from

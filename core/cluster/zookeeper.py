@@ -67,6 +67,8 @@ class ClusterSession:
         #: The controller leader's node id as last seen (None: none elected).
         self.leader_id: int | None = None
         self._closed = False
+        #: Called on the event loop when the session expired (``ClusterNode``).
+        self.on_session_lost: Callable[[], None] | None = None
         self._client.add_listener(self._on_state)
 
     # -- session ---------------------------------------------------------------------
@@ -110,6 +112,8 @@ class ClusterSession:
             if self._leader and self._on_leadership is not None:
                 self._leader = False
                 self._to_loop(self._on_leadership, False)
+            if self.on_session_lost is not None:
+                self._to_loop(self.on_session_lost)
         elif state == KazooState.CONNECTED and not self._closed:
             # A new session after LOST: make our ephemeral nodes again (not on this thread).
             threading.Thread(target=self._reassert, daemon=True).start()
@@ -326,6 +330,9 @@ class ZooKeeper:
     def _start(self) -> None:
         with self._start_lock:  # concurrent first calls share one connect
             if not self._client.connected:
+                base, _, chroot = self.hosts.partition("/")
+                if chroot.strip("/"):
+                    _ensure_chroot(base, "/" + chroot.strip("/"), self._timeout_s)
                 self._client.start(timeout=self._timeout_s)
 
     async def stop(self) -> None:
@@ -361,6 +368,10 @@ class ZooKeeper:
 
     async def delete(self, path: str) -> None:
         await self._call(self._client.delete, path)
+
+    async def sync(self, path: str) -> None:
+        """Reads after this see every write made before it (a follower's may lag)."""
+        await self._call(self._client.sync, path)
 
     async def children(self, path: str) -> list[str]:
         try:

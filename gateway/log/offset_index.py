@@ -18,6 +18,8 @@ Keys (topic names never contain NUL):
 - ``s`` topic NUL partition:u32 → log start offset (synced)
 - ``p`` topic NUL partition:u32 producer id:u64 → producer state (see producer_state)
 - ``x`` and ``a``: the transaction index of each partition (see ``gateway.txn.partition_txns``)
+- ``e`` topic NUL partition:u32 epoch:u32 → the first offset appended in that leader
+  epoch (``gateway.log.leader_epochs``)
 - ``c`` topic NUL partition:u32 → the cleaner's checkpoint of a compacted partition
   (``gateway/log/compaction``), written with sync together with the entries it points
   to the clean segment: entries below it are not derivable from the stream's segments
@@ -146,7 +148,7 @@ class OffsetIndex:
         segment names, so stale markers would hide its data from the rebuild)."""
         name = topic.encode()
         wb = WriteBatch(raw_mode=True)
-        for kind in (b"o", b"t", b"s", b"p", b"x", b"a", b"c"):
+        for kind in (b"o", b"t", b"s", b"p", b"x", b"a", b"c", b"e"):
             wb.delete_range(kind + name + b"\x00", kind + name + b"\x01")
         prefix = b"m" + segment_prefix.encode()
         wb.delete_range(prefix, prefix + b"\xff" * 8)

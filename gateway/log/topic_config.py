@@ -309,6 +309,10 @@ def stream_config(configs: Mapping[str, str], partitions: int) -> StreamConfig:
 
 # -- broker resources -----------------------------------------------------------------
 
+#: The Kafka release whose broker configs tools read as this node's version.
+KAFKA_VERSION = "3.9"
+
+
 def broker_configs(g: GatewayConfig) -> dict[str, tuple[str, ConfigType, str]]:
     """The broker configs DescribeConfigs reports: name → (value, type, documentation).
     Read-only: a node's settings come from ``tidegate serve`` flags and its config file."""
@@ -329,6 +333,25 @@ def broker_configs(g: GatewayConfig) -> dict[str, tuple[str, ConfigType, str]]:
         "offsets.topic.replication.factor": ("1", _T.SHORT, "Replication is the segment "
                                              "store's."),
         "delete.topic.enable": ("true", _T.BOOLEAN, "DeleteTopics is enabled."),
+        # What admin UIs read to tell the broker's version (Kafka UI falls back to old
+        # APIs without it): the Kafka release whose APIs tidegate answers.
+        "inter.broker.protocol.version": (KAFKA_VERSION + "-IV0", _T.STRING,
+                                          "The Kafka release whose protocol is spoken."),
+        "log.message.format.version": (KAFKA_VERSION + "-IV0", _T.STRING,
+                                       "Record batches are stored as clients send them (v2)."),
+        "listeners": ("PLAINTEXT://" + g.listen, _T.LIST, "Where this node listens."),
+        "advertised.listeners": ("PLAINTEXT://" + (g.advertised_listener or g.listen),
+                                 _T.LIST, "What Metadata advertises."),
+        "log.dirs": (str(g.data_dir), _T.STRING, "This node's data directory."),
+        "zookeeper.connect": (g.zookeeper, _T.STRING, "Cluster mode's ZooKeeper."),
+        "transaction.state.log.replication.factor": ("1", _T.SHORT, "Replication is the "
+                                                     "segment store's."),
+        "fetch.max.bytes": (str(g.fetch_max_bytes), _T.INT, "Largest Fetch answer."),
+        "connections.max.idle.ms": (str(g.connections_max_idle_ms), _T.LONG,
+                                    "Idle connections close after this."),
+        "max.incremental.fetch.session.cache.slots": (
+            str(g.max_incremental_fetch_session_cache_slots), _T.INT,
+            "Incremental fetch sessions kept (KIP-227)."),
     }
     for d in TOPIC_CONFIGS.values():
         if d.broker_synonym is not None and d.broker_synonym not in values:

@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 TINY = [
     "--runs", "1",
+    "--cluster-records", "0",  # bench.cluster has a smoke test of its own
     "--large-mb", "2",
     "--small-records", "20000",
     "--partitions", "1,4",
@@ -159,3 +160,15 @@ def test_append_floor_measures_the_event_loop_alone() -> None:
     result = json.loads(last.removeprefix("RESULT "))
     assert result["appends"] == 400
     assert result["cpu_us_per_append"] > 0 and result["appends_per_s"] > 0
+
+
+@pytest.mark.timeout(120)
+def test_cluster_bench_runs(tmp_path: Path) -> None:
+    """``make bench``'s last part: the same records through one node, then three."""
+    from bench import cluster
+
+    found = cluster.run(3000, 1024, 6)
+    for nodes in ("one_node", "three_nodes"):
+        assert found[nodes]["consumed"] == 3000
+        assert found[nodes]["produce_mb_s"] > 0 and found[nodes]["consume_mb_s"] > 0
+
