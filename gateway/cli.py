@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import gc
 import logging
 import os
 import signal
@@ -21,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
+from tidegate.gateway import heap
 from tidegate.gateway.config import (
     ENV_PREFIX,
     GatewayConfig,
@@ -203,11 +203,9 @@ async def serve(config: GatewayConfig) -> None:
             config.grpc,
             config.data_dir,
         )
-        # What start-up built (modules, protocol schemas, controller and store state)
-        # lives as long as the process: moved out of the collector's generations, a full
-        # collection later scans only what came since, and pauses the loop far less.
-        gc.collect()
-        gc.freeze()
+        # What start-up built lives as long as the process, and so do the survivors of
+        # each full collection: frozen, a full collection scans only what came since.
+        heap.freeze_long_lived()
         await stop.wait()
         log.info("tidegate stopping")
     finally:
