@@ -18,9 +18,9 @@ from tidegate.spark.txn import (
     OpenTransaction,
     TransactionEnder,
     committed_batch,
+    fenced_producer,
     leave_open,
     marker_group,
-    open_transaction,
 )
 
 #: Local properties Spark's micro-batch execution sets on every task.
@@ -99,13 +99,19 @@ def _write_transactional(opts: WriteOptions, schema: StructType, rows: Iterator[
     if not prefix:
         raise OptionError("exactly_once=true needs transactionalIdPrefix outside a streaming query")
     task = ctx.partitionId()
-    producer = open_transaction(opts.bootstrap, f"{prefix}-{task}", opts.transaction_timeout_ms)
+    marker = marker_group(prefix, task)
+    producer = fenced_producer(opts.bootstrap, f"{prefix}-{task}", opts.transaction_timeout_ms)
+    if committed_batch(opts.bootstrap, marker, opts.topic) >= batch_id:
+        # An earlier run of the query committed this batch: it is not written twice.
+        producer.close()
+        return Written(0, None)
+    producer.begin_transaction()
     count = 0
     for record in _records(rows, schema, opts.topic):
         producer.send(record["topic"], value=record["value"], key=record["key"],
                       partition=record.get("partition"), headers=record.get("headers"))
         count += 1
-    return Written(count, leave_open(producer, marker_group(prefix, task), opts.topic, batch_id, count))
+    return Written(count, leave_open(producer, marker, opts.topic, batch_id, count))
 
 
 def _end_all(opts: WriteOptions, messages: list[Any], batch_id: int, commit: bool) -> None:
@@ -115,9 +121,7 @@ def _end_all(opts: WriteOptions, messages: list[Any], batch_id: int, commit: boo
     ender = TransactionEnder(opts.bootstrap)
     try:
         for txn in txns:
-            # A marker at this batch: an earlier run committed it; this copy is dropped.
-            done = commit and committed_batch(opts.bootstrap, txn.marker_group, txn.marker_topic) >= batch_id
-            ender.end(txn, commit and not done)
+            ender.end(txn, commit)
     finally:
         ender.close()
 

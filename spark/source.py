@@ -33,7 +33,7 @@ from tidegate.spark.kafka_meta import (
     to_json_offsets,
 )
 from tidegate.spark.kafka_read import OffsetRange, read_range
-from tidegate.spark.options import Offsets, ReadOptions, read_options, write_options
+from tidegate.spark.options import Offsets, OptionError, ReadOptions, read_options, write_options
 from tidegate.spark.planning import ranges, rate_limit
 
 #: Spark's Kafka source schema; ``headers`` only with includeHeaders=true.
@@ -63,6 +63,8 @@ class TidegateDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from tidegate.spark.sink import KafkaBatchWriter
 
+        if overwrite:
+            raise OptionError("a topic cannot be overwritten: write with mode append")
         return KafkaBatchWriter(write_options(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
@@ -89,8 +91,9 @@ class KafkaBatchReader(DataSourceReader):
         return ranges(start, end, self.opts.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRange)
-        yield from read_range(self.opts, self.schema, partition)
+        # With no range planned Spark still runs one task, with a partition of its own.
+        if isinstance(partition, OffsetRange):
+            yield from read_range(self.opts, self.schema, partition)
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -151,8 +154,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ranges(begin, stop, self.opts.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRange)
-        yield from read_range(self.opts, self.schema, partition)
+        # With no range planned Spark still runs one task, with a partition of its own.
+        if isinstance(partition, OffsetRange):
+            yield from read_range(self.opts, self.schema, partition)
 
     def commit(self, end: Offsets) -> None:
         pass

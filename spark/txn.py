@@ -4,9 +4,9 @@ A task writes its rows inside a transaction of its own transactional id and leav
 open; the driver ends it with EndTxn (commit or abort) once Spark decides the batch, with
 the producer id and epoch the task handed back. Each transaction also commits, through
 TxnOffsetCommit, ``batch id + 1`` as the offset of partition 0 of the output topic in a
-marker group of its own (``<prefix>.sink.<task partition>``): a batch whose marker is
-already there was committed by an earlier run of the query and is aborted, not
-committed twice.
+marker group of its own (``<prefix>.sink.<task partition>``). A task first fences its
+id's earlier incarnation (which aborts what it left open), then reads its marker: a batch
+already there was committed by an earlier run of the query and is not written again.
 """
 
 from __future__ import annotations
@@ -47,15 +47,14 @@ def marker_group(prefix: str, task_partition: int) -> str:
     return f"{prefix}.sink.{task_partition}"
 
 
-def open_transaction(bootstrap: str, transactional_id: str, timeout_ms: int) -> Any:
-    """A transactional producer with its transaction begun. Its init fences (and so aborts)
-    whatever an earlier attempt of the same task left open."""
+def fenced_producer(bootstrap: str, transactional_id: str, timeout_ms: int) -> Any:
+    """A transactional producer whose init fenced (and so aborted) whatever an earlier
+    attempt of the same task left open; no transaction begun yet."""
     producer = KafkaProducer(
         bootstrap_servers=bootstrap.split(","), transactional_id=transactional_id,
         transaction_timeout_ms=timeout_ms, client_id=f"tidegate-spark-{transactional_id}",
     )
     producer.init_transactions()
-    producer.begin_transaction()
     return producer
 
 
@@ -76,7 +75,8 @@ def leave_open(producer: Any, marker: str, topic: str, batch_id: int, rows: int)
 
 
 def committed_batch(bootstrap: str, group: str, topic: str) -> int:
-    """The last batch id a committed transaction of this marker group wrote (-1: none)."""
+    """The last batch id a committed transaction of this marker group wrote (-1: none).
+    librdkafka asks for stable offsets: this waits while a transaction holds the group's."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                          "enable.auto.commit": False, "client.id": f"tidegate-spark-{uuid.uuid4().hex}"})
     try:
