@@ -47,6 +47,8 @@ def _consumer(opts: ReadOptions) -> Any:
         # Out of range (deleted records) is reported to us, never silently reset.
         "auto.offset.reset": "error",
         "isolation.level": "read_uncommitted",
+        # librdkafka's default (1 s) pauses fetching whenever its queue is full.
+        "fetch.queue.backoff.ms": 10,
     }
     config.update(opts.client)
     return Consumer(config)
@@ -65,17 +67,18 @@ class _Columns:
         self.ts_type: list[int] = []
         self.hdrs: list[list[dict[str, Any]] | None] = []
 
-    def add(self, msg: Any) -> None:
-        self.key.append(msg.key())
-        self.value.append(msg.value())
-        self.offset.append(msg.offset())
-        kind, ts_ms = msg.timestamp()
-        self.ts_us.append(ts_ms * 1000 if ts_ms >= 0 else None)
+    def extend(self, msgs: list[Any]) -> None:
+        self.key += [m.key() for m in msgs]
+        self.value += [m.value() for m in msgs]
+        self.offset += [m.offset() for m in msgs]
+        stamps = [m.timestamp() for m in msgs]
+        self.ts_us += [ts * 1000 if ts >= 0 else None for _kind, ts in stamps]
         # Spark's timestampType: 0 CreateTime, 1 LogAppendTime.
-        self.ts_type.append(1 if kind == TIMESTAMP_LOG_APPEND_TIME else 0)
+        self.ts_type += [1 if kind == TIMESTAMP_LOG_APPEND_TIME else 0 for kind, _ts in stamps]
         if self.headers:
-            raw = msg.headers()
-            self.hdrs.append([{"key": k, "value": v} for k, v in raw] if raw else [])
+            for m in msgs:
+                raw = m.headers()
+                self.hdrs.append([{"key": k, "value": v} for k, v in raw] if raw else [])
 
     def batch(self, schema: pa.Schema, topic: str, partition: int) -> pa.RecordBatch:
         n = len(self.offset)
@@ -120,20 +123,21 @@ def read_range(opts: ReadOptions, schema: StructType, r: OffsetRange) -> Iterato
         deadline = time.monotonic() + opts.poll_timeout_ms / 1000
         while position < r.end:
             msgs = consumer.consume(num_messages=min(opts.batch_rows, 10_000), timeout=1.0)
+            good = []
             for msg in msgs:
                 err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._AUTO_OFFSET_RESET and not opts.fail_on_data_loss:
-                        consumer.assign([TopicPartition(r.topic, r.partition, OFFSET_BEGINNING)])
-                        continue
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        continue
+                if err is None:
+                    good.append(msg)
+                elif err.code() == KafkaError._AUTO_OFFSET_RESET and not opts.fail_on_data_loss:
+                    consumer.assign([TopicPartition(r.topic, r.partition, OFFSET_BEGINNING)])
+                elif err.code() != KafkaError._PARTITION_EOF:
                     raise KafkaSourceError(f"{r.topic}-{r.partition} at offset {position}: {err}")
-                if msg.offset() >= r.end:
-                    position = r.end
-                    break
-                cols.add(msg)
-                position = msg.offset() + 1
+            if good and good[-1].offset() >= r.end:
+                good = [m for m in good if m.offset() < r.end]
+                position = r.end
+            if good:
+                cols.extend(good)
+                position = max(position, good[-1].offset() + 1)
                 if len(cols.offset) >= opts.batch_rows:
                     yield cols.batch(pa_schema, r.topic, r.partition)
                     cols.clear()
