@@ -5,6 +5,7 @@ driver commits when Spark commits the batch (``txn``)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,11 +18,14 @@ from tidegate.spark.options import OptionError, WriteOptions
 from tidegate.spark.txn import (
     OpenTransaction,
     TransactionEnder,
+    TransactionError,
     committed_batch,
     fenced_producer,
     leave_open,
     marker_group,
 )
+
+log = logging.getLogger(__name__)
 
 #: Local properties Spark's micro-batch execution sets on every task.
 _BATCH_ID = "streaming.sql.batchId"
@@ -121,7 +125,13 @@ def _end_all(opts: WriteOptions, messages: list[Any], batch_id: int, commit: boo
     ender = TransactionEnder(opts.bootstrap)
     try:
         for txn in txns:
-            ender.end(txn, commit)
+            try:
+                ender.end(txn, commit)
+            except TransactionError as exc:
+                if commit:
+                    raise
+                # Fenced or timed out already: the coordinator aborted it.
+                log.warning("%s", exc)
     finally:
         ender.close()
 
