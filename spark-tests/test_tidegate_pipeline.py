@@ -73,6 +73,7 @@ def _commits(checkpoint: Path) -> int:
     return len([p for p in d.iterdir() if p.name.isdigit()]) if d.exists() else 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_pipeline_every_window_once_across_kills(tidegate: Tidegate, tmp_path: Path) -> None:
     b = tidegate.bootstrap

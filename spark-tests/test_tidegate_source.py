@@ -143,7 +143,8 @@ def test_fail_on_data_loss_after_delete_records(spark: Any, tidegate: Tidegate) 
 
 def test_topic_scaled_while_a_query_reads_it(spark: Any, tidegate: Tidegate, tmp_path: Path) -> None:
     """The topic's stream is split (REST scale) between micro-batches and during them:
-    no record lost, none twice, each key's records in the order they were produced."""
+    no record lost, none twice, each key's records in the order they were produced; then
+    partitions are added and the running query reads them."""
     import httpx
 
     b = tidegate.bootstrap
@@ -175,8 +176,15 @@ def test_topic_scaled_while_a_query_reads_it(spark: Any, tidegate: Tidegate, tmp
                 "newKeyRanges": [[widest["keyStart"], mid], [mid, widest["keyEnd"]]]})
             assert answer.status_code < 300, answer.text
         wait_for("every record", lambda: len(seen) >= 100 * len(keys), 120)
+        # Partitions added while the query runs are read from their start.
+        admin = AdminClient({"bootstrap.servers": b})
+        admin.create_partitions([NewPartitions("src-scaled", 6)])["src-scaled"].result(30)
+        produce(b, [{"topic": "src-scaled", "partition": 4 + i % 2, "key": b"late", "value": str(i).encode()}
+                    for i in range(20)])
+        wait_for("the new partitions' records", lambda: len([x for x in seen if x[1] == "late"]) >= 20, 120)
     finally:
         query.stop()
     assert len(httpx.get(f"{rest}/segments", timeout=30).json()["segments"]) > 4
     for k in keys:
         assert [seq for _b, key, seq in seen if key == k] == list(range(100)), k
+    assert sorted(seq for _b, key, seq in seen if key == "late") == list(range(20))
