@@ -74,6 +74,11 @@ def test_batch_read_exact_offsets_headers_timestamps(spark: Any, tidegate: Tideg
         .load().select("offset").collect()
     )
     assert sorted(r.offset for r in by_ts) == [16, 17, 18, 19]
+    # The topic named as the Kafka scope's stream.
+    as_stream = (spark.read.format("tidegate").option("kafka.bootstrap.servers", b)
+                 .option("scope", "kafka").option("stream", "src-batch")
+                 .option("start_stream_cut", "earliest").load())
+    assert as_stream.count() == 60
 
 
 def test_bad_options_are_clear_errors(spark: Any, tidegate: Tidegate) -> None:

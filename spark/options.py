@@ -122,6 +122,56 @@ def _offset_spec(options: Mapping[str, str], name: str, default: int, allowed: s
     return OffsetSpec(default, offsets)
 
 
+class _Options(dict[str, str]):
+    """Option names are case-insensitive in Spark (its own map lower-cases them)."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        super().__init__((k.lower(), v) for k, v in options.items())
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return super().get(key.lower(), default)
+
+    def __getitem__(self, key: str) -> str:
+        return super().__getitem__(key.lower())
+
+
+#: The scope whose streams are the Kafka topics (``tidegate serve``'s default).
+KAFKA_SCOPE = "kafka"
+_CUT_WORDS = {"earliest": "earliest", "latest": "latest"}
+
+
+def _stream_options(options: Mapping[str, str]) -> Mapping[str, str]:
+    """``scope``/``stream``/``start_stream_cut``/``end_stream_cut`` as the Kafka options
+    they mean for the Kafka scope's streams; other scopes are refused (no client can read
+    their segments yet)."""
+    scope, stream = options.get("scope"), options.get("stream")
+    if scope is None and stream is None:
+        for name in ("start_stream_cut", "end_stream_cut"):
+            if options.get(name) is not None:
+                raise OptionError(f"option {name} needs the options scope and stream")
+        return options
+    if not scope or not stream:
+        raise OptionError("the options scope and stream go together")
+    kafka_scope = options.get("kafkaScope") or KAFKA_SCOPE
+    if scope != kafka_scope:
+        raise OptionError(
+            f"scope {scope!r}: only the streams of the Kafka scope {kafka_scope!r} can be read "
+            "yet (the server has no segment read API for clients); see docs/spark.md")
+    if any(options.get(k) for k in ("subscribe", "subscribePattern", "assign")):
+        raise OptionError("option stream names the topic: leave out subscribe, subscribePattern, assign")
+    out = _Options(options)
+    out["subscribe"] = stream
+    for cut, kafka_name in (("start_stream_cut", "startingOffsets"), ("end_stream_cut", "endingOffsets")):
+        raw = options.get(cut)
+        if raw is None:
+            continue
+        if raw.strip().lower() not in _CUT_WORDS:
+            raise OptionError(f"option {cut}: a Kafka scope stream takes earliest or latest "
+                              f"(or {kafka_name} in Kafka offsets), not {raw!r}")
+        out[kafka_name.lower()] = _CUT_WORDS[raw.strip().lower()]
+    return out
+
+
 def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
     """The read options, checked; ``options`` is Spark's case-insensitive option map."""
     bootstrap = options.get("kafka.bootstrap.servers")
@@ -133,6 +183,7 @@ def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
                       "key.deserializer", "value.deserializer"):
         if forbidden in client:
             raise OptionError(f"option kafka.{forbidden} is not supported: the source tracks offsets itself")
+    options = _stream_options(_Options(options))
     kinds = [k for k in ("subscribe", "subscribePattern", "assign") if options.get(k)]
     if len(kinds) != 1:
         raise OptionError("exactly one of the options subscribe, subscribePattern, assign is "
@@ -199,6 +250,7 @@ class WriteOptions:
 
 
 def write_options(options: Mapping[str, str]) -> WriteOptions:
+    options = _Options(options)
     bootstrap = options.get("kafka.bootstrap.servers")
     if not bootstrap:
         raise OptionError("option kafka.bootstrap.servers is required")
