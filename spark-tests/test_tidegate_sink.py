@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from native import create_topic, produce, server, spark_session  # type: ignore[import-not-found]
 
 from tests.clients.server import Tidegate
@@ -59,12 +61,23 @@ def test_batch_write_idempotent_and_aborted_exactly_once(spark: Any, tidegate: T
         return v
 
     explode_at_40 = udf(fail_at_40, "string", useArrow=False)
-    failing = df.repartition(4).withColumn("value", explode_at_40("value")).drop("partition")
+    # One task, in order: 40 records go out in its transaction before it fails.
+    one_task = spark.createDataFrame(spark.sparkContext.parallelize([(f"k{i}", f"v{i:03}") for i in range(50)], 1),
+                                     ["key", "value"])
+    failing = one_task.withColumn("value", explode_at_40("value"))
     with pytest.raises(Exception, match="a task fails on purpose"):
         (failing.write.mode("append").format("tidegate").option("kafka.bootstrap.servers", b)
          .option("topic", "sink-abort").option("exactly_once", "true")
          .option("transactionalIdPrefix", "abort-test").save())
     assert _values(spark, b, "sink-abort", "read_committed") == []
+    # No transaction is left open: the last stable offset is the high watermark.
+    admin = AdminClient({"bootstrap.servers": b})
+    tp = TopicPartition("sink-abort", 0)
+
+    def latest(isolation: IsolationLevel) -> int:
+        return int(admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=isolation)[tp].result().offset)
+
+    assert latest(IsolationLevel.READ_COMMITTED) == latest(IsolationLevel.READ_UNCOMMITTED)
 
 
 def _run(spark: Any, b: str, checkpoint: Path) -> None:

@@ -111,10 +111,19 @@ def _write_transactional(opts: WriteOptions, schema: StructType, rows: Iterator[
         return Written(0, None)
     producer.begin_transaction()
     count = 0
-    for record in _records(rows, schema, opts.topic):
-        producer.send(record["topic"], value=record["value"], key=record["key"],
-                      partition=record.get("partition"), headers=record.get("headers"))
-        count += 1
+    try:
+        for record in _records(rows, schema, opts.topic):
+            producer.send(record["topic"], value=record["value"], key=record["key"],
+                          partition=record.get("partition"), headers=record.get("headers"))
+            count += 1
+    except BaseException:
+        # Aborted now rather than at its timeout: an open transaction holds read_committed
+        # readers of its partitions at its first record.
+        try:
+            producer.abort_transaction()
+        finally:
+            producer.close()
+        raise
     return Written(count, leave_open(producer, marker, opts.topic, batch_id, count))
 
 
