@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from tidegate.spark.options import EARLIEST, LATEST, OptionError, read_options, write_options
 from tidegate.spark.planning import ranges, rate_limit
@@ -62,6 +62,7 @@ def test_rate_limit_prorates_like_spark() -> None:
     assert rate_limit({("t", 0): 0, ("t", 1): 0}, {("t", 0): 1000, ("t", 1): 1}, 10)[("t", 1)] == 1
 
 
+@settings(deadline=None)  # a shared, loaded machine: no per-example deadline
 @given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 500)), min_size=1, max_size=6),
        st.integers(1, 40))
 def test_ranges_cover_each_offset_once(spans: list[tuple[int, int]], min_partitions: int) -> None:
