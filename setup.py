@@ -3,7 +3,7 @@
 Everything else about the project is in pyproject.toml.
 
 Layout: the product's top-level folders (``gateway/``, ``core/``, ``protocol/``,
-``tier2/``) install as subpackages of ``tidegate`` (``tidegate.gateway``, ...), never as
+``tier2/``, ``spark/``) install as subpackages of ``tidegate`` (``tidegate.gateway``, ...), never as
 top-level packages of their own: a package-dir mapping, listed here because setuptools'
 package discovery cannot rename what it finds.
 
@@ -22,7 +22,7 @@ from setuptools import Extension, find_packages, setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-FOLDERS = ("gateway", "core", "protocol", "tier2")
+FOLDERS = ("gateway", "core", "protocol", "tier2", "spark")
 
 
 def _codegen():  # type: ignore[no-untyped-def]

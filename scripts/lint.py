@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("gateway", "core", "protocol", "tier2")
+FOLDERS = ("gateway", "core", "protocol", "tier2", "spark")
 #: mypy strict covers every package.
-TYPED = ("protocol", "core", "tier2", "gateway")
+TYPED = ("protocol", "core", "tier2", "gateway", "spark")
 
 
 def build_tree(dest: Path) -> Path:

@@ -27,8 +27,8 @@ def test_version_and_module_entry_point(tmp_path: Path) -> None:
 def test_only_tidegate_is_importable_outside_the_checkout(tmp_path: Path) -> None:
     code = (
         "import importlib.util as u;"
-        "print([n for n in ('core', 'gateway', 'protocol', 'tier2') if u.find_spec(n)]);"
-        "import tidegate.core, tidegate.gateway, tidegate.protocol, tidegate.tier2"
+        "print([n for n in ('core', 'gateway', 'protocol', 'tier2', 'spark') if u.find_spec(n)]);"
+        "import tidegate.core, tidegate.gateway, tidegate.protocol, tidegate.tier2, tidegate.spark"
     )
     done = _run("-c", code, cwd=tmp_path)
     assert done.returncode == 0, done.stderr

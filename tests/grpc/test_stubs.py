@@ -71,7 +71,7 @@ def test_missing_or_stale_stubs_fail_loudly(tmp_path: Path) -> None:
 
 def test_wheel_build_generates_the_stubs(tmp_path: Path) -> None:
     files = subprocess.run(
-        ["git", "ls-files", "pyproject.toml", "setup.py", "README.md", "tidegate", "protocol", "gateway", "core", "tier2"],
+        ["git", "ls-files", "pyproject.toml", "setup.py", "README.md", "tidegate", "protocol", "gateway", "core", "tier2", "spark"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -95,5 +95,6 @@ def test_wheel_build_generates_the_stubs(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for name in (*codegen.GENERATED, "../controller.proto"):
         assert os.path.normpath(f"tidegate/protocol/grpc_gen/{name}") in names
-    assert not any(name.split("/")[0] in ("gateway", "core", "protocol", "tier2") for name in names)
+    assert not any(name.split("/")[0] in ("gateway", "core", "protocol", "tier2", "spark") for name in names)
+    assert "tidegate/spark/source.py" in names
     assert not (src / "protocol" / "grpc_gen").exists()  # a wheel build leaves the tree alone

