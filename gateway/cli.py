@@ -156,9 +156,11 @@ async def serve(config: GatewayConfig) -> None:
             ghost, gport = parse_host_port(config.grpc)
             grpc_server = await start_grpc_server(grpc_admin, ghost, gport, forwarded=controller)
         log.info(
-            "tidegate ready: kafka=%s:%d advertised=%s rest=%s grpc=%s data-dir=%s",
+            "tidegate ready: kafka=%s:%d listeners=%s advertised=%s rest=%s grpc=%s data-dir=%s",
             host,
             port,
+            ",".join(f"{n}://{h}:{p}" for n, (h, p) in gateway.server.bound.items())
+            if gateway.server else "",
             config.advertised_listener,
             config.rest,
             config.grpc,
@@ -247,13 +249,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, overrides)
         _ = (config.listen_address, config.advertised_address)  # validate early
+        listeners = config.kafka_listeners()
+        config.advertised_by_listener()
+        if any(listener.tls for listener in listeners):
+            from tidegate.gateway.security.tls import server_context
+
+            server_context(config)  # unreadable key material fails here, not later
         parse_ip_overrides(config.max_connections_per_ip_overrides)
     except (ValueError, OSError) as exc:
         print(f"tidegate: {exc}", file=sys.stderr)
         return 2
     try:
         lock = lock_data_dir(config.data_dir)
-        check_address_free("Kafka listener", *config.listen_address)
+        for listener in listeners:
+            check_address_free(f"Kafka listener {listener.name}", listener.host, listener.port)
         for what, address in (("REST", config.rest), ("gRPC", config.grpc)):
             if _enabled(address):
                 check_address_free(what, *parse_host_port(address))

@@ -50,6 +50,7 @@ from tidegate.gateway.log.partitions import PartitionLogs
 from tidegate.gateway.log.producer_ids import ProducerIdAllocator
 from tidegate.gateway.log.producer_state import ProducerStates
 from tidegate.gateway.log.topics import TopicRegistry
+from tidegate.gateway.security.session import Security, Session
 from tidegate.gateway.txn.coordinator import TransactionCoordinator
 from tidegate.gateway.txn.partition_txns import PartitionTxns
 from tidegate.gateway.txn.wiring import LogMarkerWriter
@@ -67,6 +68,8 @@ class RequestContext:
     peer: str = ""
     #: ``time.monotonic()`` when its whole frame had been read (request metrics).
     received: float = 0.0
+    #: The connection's listener, principal and SASL state (``gateway.security``).
+    session: Session | None = None
 
     def release(self) -> None:
         self.released.set()
@@ -125,7 +128,14 @@ HANDLER_MODULES = [
     "incremental_alter_configs",
     "delete_records",
     "describe_cluster",
+    # Security (gateway/security).
     "sasl_handshake",
+    "sasl_authenticate",
+    "describe_acls",
+    "create_acls",
+    "delete_acls",
+    "describe_user_scram_credentials",
+    "alter_user_scram_credentials",
     # Consumer groups (gateway/groups).
     "find_coordinator",
     "join_group",
@@ -207,6 +217,8 @@ class HandlerContext:
     transactions: TransactionCoordinator | None = None
     partition_txns: PartitionTxns | None = None
     txn_markers: LogMarkerWriter | None = None
+    #: SASL mechanisms, SCRAM credentials, ACLs and the authorizer (``gateway/security``).
+    security: Security | None = None
 
     @property
     def groups(self) -> GroupCoordinator:
