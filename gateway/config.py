@@ -113,6 +113,8 @@ class GatewayConfig:
     #: ``User:alice;User:bob``: principals every operation is allowed to.
     super_users: str = ""
     allow_everyone_if_no_acl_found: bool = False
+    #: A connection whose login failed closes this long after the answer (Kafka's name).
+    connection_failed_authentication_delay_ms: int = 100
     #: Most failed-login log lines per minute (the rest are counted in the next line).
     sasl_failed_login_log_per_minute: int = 20
     #: Extra store configuration passed through to the segment store and controller.

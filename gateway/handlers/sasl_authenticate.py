@@ -14,6 +14,7 @@ from typing import Any
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.gateway.security.sasl import TOKEN_BYTES_MAX, AuthenticationError
+from tidegate.gateway.security.session import RawToken
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
 
@@ -53,3 +54,16 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     lifetime_ms = security.reauth_ms if req.api_version >= 1 else 0
     session.expires_at = time.monotonic() + lifetime_ms / 1000 if lifetime_ms > 0 else None
     return _answer(ErrorCode.NONE, None, answer, lifetime_ms)
+
+
+async def raw_token(ctx: HandlerContext, req: RequestContext, token: bytes) -> RawToken | None:
+    """A bare token after SaslHandshake v0: answered bare; a failure closes the
+    connection without an answer (v0 has no way to carry an error)."""
+    session = req.session
+    request = SaslAuthenticateRequest(auth_bytes=token)
+    answer = await handle(ctx, req, request)
+    if answer.error_code != ErrorCode.NONE:
+        return None
+    if session is not None and session.authenticated and session.exchange is None:
+        session.raw_tokens = False
+    return RawToken(bytes(answer.auth_bytes))

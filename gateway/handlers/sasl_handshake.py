@@ -1,6 +1,6 @@
-"""SaslHandshake (key 17), v1: picks the mechanism of the SaslAuthenticate exchange that
-follows (KIP-152). v0, whose tokens follow as bare frames without Kafka headers, is not
-served: every client since Kafka 1.0 sends v1.
+"""SaslHandshake (key 17), v0-1: picks the mechanism of the SaslAuthenticate exchange that
+follows (KIP-152); after v0 the tokens follow as bare size-prefixed frames instead
+(``Connection`` hands them to ``sasl_authenticate.raw_token``).
 
 On a listener without SASL, or for a mechanism not in ``sasl.enabled.mechanisms``, the
 answer is UNSUPPORTED_SASL_MECHANISM with the enabled list (empty without SASL). Sent
@@ -16,7 +16,7 @@ from tidegate.gateway.security.sasl import exchange
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
 
-SPEC = ApiSpec(SaslHandshakeRequest, SaslHandshakeResponse, 1, 1)
+SPEC = ApiSpec(SaslHandshakeRequest, SaslHandshakeResponse, 0, 1)
 
 
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
@@ -30,4 +30,5 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=security.mechanisms
         )
     session.exchange = exchange(request.mechanism, security.credentials)
+    session.raw_tokens = req.api_version == 0
     return SaslHandshakeResponse(error_code=ErrorCode.NONE, mechanisms=security.mechanisms)

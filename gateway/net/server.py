@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tidegate.gateway.admin.metrics import Metrics
-from tidegate.gateway.handlers import EncodedBody, HandlerContext, RequestContext
+from tidegate.gateway.handlers import EncodedBody, HandlerContext, RequestContext, sasl_authenticate
 from tidegate.gateway.handlers import api_versions as api_versions_handler
 from tidegate.gateway.net.framepool import FramePool
 from tidegate.gateway.net.limits import (
@@ -42,7 +42,7 @@ from tidegate.gateway.net.request_budget import RequestBudget
 from tidegate.gateway.net.wire import Frame, FrameTooLargeError, KafkaWire
 from tidegate.gateway.security.api_acls import guarded, guarded_metadata
 from tidegate.gateway.security.listeners import Listener
-from tidegate.gateway.security.session import Session
+from tidegate.gateway.security.session import RawToken, Session
 from tidegate.gateway.security.tls import certificate_principal, server_context
 from tidegate.protocol.apis import API_VERSIONS_KEY, ApiSpec
 from tidegate.protocol.errors import ErrorCode, KafkaProtocolError
@@ -56,6 +56,10 @@ from tidegate.protocol.framing import (
 log = logging.getLogger(__name__)
 
 _Item = tuple["asyncio.Future[Any]", RequestContext, ApiSpec]
+
+SASL_AUTHENTICATE_KEY = 36
+#: The api key of a bare SASL token's request context: its answer is written bare.
+_RAW_TOKEN_KEY = -1
 
 
 class Connection:
@@ -136,6 +140,8 @@ class Connection:
             self._queue.put_nowait(None)
 
     def _accept(self, frame: Frame, previous: asyncio.Event) -> _Item:
+        if self.session.raw_tokens:
+            return self._raw_token(frame, previous)
         key, version, correlation_id = peek_request_header(frame)
         api = self._ctx.registry.get(key)
         if api is None:
@@ -163,6 +169,18 @@ class Connection:
         if security is not None and security.authorizer is not None:
             return self._start(self._guarded(api, req, request), req, spec, previous)
         return self._start(api.handle(self._ctx, req, request), req, spec, previous)
+
+    def _raw_token(self, frame: Frame, previous: asyncio.Event) -> _Item:
+        """A bare SASL token after SaslHandshake v0 (answered bare, see ``_framed``)."""
+        api = self._ctx.registry.get(SASL_AUTHENTICATE_KEY)
+        if api is None:
+            raise KafkaProtocolError("SASL token without SaslAuthenticate")
+        req = RequestContext(
+            _RAW_TOKEN_KEY, 0, 0, None, peer=self.peer, received=time.monotonic(),
+            session=self.session,
+        )
+        coro = sasl_authenticate.raw_token(self._ctx, req, bytes(frame))
+        return self._start(coro, req, api.spec, previous)
 
     def _guarded(self, api: Any, req: RequestContext, request: Any) -> Any:
         """The handler's coroutine behind the authorizer (``gateway.security.api_acls``)."""
@@ -235,10 +253,7 @@ class Connection:
                 self.pending -= 1
                 self.last_active = time.monotonic()
             if self.session.closing:  # a failed login: its answer, then nothing more
-                if result is not None:
-                    with contextlib.suppress(Exception):
-                        await _write_buffers(self._wire, _framed(_encode_body(result, req, spec), req, spec))
-                self._abort()
+                await self._close_failed_login(result, req, spec)
                 return
             if result is None:
                 continue
@@ -262,6 +277,18 @@ class Connection:
             except ConnectionError:
                 self._abort()
                 return
+
+    async def _close_failed_login(self, result: Any, req: RequestContext, spec: ApiSpec) -> None:
+        """Write the refusal, stop reading, and close after Kafka's
+        ``connection.failed.authentication.delay.ms`` (slows password guessing; the
+        client reads the answer before the close)."""
+        self.stop_reading()
+        with contextlib.suppress(Exception):
+            if result is not None:
+                await _write_buffers(self._wire, _framed(_encode_body(result, req, spec), req, spec))
+            await self._wire.drain()
+        await asyncio.sleep(self._ctx.config.connection_failed_authentication_delay_ms / 1000)
+        self._abort()
 
     def _abort(self) -> None:
         self.stop_reading()
@@ -314,6 +341,8 @@ async def _answer(value: Any) -> Any:
 
 
 def _encode_body(result: Any, req: RequestContext, spec: ApiSpec) -> list[bytes | memoryview]:
+    if isinstance(result, RawToken):
+        return [result.token]
     if isinstance(result, EncodedBody):
         return list(result.buffers)
     return [spec.encode_response(result, req.api_version)]
@@ -322,7 +351,10 @@ def _encode_body(result: Any, req: RequestContext, spec: ApiSpec) -> list[bytes 
 def _framed(
     body: list[bytes | memoryview], req: RequestContext, spec: ApiSpec
 ) -> list[bytes | memoryview]:
-    """The answer's buffers on the wire: size prefix, response header, body."""
+    """The answer's buffers on the wire: size prefix, response header, body (a bare
+    SASL token after SaslHandshake v0: no header)."""
+    if req.api_key == _RAW_TOKEN_KEY:
+        return [size_prefix(sum(len(b) for b in body)), *body]
     header = encode_response_header(
         req.correlation_id, spec.response_header_flexible(req.api_version)
     )
@@ -358,13 +390,16 @@ class KafkaServer:
         loop = asyncio.get_running_loop()
         config = self.ctx.config
         advertised = config.advertised_by_listener()
-        tls: ssl.SSLContext | None = None
+        contexts: dict[bool, ssl.SSLContext] = {}
         for listener in config.kafka_listeners():
-            if listener.tls and tls is None:
-                tls = server_context(config)
+            tls = None
+            if listener.tls:
+                tls = contexts.get(listener.sasl)
+                if tls is None:
+                    tls = contexts[listener.sasl] = server_context(config, sasl=listener.sasl)
             server = await loop.create_server(
                 _wire_factory(self, listener, advertised),
-                listener.host or None, listener.port, ssl=tls if listener.tls else None,
+                listener.host or None, listener.port, ssl=tls,
             )
             self._servers.append(server)
             sock = server.sockets[0].getsockname()

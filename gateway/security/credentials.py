@@ -31,7 +31,7 @@ SECURITY_TABLE = "_system/gateway/security"
 
 #: KIP-554's mechanism codes.
 MECHANISMS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
-_HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 #: Kafka's bounds on a credential's iterations (ScramMechanism.minIterations/max).
 ITERATIONS_MIN = 4096
 ITERATIONS_MAX = 16384
@@ -59,13 +59,13 @@ class ScramCredential:
 
 
 def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
-    return hashlib.pbkdf2_hmac(_HASHES[mechanism], password.encode(), salt, iterations)
+    return hashlib.pbkdf2_hmac(HASHES[mechanism], password.encode(), salt, iterations)
 
 
 def credential_from_salted(
     mechanism: str, salt: bytes, iterations: int, salted: bytes
 ) -> ScramCredential:
-    name = _HASHES[mechanism]
+    name = HASHES[mechanism]
     client_key = hmac.digest(salted, b"Client Key", name)
     stored_key = hashlib.new(name, client_key).digest()
     server_key = hmac.digest(salted, b"Server Key", name)

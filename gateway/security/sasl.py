@@ -1,5 +1,5 @@
 """SASL exchanges on the server side: PLAIN (RFC 4616) and SCRAM-SHA-256/512 (RFC 5802,
-KIP-84, the message work done by ``scramp``).
+KIP-84).
 
 An exchange takes the client's tokens one by one (``step``) and returns the server's
 answer; it raises ``AuthenticationError`` with the message the client is shown (the
@@ -9,10 +9,14 @@ is set once it succeeded.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import secrets
 from typing import Protocol
 
-import scramp
 from tidegate.gateway.security.credentials import (
+    HASHES,
     MECHANISMS,
     ScramCredential,
     password_matches,
@@ -82,12 +86,21 @@ class PlainExchange:
 
 
 class ScramExchange:
+    """RFC 5802's server side. The client-final nonce must *end with* the server-first
+    nonce, Kafka's own rule (``ScramSaslServer``): librdkafka before 1.x's fix sends its
+    client nonce once more in front, and Kafka brokers accept it. Hence not ``scramp``,
+    whose server insists on equality."""
+
     def __init__(self, mechanism: str, credentials: Credentials) -> None:
         self.mechanism = mechanism
+        self._hash = HASHES[mechanism]
         self._credentials = credentials
-        self._scram = scramp.ScramMechanism(mechanism)
-        self._server: scramp.ScramServer | None = None
+        self._credential: ScramCredential | None = None
         self._user = ""
+        self._gs2_header = ""
+        self._client_first_bare = ""
+        self._server_first = ""
+        self._nonce = ""
         self.principal: str | None = None
 
     async def step(self, token: bytes) -> bytes:
@@ -95,39 +108,66 @@ class ScramExchange:
             message = token.decode()
         except UnicodeDecodeError:
             raise AuthenticationError(f"Invalid {self.mechanism} message: not UTF-8") from None
-        try:
-            if self._server is None:
-                return await self._first(message)
-            if self.principal is None:
-                self._server.set_client_final(message)
-                final = str(self._server.get_server_final())
-                self.principal = "User:" + self._user
-                return final.encode()
-        except scramp.ScramException:
-            raise _failed(self.mechanism, self._user) from None
+        if self._credential is None:
+            return await self._first(message)
+        if self.principal is None:
+            return self._final(message)
         raise AuthenticationError(f"Unexpected {self.mechanism} message after authentication")
 
     async def _first(self, message: str) -> bytes:
-        self._user = _scram_user(message)
+        parts = message.split(",", 2)
+        if len(parts) != 3 or parts[0] not in ("n", "y"):
+            # "p" asks for channel binding, which Kafka's SCRAM does not offer.
+            raise AuthenticationError(f"Invalid {self.mechanism} client-first message")
+        self._gs2_header = parts[0] + "," + parts[1] + ","
+        self._client_first_bare = parts[2]
+        attributes = _attributes(parts[2])
+        user, client_nonce = attributes.get("n"), attributes.get("r")
+        if not user or not client_nonce:
+            raise AuthenticationError(f"Invalid {self.mechanism} client-first message")
+        self._user = user.replace("=2C", ",").replace("=3D", "=")
         credential = await self._credentials.get(self._user, self.mechanism)
         if credential is None:
             raise _failed(self.mechanism, self._user)
-        auth_info = (
-            credential.salt, credential.stored_key, credential.server_key, credential.iterations
-        )
-        self._server = self._scram.make_server(lambda _user: auth_info)
-        self._server.set_client_first(message)
-        return str(self._server.get_server_first()).encode()
+        self._credential = credential
+        self._nonce = client_nonce + secrets.token_urlsafe(24)
+        salt = base64.b64encode(credential.salt).decode()
+        self._server_first = f"r={self._nonce},s={salt},i={credential.iterations}"
+        return self._server_first.encode()
+
+    def _final(self, message: str) -> bytes:
+        credential = self._credential
+        assert credential is not None
+        without_proof, sep, proof_part = message.rpartition(",p=")
+        attributes = _attributes(without_proof) if sep else {}
+        try:
+            proof = base64.b64decode(proof_part, validate=True)
+            binding = base64.b64decode(attributes.get("c", ""), validate=True)
+        except ValueError:
+            raise _failed(self.mechanism, self._user) from None
+        nonce = attributes.get("r", "")
+        if binding != self._gs2_header.encode() or not nonce.endswith(self._nonce):
+            raise _failed(self.mechanism, self._user)
+        auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
+        signature = hmac.digest(credential.stored_key, auth_message, self._hash)
+        if len(proof) != len(signature):
+            raise _failed(self.mechanism, self._user)
+        client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
+        if not hmac.compare_digest(hashlib.new(self._hash, client_key).digest(),
+                                   credential.stored_key):
+            raise _failed(self.mechanism, self._user)
+        self.principal = "User:" + self._user
+        server_signature = hmac.digest(credential.server_key, auth_message, self._hash)
+        return b"v=" + base64.b64encode(server_signature)
 
 
-def _scram_user(client_first: str) -> str:
-    """The ``n=`` attribute of a client-first message, its ``=2C``/``=3D`` decoded."""
-    _, _, bare = client_first.partition(",")
-    _, _, bare = bare.partition(",")  # past the GS2 header (``n,,``)
-    for attribute in bare.split(","):
-        if attribute.startswith("n="):
-            return attribute[2:].replace("=2C", ",").replace("=3D", "=")
-    raise AuthenticationError("Invalid SCRAM client-first message: no user name")
+def _attributes(message: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for attribute in message.split(","):
+        key, sep, value = attribute.partition("=")
+        if sep and len(key) == 1:
+            found.setdefault(key, value)
+    return found
 
 
 def exchange(mechanism: str, credentials: Credentials) -> Exchange:

@@ -41,6 +41,8 @@ class Session:
     expires_at: float | None = None
     #: Set after a failed login: the connection closes once the answer is written.
     closing: bool = False
+    #: After SaslHandshake v0: the next frames are bare SASL tokens, not requests.
+    raw_tokens: bool = False
 
     def admits(self, api_key: int) -> bool:
         if api_key in PRE_AUTH_KEYS:
@@ -48,6 +50,13 @@ class Session:
         if not self.authenticated:
             return False
         return self.expires_at is None or time.monotonic() < self.expires_at
+
+
+@dataclass(frozen=True, slots=True)
+class RawToken:
+    """A SASL token answered as a bare size-prefixed frame (SaslHandshake v0)."""
+
+    token: bytes
 
 
 @dataclass

@@ -44,8 +44,10 @@ class TlsSettings(Protocol):
     ssl_client_auth: str
 
 
-def server_context(settings: TlsSettings) -> ssl.SSLContext:
-    """Raises ``ValueError`` for a missing or unreadable key, chain or trust store."""
+def server_context(settings: TlsSettings, *, sasl: bool = False) -> ssl.SSLContext:
+    """Raises ``ValueError`` for a missing or unreadable key, chain or trust store. A
+    SASL_SSL listener (``sasl``) asks for no client certificate: SASL authenticates
+    there (KIP-684: ``ssl.client.auth`` is the SSL listeners')."""
     if not settings.ssl_keystore_location:
         raise ValueError("an SSL or SASL_SSL listener needs ssl.keystore.location (PEM)")
     mode = CLIENT_AUTH.get(settings.ssl_client_auth.lower())
@@ -66,7 +68,7 @@ def server_context(settings: TlsSettings) -> ssl.SSLContext:
         raise ValueError(f"TLS key material: {exc}") from exc
     if mode != ssl.CERT_NONE and not settings.ssl_truststore_location:
         raise ValueError("ssl.client.auth needs ssl.truststore.location (PEM CA bundle)")
-    context.verify_mode = mode
+    context.verify_mode = ssl.CERT_NONE if sasl else mode
     return context
 
 
