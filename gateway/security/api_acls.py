@@ -106,8 +106,10 @@ def _offset_fetch_groups(request: Any, version: int) -> Iterable[str]:
 
 
 def _delete_topic_names(request: Any, version: int) -> Iterable[str]:
+    """Topics named by id only are checked under their id (no ACL names one, so only a
+    wildcard or a super user may delete by id)."""
     names = list(getattr(request, "topic_names", None) or [])
-    return names + [t.name for t in (getattr(request, "topics", None) or []) if t.name]
+    return names + [t.name or str(t.topic_id) for t in (getattr(request, "topics", None) or [])]
 
 
 T, G, C, X = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID
@@ -310,9 +312,52 @@ def _delete_groups(request: Any, version: int, error: ErrorCode, message: str) -
     )
 
 
+def _create_acls(request: Any, version: int, error: ErrorCode, message: str) -> Any:
+    from kafka.protocol.admin import CreateAclsResponse
+
+    R = CreateAclsResponse.AclCreationResult
+    return CreateAclsResponse(throttle_time_ms=0, results=[
+        R(error_code=error, error_message=message) for _ in request.creations
+    ])
+
+
+def _delete_acls(request: Any, version: int, error: ErrorCode, message: str) -> Any:
+    from kafka.protocol.admin import DeleteAclsResponse
+
+    R = DeleteAclsResponse.DeleteAclsFilterResult
+    return DeleteAclsResponse(throttle_time_ms=0, filter_results=[
+        R(error_code=error, error_message=message, matching_acls=[]) for _ in request.filters
+    ])
+
+
+def _alter_scram(request: Any, version: int, error: ErrorCode, message: str) -> Any:
+    from kafka.protocol.admin import AlterUserScramCredentialsResponse
+
+    R = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
+    names = [d.name for d in request.deletions] + [u.name for u in request.upsertions]
+    return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=[
+        R(user=n, error_code=error, error_message=message) for n in dict.fromkeys(names)
+    ])
+
+
+def _find_coordinator(request: Any, version: int, error: ErrorCode, message: str) -> Any:
+    from kafka.protocol.metadata import FindCoordinatorResponse as R
+
+    keys = list(getattr(request, "coordinator_keys", None) or []) if version >= 4 else []
+    return R(
+        throttle_time_ms=0, error_code=error, error_message=message, node_id=-1, host="",
+        port=-1, coordinators=[
+            R.Coordinator(key=k, node_id=-1, host="", port=-1, error_code=error,
+                          error_message=message) for k in keys
+        ],
+    )
+
+
 DENIALS: dict[int, Denial] = {
+    10: _find_coordinator,
     0: _produce, 1: _fetch, 2: _list_offsets, 8: _offset_commit, 9: _offset_fetch,
     19: _create_topics, 20: _delete_topics, 15: _describe_groups, 42: _delete_groups,
+    30: _create_acls, 31: _delete_acls, 51: _alter_scram,
 }
 
 

@@ -46,7 +46,7 @@ def make_certs(tmp: Path) -> Certs:
         str(tmp / "server.pem")
     )
     ca.cert_pem.write_to_path(str(tmp / "ca.pem"))
-    past = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)
+    past = datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)
     issued = {
         "admin": ca.issue_cert("admin", common_name="admin"),
         "alice": ca.issue_cert("alice", common_name="alice"),
