@@ -1,5 +1,5 @@
 """DescribeUserScramCredentials (key 50), v0 (KIP-554): each user's SCRAM mechanisms
-and iterations (never a salt or key); all users when the list is null; a named user
+and iterations (never a salt or key); all users when the list is null or empty; a named user
 without credentials gets RESOURCE_NOT_FOUND, one named twice DUPLICATE_RESOURCE."""
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         return R(throttle_time_ms=0, error_code=ErrorCode.SECURITY_DISABLED,
                  error_message="SASL is not configured", results=[])
     known = await security.credentials.users()
-    wanted = [u.name for u in request.users] if request.users is not None else sorted(known)
+    # Null or empty: every user (Kafka's rule; the Java AdminClient sends an empty list).
+    wanted = [u.name for u in request.users] if request.users else sorted(known)
     counts = Counter(wanted)
     results = []
     for user in dict.fromkeys(wanted):

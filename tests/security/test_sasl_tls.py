@@ -45,6 +45,7 @@ def test_mutual_tls_round_trip(secure: Secure, family: str) -> None:
 def test_wrong_password_refused_with_sasl_authentication_failed(
     secure: Secure, caplog: pytest.LogCaptureFixture
 ) -> None:
+    from aiokafka.errors import KafkaConnectionError
     from confluent_kafka import KafkaError, Producer
     from kafka import KafkaConsumer, TopicPartition
 
@@ -72,7 +73,7 @@ def test_wrong_password_refused_with_sasl_authentication_failed(
     assert "SaslAuthenticationFailedError" in caplog.text and "Authentication failed" in caplog.text
 
     caplog.clear()
-    with pytest.raises(Exception), caplog.at_level(logging.ERROR, logger="aiokafka"):
+    with pytest.raises(KafkaConnectionError), caplog.at_level(logging.ERROR, logger="aiokafka"):
         clients.aiokafka_round_trip(
             clients.kafka_python_conf(secure, "SASL_SSL", "SCRAM-SHA-512", "alice", "wrong"), "x"
         )
