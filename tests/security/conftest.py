@@ -15,6 +15,7 @@ import trustme
 
 from tests.clients.server import Tidegate
 from tests.conftest import free_port
+from tests.java.conftest import java  # noqa: F401  (the compiled Java programs, for test_java)
 
 USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")

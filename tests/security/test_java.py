@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.java.conftest import Java, java  # noqa: F401  (the compiled Java programs)
+from tests.java.conftest import Java
 from tests.security.conftest import USERS, Secure
 
 
