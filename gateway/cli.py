@@ -116,7 +116,9 @@ async def serve(config: GatewayConfig) -> None:
         await controller.md.ensure_table(controller.md.scopes_table)
         from tidegate.gateway.cluster.forwarding import LeaderForwarding
 
-        front: Any = LeaderForwarding(controller, cluster.leader_grpc)
+        front: Any = LeaderForwarding(
+            controller, cluster.leader_grpc, authorization=_forward_authorization(config)
+        )
     else:
         store = local = StreamSegmentStore(
             config.data_dir / "segmentstore", store_config
@@ -145,16 +147,31 @@ async def serve(config: GatewayConfig) -> None:
         host, port = await gateway.start()
         if cluster is not None:
             await cluster.announce()
+        admin_auth = None
+        if config.admin_authentication and gateway.ctx and gateway.ctx.security:
+            from tidegate.gateway.security.admin_auth import AdminAuth
+
+            security = gateway.ctx.security
+            admin_auth = AdminAuth(security.credentials, security.authorizer, config.scope)
         if _enabled(config.rest):
             from tidegate.gateway.admin.rest import create_app, serve_rest
 
             rhost, rport = parse_host_port(config.rest)
-            rest = await serve_rest(create_app(admin, metrics=gateway.metrics), rhost, rport)
+            rest = await serve_rest(
+                create_app(admin, metrics=gateway.metrics, auth=admin_auth), rhost, rport,
+                tls=_rest_tls(config),
+            )
         if _enabled(config.grpc):
             from tidegate.gateway.admin.grpc_service import start_grpc_server
 
             ghost, gport = parse_host_port(config.grpc)
-            grpc_server = await start_grpc_server(grpc_admin, ghost, gport, forwarded=controller)
+            from tidegate.gateway.admin.grpc_auth import AuthInterceptor
+
+            grpc_server = await start_grpc_server(
+                grpc_admin, ghost, gport, forwarded=controller,
+                interceptors=[AuthInterceptor(admin_auth)] if admin_auth else [],
+                tls=_grpc_tls(config),
+            )
         log.info(
             "tidegate ready: kafka=%s:%d listeners=%s advertised=%s rest=%s grpc=%s data-dir=%s",
             host,
@@ -191,6 +208,30 @@ async def serve(config: GatewayConfig) -> None:
         if cluster is not None:
             await cluster.close()
         log.info("tidegate stopped")
+
+
+def _forward_authorization(config: GatewayConfig) -> str | None:
+    if not config.admin_forward_user:
+        return None
+    import base64
+
+    pair = f"{config.admin_forward_user}:{config.admin_forward_password}".encode()
+    return "Basic " + base64.b64encode(pair).decode()
+
+
+def _rest_tls(config: GatewayConfig) -> tuple[str, str, str | None] | None:
+    if not config.admin_tls:
+        return None
+    chain = config.ssl_keystore_certificate_chain or config.ssl_keystore_location
+    return chain, config.ssl_keystore_location, config.ssl_key_password or None
+
+
+def _grpc_tls(config: GatewayConfig) -> tuple[bytes, bytes] | None:
+    if not config.admin_tls:
+        return None
+    chain = config.ssl_keystore_certificate_chain or config.ssl_keystore_location
+    with open(config.ssl_keystore_location, "rb") as key, open(chain, "rb") as certs:
+        return key.read(), certs.read()
 
 
 def _set_malloc_mmap_threshold(threshold_bytes: int) -> None:

@@ -113,6 +113,13 @@ class GatewayConfig:
     #: ``User:alice;User:bob``: principals every operation is allowed to.
     super_users: str = ""
     allow_everyone_if_no_acl_found: bool = False
+    #: Admin REST and gRPC: Basic credentials of a SASL user required (ACLs apply when the
+    #: authorizer is on), TLS with the ``ssl.keystore`` files, and the super user a cluster
+    #: node forwards gRPC writes to the controller leader as.
+    admin_authentication: bool = False
+    admin_tls: bool = False
+    admin_forward_user: str = ""
+    admin_forward_password: str = ""
     #: A connection whose login failed closes this long after the answer (Kafka's name).
     connection_failed_authentication_delay_ms: int = 100
     #: Most failed-login log lines per minute (the rest are counted in the next line).

@@ -70,7 +70,8 @@ def make_certs(tmp: Path) -> Certs:
 
 def start_secure(tmp: Path, *, authorizer: bool = True, extra: str = "") -> Secure:
     certs = make_certs(tmp)
-    server = Tidegate(tmp / "data", tmp / "tidegate.log", tmp / "tidegate.toml")
+    server = Tidegate(tmp / "data", tmp / "tidegate.log", tmp / "tidegate.toml", rest=True,
+                      grpc=True)
     ports = {
         "PLAINTEXT": server.port, "SASL_PLAINTEXT": free_port(), "SASL_SSL": free_port(),
         "SSL": free_port(),
@@ -87,6 +88,7 @@ def start_secure(tmp: Path, *, authorizer: bool = True, extra: str = "") -> Secu
         f'"ssl.truststore.location" = "{certs.ca}"\n'
         '"ssl.client.auth" = "required"\n'
         '"num.partitions" = 1\n'
+        '"admin.authentication" = true\n"admin.tls" = true\n'
         f"{authz}{extra}"
         "[groups]\ninitial_rebalance_delay_ms = 0\n"
         f"[sasl.users]\n{users}\n"
