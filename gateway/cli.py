@@ -210,6 +210,22 @@ async def serve(config: GatewayConfig) -> None:
         log.info("tidegate stopped")
 
 
+def _check_security(config: GatewayConfig) -> None:
+    """Security keys that cannot work stop the start (exit status 2)."""
+    from tidegate.gateway.security.sasl import SUPPORTED
+
+    extra = set(config.sasl) - {"users"}
+    if extra:
+        raise ValueError(
+            f"[sasl] takes only the users table, not {', '.join(sorted(extra))} "
+            '(quote dotted keys: "sasl.enabled.mechanisms" = ...)'
+        )
+    mechanisms = [m.strip().upper() for m in config.sasl_enabled_mechanisms.split(",") if m.strip()]
+    unknown = [m for m in mechanisms if m not in SUPPORTED]
+    if unknown:
+        raise ValueError(f"sasl.enabled.mechanisms: {', '.join(unknown)} not supported")
+
+
 def _forward_authorization(config: GatewayConfig) -> str | None:
     if not config.admin_forward_user:
         return None
@@ -292,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         _ = (config.listen_address, config.advertised_address)  # validate early
         listeners = config.kafka_listeners()
         config.advertised_by_listener()
+        _check_security(config)
         if any(listener.tls for listener in listeners):
             from tidegate.gateway.security.tls import server_context
 
