@@ -34,7 +34,8 @@ class Listener:
 
 
 def parse_protocol_map(value: str) -> dict[str, str]:
-    mapping: dict[str, str] = {}
+    """Kafka's map; the protocol names map to themselves unless it says otherwise."""
+    mapping = {p: p for p in PROTOCOLS}
     for item in _items(value or DEFAULT_PROTOCOL_MAP):
         name, sep, protocol = item.partition(":")
         protocol = protocol.strip().upper()
