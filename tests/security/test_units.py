@@ -4,7 +4,6 @@ decision, ACL filters, SCRAM credentials and the API table's coverage."""
 from __future__ import annotations
 
 import pytest
-
 from tidegate.gateway.handlers import HANDLER_MODULES
 from tidegate.gateway.security.acls import (
     AclBinding,
