@@ -320,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         lock = lock_data_dir(config.data_dir)
         for listener in listeners:
-            check_address_free(f"Kafka listener {listener.name}", listener.host, listener.port)
+            what = f"Kafka listener {listener.name}" if config.listeners else "Kafka listener"
+            check_address_free(what, listener.host, listener.port)
         for what, address in (("REST", config.rest), ("gRPC", config.grpc)):
             if _enabled(address):
                 check_address_free(what, *parse_host_port(address))
