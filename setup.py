@@ -67,7 +67,11 @@ setup(
     packages=PACKAGES,
     package_dir=PACKAGE_DIR,
     # The .proto ships in sdists (to build from) and wheels (for the staleness check).
-    package_data={"tidegate.protocol": ["controller.proto"]},
+    # The admin API's /ui page.
+    package_data={
+        "tidegate.protocol": ["controller.proto"],
+        "tidegate.gateway.admin.rest": ["ui.html"],
+    },
     # The produce path's record walk in C (gateway/log/validate.py): optional, a build
     # without a compiler falls back to aiokafka's record reader.
     ext_modules=[

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from tidegate.core.controller.api import Controller
 from tidegate.core.segmentstore.api import SegmentStore
+from tidegate.gateway.admin.kafka_exporter import KafkaExporterMetrics
 from tidegate.gateway.admin.metrics import Metrics
 from tidegate.gateway.admin.scaling_metrics import ControllerCounts, ScalingMetrics
 from tidegate.gateway.config import GatewayConfig
@@ -21,6 +22,7 @@ from tidegate.gateway.log.offset_index import OffsetIndex
 from tidegate.gateway.log.partitions import PartitionLogs
 from tidegate.gateway.log.producer_ids import ProducerIdAllocator
 from tidegate.gateway.log.producer_state import ProducerStates
+from tidegate.gateway.log.topic_io import TopicIO
 from tidegate.gateway.log.topics import TopicRegistry
 from tidegate.gateway.log.traffic import PartitionTraffic
 from tidegate.gateway.net.server import KafkaServer
@@ -70,6 +72,8 @@ class Gateway:
         self.server: KafkaServer | None = None
         self.cleaner: LogCleaner | None = None
         self.address: tuple[str, int] | None = None
+        #: kafka_exporter's series (``gateway/admin/kafka_exporter.py``), once listening.
+        self.exporter: KafkaExporterMetrics | None = None
 
     async def start(self) -> tuple[str, int]:
         """Load topics, rebuild the offset index past its markers, then listen."""
@@ -77,10 +81,12 @@ class Gateway:
         topics = TopicRegistry(self.controller, self.store, self.config.scope)
         await topics.start()
         producers = ProducerStates(index)
+        io = TopicIO(self.traffic)
         logs = PartitionLogs(
             topics, self.store, index, producers,
-            rebuild_read_bytes=self.config.rebuild_read_bytes, traffic=self.traffic,
+            rebuild_read_bytes=self.config.rebuild_read_bytes, traffic=io,
         )
+        logs.io = io
         self.traffic.bind(lambda t: info.partitions if (info := topics.get(t)) else None)
         scaling = ScalingMetrics(
             self.controller, self.config.scope,
@@ -161,7 +167,18 @@ class Gateway:
             first = self.config.kafka_listeners()[0].name
             host, port = self.config.advertised_by_listener().get(first, self.address)
             self.config.advertised_listener = f"{host}:{port}"
+        self.exporter = KafkaExporterMetrics(
+            self.ctx, self.config.node_id, self.config.advertised_address, io
+        )
+        self.metrics.add_collector(self.exporter, self.exporter.refresh)
         return self.address
+
+    async def kafka_overview(self) -> dict[str, object]:
+        """Topics, partitions and groups as the ``/ui`` page shows them."""
+        if self.exporter is None:
+            return {"node_id": self.config.node_id, "brokers": [], "topics": [], "groups": []}
+        await self.exporter.refresh()
+        return self.exporter.overview()
 
     async def close(self, timeout_s: float = 10.0) -> None:
         """Answer what is in flight, wait for appends, close the index."""

@@ -15,16 +15,28 @@ import contextlib
 import dataclasses
 import gc
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-from tidegate.gateway.config import GatewayConfig, load_config, parse_host_port
+from tidegate.gateway.config import (
+    ENV_PREFIX,
+    GatewayConfig,
+    load_config,
+    parse_host_port,
+    settings_from_env,
+)
+from tidegate.gateway.logging_setup import FORMATS
+from tidegate.gateway.logging_setup import configure as configure_logging
 from tidegate.gateway.net.limits import parse_ip_overrides, raise_fd_limit
 from tidegate.gateway.startup import StartupError, check_address_free, lock_data_dir
 
 log = logging.getLogger("tidegate")
+
+#: Variables read as flags' defaults, not config keys.
+_LOGGING_VARIABLES = (f"{ENV_PREFIX}LOG_LEVEL", f"{ENV_PREFIX}LOG_FORMAT")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,6 +64,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tier2-dir", help="Tier-2 directory (cluster: shared by all nodes)")
     serve.add_argument("--container-count", type=int, help="segment containers in the cluster")
     serve.add_argument("--config", type=Path, help="TOML file; every flag is also a key")
+    serve.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="set a config key (repeatable; a table's key as store.KEY); wins over "
+        "TIDEGATE_* variables and the file",
+    )
     plog = sub.add_parser("plog-server", help="run a plog server (replicated Tier-1)")
     plog.add_argument("--data-dir", type=Path, required=True, help="where its plogs are kept")
     plog.add_argument("--listen", default="127.0.0.1:9190", help="HOST:PORT (default 127.0.0.1:9190)")
@@ -61,10 +78,17 @@ def _parser() -> argparse.ArgumentParser:
     for p in (serve, plog):
         p.add_argument(
             "--log-level",
-            default="INFO",
+            default=os.environ.get(f"{ENV_PREFIX}LOG_LEVEL", "INFO"),
             type=str.upper,
             choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
-            help="least severe log lines printed on stderr (default INFO)",
+            help="least severe log lines printed on stderr (default INFO; TIDEGATE_LOG_LEVEL)",
+        )
+        p.add_argument(
+            "--log-format",
+            default=os.environ.get(f"{ENV_PREFIX}LOG_FORMAT", "text"),
+            type=str.lower,
+            choices=FORMATS,
+            help="text lines or one JSON object a line (default text; TIDEGATE_LOG_FORMAT)",
         )
     return parser
 
@@ -157,10 +181,11 @@ async def serve(config: GatewayConfig) -> None:
             from tidegate.gateway.admin.rest import create_app, serve_rest
 
             rhost, rport = parse_host_port(config.rest)
-            rest = await serve_rest(
-                create_app(admin, metrics=gateway.metrics, auth=admin_auth), rhost, rport,
-                tls=_rest_tls(config),
+            app = create_app(
+                admin, metrics=gateway.metrics, kafka_overview=gateway.kafka_overview,
+                auth=admin_auth,
             )
+            rest = await serve_rest(app, rhost, rport, tls=_rest_tls(config))
         if _enabled(config.grpc):
             from tidegate.gateway.admin.grpc_service import start_grpc_server
 
@@ -284,10 +309,7 @@ def _plog_server(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(args.log_level, args.log_format)
     if args.command == "plog-server":
         return _plog_server(args)
     overrides = {
@@ -304,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         "container-count": args.container_count,
     }
     try:
-        config = load_config(args.config, overrides)
+        config = load_config(args.config, overrides, env=os.environ, sets=args.set)
         _ = (config.listen_address, config.advertised_address)  # validate early
         listeners = config.kafka_listeners()
         config.advertised_by_listener()
@@ -328,6 +350,9 @@ def main(argv: list[str] | None = None) -> int:
     except (StartupError, ValueError) as exc:
         print(f"tidegate: {exc}", file=sys.stderr)
         return 2
+    unknown = [v for v in settings_from_env(os.environ)[1] if v not in _LOGGING_VARIABLES]
+    if unknown:
+        log.info("environment: %s name no config key (left alone)", ", ".join(unknown))
     _set_malloc_mmap_threshold(config.malloc_mmap_threshold_bytes)
     raise_fd_limit()  # max.connections of 0 is chosen from it
     try:

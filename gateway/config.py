@@ -1,21 +1,41 @@
-"""Gateway configuration: the ``tidegate serve`` flags and the TOML config file.
+"""Gateway configuration: the ``tidegate serve`` flags, ``--set``, the environment and the
+TOML config file.
 
 Every flag has a config key (``data-dir``, ``listen``, ``advertised-listener``, ``rest``,
 ``grpc``); Kafka-ish broker keys use Kafka's names (``auto.create.topics.enable``,
-``num.partitions``, ``socket.request.max.bytes``, ``message.max.bytes``, ...). Flags win
-over the file, the file over the defaults. Unknown keys are an error, so typos do not
-pass silently.
+``num.partitions``, ``socket.request.max.bytes``, ``message.max.bytes``, ...). Dots and
+dashes in a key are the same as underscores. The tables ``store``, ``controller`` and
+``groups`` hold the segment store's, controller's and group coordinator's settings.
+
+Where a key can be set, most binding first: a flag (``--listen``, then ``--set
+key=value`` in the order given), the environment, the file, the default.
+
+- ``--set num.partitions=3``; a table's key as ``--set store.cache_bytes_max=1000000``.
+- ``TIDEGATE_`` + the key in capitals with dots and dashes as underscores:
+  ``TIDEGATE_NUM_PARTITIONS=3``; a table's key after a double underscore:
+  ``TIDEGATE_STORE__CACHE_BYTES_MAX=1000000``.
+
+Values from flags and the environment are read as TOML values where they parse as one
+(``3``, ``true``, ``"x"``, ``[1, 2]``), else taken as strings (``0.0.0.0:9092``).
+Unknown keys are an error, so typos do not pass silently; ``TIDEGATE_`` variables that
+name no key are left to whatever else reads them (tests, images), and listed at start.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import tomllib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tidegate.gateway.security.listeners import Listener, parse_advertised, parse_listeners
+
+#: The prefix of the environment variables that set config keys.
+ENV_PREFIX = "TIDEGATE_"
+#: Config keys that are tables of settings (``[store]`` in the file).
+TABLES = ("store", "controller", "groups")
 
 
 def parse_host_port(value: str) -> tuple[str, int]:
@@ -178,14 +198,79 @@ class GatewayConfig:
             elif isinstance(current, bool) and not isinstance(value, bool):
                 raise ValueError(f"{key} must be true or false")
             elif isinstance(current, int) and not isinstance(current, bool):
-                value = int(value)
+                try:
+                    value = int(value)
+                except (TypeError, ValueError):
+                    raise ValueError(f"{key} must be an integer, got {value!r}") from None
+            elif isinstance(current, dict):
+                if not isinstance(value, dict):
+                    raise ValueError(f"{key} must be a table")
+                value = {**current, **value}
             setattr(self, name, value)
 
 
-def load_config(path: Path | None, overrides: dict[str, Any]) -> GatewayConfig:
+def parse_value(text: str) -> Any:
+    """A flag's or variable's value: a TOML value where it is one, else the string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _nest(key: str, value: Any) -> dict[str, Any]:
+    """``store.cache_bytes_max`` -> ``{"store": {"cache_bytes_max": value}}``."""
+    table, sep, rest = key.partition(".")
+    if sep and table.replace("-", "_") in TABLES:
+        return {table: {rest.replace(".", "_").replace("-", "_"): value}}
+    return {key: value}
+
+
+def settings_from_sets(sets: Iterable[str]) -> list[dict[str, Any]]:
+    """``--set key=value`` flags, each one setting."""
+    out = []
+    for item in sets:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+        out.append(_nest(key.strip(), parse_value(text)))
+    return out
+
+
+def settings_from_env(env: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """The settings ``TIDEGATE_*`` variables make, and the variables that name no key."""
+    names = {f.name for f in dataclasses.fields(GatewayConfig)}
+    settings: dict[str, Any] = {}
+    unknown = []
+    for var, text in sorted(env.items()):
+        if not var.startswith(ENV_PREFIX):
+            continue
+        key = var[len(ENV_PREFIX):].lower()
+        table, sep, rest = key.partition("__")
+        if sep and table in TABLES and rest:
+            settings.setdefault(table, {})[rest] = parse_value(text)
+        elif key in names and key not in TABLES:
+            settings[key] = parse_value(text)
+        else:
+            unknown.append(var)
+    return settings, unknown
+
+
+def load_config(
+    path: Path | None,
+    overrides: dict[str, Any],
+    *,
+    env: Mapping[str, str] | None = None,
+    sets: Iterable[str] = (),
+) -> GatewayConfig:
+    """Defaults, then the file, the environment (``env``: ``TIDEGATE_*`` variables),
+    ``--set`` flags in order, then the other flags (``overrides``; None: not given)."""
     config = GatewayConfig()
     if path is not None:
         with open(path, "rb") as f:
             config.apply(tomllib.load(f))
+    if env is not None:
+        config.apply(settings_from_env(env)[0])
+    for setting in settings_from_sets(sets):
+        config.apply(setting)
     config.apply({k: v for k, v in overrides.items() if v is not None})
     return config

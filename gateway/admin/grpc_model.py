@@ -90,7 +90,10 @@ def config_from_pb(c: Any) -> StreamConfig:
     retention = None
     if c.HasField("retention"):
         r = c.retention
-        retention = RetentionPolicy(RetentionType[pb2.RetentionType.Name(r.type)], r.value)
+        retention = RetentionPolicy(
+            RetentionType[pb2.RetentionType.Name(r.type)], r.value,
+            r.bytes_max if r.HasField("bytes_max") else None,
+        )
     return StreamConfig(scaling=scaling, retention=retention, tags=tuple(dict.fromkeys(c.tags)))
 
 
@@ -107,7 +110,8 @@ def config_to_pb(c: StreamConfig) -> Any:
     if c.retention is not None:
         out.retention.CopyFrom(
             pb2.RetentionPolicy(
-                type=pb2.RetentionType.Value(c.retention.type.name), value=c.retention.value
+                type=pb2.RetentionType.Value(c.retention.type.name), value=c.retention.value,
+                bytes_max=c.retention.bytes_max,
             )
         )
     return out

@@ -1,7 +1,8 @@
 """The admin APIs (REST, gRPC) over the controller, with the Kafka scope's streams
 guarded: each is a Kafka topic the gateway serves, and sealing, deleting or truncating
 it behind the gateway's back left the topic listed with every produce timing out and
-fetches hanging. Those calls answer a conflict (REST 409, gRPC FAILED_PRECONDITION)
+fetches hanging; updating its policies there left the topic's configs (DescribeConfigs)
+saying otherwise. Those calls answer a conflict (REST 409, gRPC FAILED_PRECONDITION)
 that names the Kafka way to do it; everything else passes through unchanged.
 """
 
@@ -9,7 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidegate.core.controller.api import ConflictError, Controller, StreamCut
+from tidegate.core.controller.api import (
+    ConflictError,
+    Controller,
+    StreamConfig,
+    StreamCut,
+    StreamInfo,
+)
 
 
 class KafkaScopeGuard:
@@ -39,6 +46,15 @@ class KafkaScopeGuard:
             raise self._refuse(stream, "deleted", "use Kafka's DeleteTopics "
                                f"(kafka-topics.sh --delete --topic {stream})")
         await self._controller.delete_stream(scope, stream)
+
+    async def update_stream(self, scope: str, stream: str, config: StreamConfig) -> StreamInfo:
+        if scope == self._scope:
+            raise self._refuse(
+                stream, "updated", "change the topic's configs with Kafka's AlterConfigs "
+                f"(kafka-configs.sh --alter --entity-type topics --entity-name {stream} "
+                "--add-config retention.ms=...,tidegate.scaling.min.segments=...)",
+            )
+        return await self._controller.update_stream(scope, stream, config)
 
     async def truncate(self, scope: str, stream: str, cut: StreamCut) -> None:
         if scope == self._scope:

@@ -7,6 +7,10 @@
   ``fdatasync``ed (the disk's share of an acknowledged produce).
 - Gauges read from the segment store at scrape time: cache bytes (used, bound, not yet
   in Tier-2), and per container its writer's lag and Tier-2 writes.
+- ``process_*``, ``python_info``, ``python_gc_*``: prometheus_client's process, platform
+  and GC collectors.
+- kafka_exporter's series and per-topic bytes and records in and out:
+  ``gateway/admin/kafka_exporter.py``.
 - Scaling and retention of the topics (epochs, segments, per-segment and per-partition
   rates, scale events, truncations): ``gateway/admin/scaling_metrics.py``, gathered by
   ``refresh()`` before each scrape.
@@ -20,7 +24,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -47,6 +59,10 @@ class Metrics:
         )
         self._by_api: dict[str, Histogram] = {}
         self.registry.register(_StoreCollector(store))
+        # The default registry's process, platform and GC series (dashboards read them).
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
         self._refreshers: list[Callable[[], Awaitable[None]]] = []
 
     def add_collector(

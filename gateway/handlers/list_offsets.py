@@ -51,34 +51,39 @@ async def _records(ctx: HandlerContext, plog: PartitionLog, base_offset: int) ->
 async def _lookup(
     ctx: HandlerContext, plog: PartitionLog, timestamp: int, read_committed: bool
 ) -> tuple[int, int]:
+    # What a consumer of this isolation level may read (Kafka's lastFetchableOffset):
+    # a record at or past it is not an answer, as Kafka's Partition filters them.
+    fetchable = plog.high_watermark
+    txns = ctx.partition_txns
+    if read_committed and txns is not None:
+        fetchable = txns.last_stable_offset(plog.topic, plog.partition, plog.high_watermark)
     if timestamp == LATEST:
-        txns = ctx.partition_txns
-        if read_committed and txns is not None:
-            return txns.last_stable_offset(plog.topic, plog.partition, plog.high_watermark), -1
-        return plog.high_watermark, -1
+        return fetchable, -1
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return plog.log_start_offset, -1
     if timestamp == MAX_TIMESTAMP:
         found = ctx.index.max_timestamp(plog.topic, plog.partition)
-        if found is None or found[1] >= plog.high_watermark:
+        if found is None or found[1] >= fetchable:
             return -1, -1
         max_ts, base = found
         for offset, ts in await _records(ctx, plog, base):
             if ts == max_ts:
-                return offset, ts
+                return (offset, ts) if offset < fetchable else (-1, -1)
         return base, max_ts
     if timestamp < 0:
         return -1, -1
     found_base = ctx.index.offset_for_timestamp(plog.topic, plog.partition, timestamp)
-    if found_base is None or found_base >= plog.high_watermark:
+    if found_base is None or found_base >= fetchable:
         return -1, -1
     # From the batch the time index names on: in a compacted topic it may be gone, or
     # hold no such record any more, and a later batch does.
     entries = ctx.index.entries_from(plog.topic, plog.partition, found_base)
     for entry in itertools.islice(entries, SCAN_BATCHES_MAX):
-        if entry.base_offset >= plog.high_watermark:
+        if entry.base_offset >= fetchable:
             break
         for offset, ts in await _records(ctx, plog, entry.base_offset):
+            if offset >= fetchable:
+                return -1, -1
             if ts >= timestamp and offset >= plog.log_start_offset:
                 return offset, ts
     return -1, -1

@@ -22,6 +22,7 @@ from tidegate.gateway.log.log_services import IndexHook, TrafficSink
 from tidegate.gateway.log.offset_index import IndexEntry, OffsetIndex
 from tidegate.gateway.log.partition_log import PartitionLog
 from tidegate.gateway.log.producer_state import ProducerStates
+from tidegate.gateway.log.topic_io import TopicIO
 from tidegate.gateway.log.topics import TopicRegistry
 from tidegate.protocol.record_batch import InvalidBatchError, iter_batches
 
@@ -58,6 +59,8 @@ class PartitionLogs:
         self.append_retries_max = append_retries_max
         self.append_retry_delay_ms = append_retry_delay_ms
         self.traffic = traffic
+        #: Where fetch reads are counted (``gateway.log.topic_io``), if anywhere.
+        self.io: TopicIO | None = None
         self._rebuild_read_bytes = rebuild_read_bytes
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -247,6 +250,7 @@ class PartitionLogs:
             entries = [e for e in itertools.islice(recent, first, None) if e.last_offset >= offset]
         else:
             entries = self.index.entries_from(plog.topic, plog.partition, offset)
+        records = 0
         for entry in entries:
             if entry.base_offset >= hw:
                 break
@@ -256,6 +260,9 @@ class PartitionLogs:
             chunks = await self._read_entry(name, entry)
             out.extend(chunks)
             total += entry.length
+            records += entry.last_offset + 1 - entry.base_offset
+        if total and self.io is not None:
+            self.io.sent(plog.topic, total, records)
         return out
 
     async def _read_entry(self, name: str, entry: IndexEntry) -> list[memoryview]:

@@ -20,6 +20,8 @@ class Node(Tidegate):
         self.shared = root / "shared"
         self.container_count = container_count
         self.grpc_port = free_port()
+        #: More ``tidegate serve`` flags (a repeated flag's last value wins).
+        self.extra_args: list[str] = []
 
     @property
     def grpc(self) -> str:
@@ -38,6 +40,7 @@ class Node(Tidegate):
                 "--node-id", str(self.node_id), "--container-count", str(self.container_count),
                 "--tier1-dir", str(self.shared / "tier1"), "--tier2-dir", str(self.shared / "tier2"),
             ]
+            cmd += self.extra_args
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:

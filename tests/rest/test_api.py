@@ -281,6 +281,10 @@ async def test_invalid_input_is_400_with_a_message(rest: Rest) -> None:
         ("POST", STREAMS, {"streamName": "s", "retentionPolicy": {"type": "LIMITED_DAYS"}}),
         ("POST", STREAMS, {"streamName": "s", "retentionPolicy": {"type": "LIMITED_DAYS", "value": 0}}),
         ("POST", STREAMS, {"streamName": "s", "retentionPolicy": {"type": "LIMITED_DAYS", "value": 1e300}}),
+        ("POST", STREAMS, {"streamName": "s", "retentionPolicy": {
+            "type": "LIMITED_SIZE_MB", "value": 1, "maxSizeMB": 1}}),
+        ("POST", STREAMS, {"streamName": "s", "retentionPolicy": {
+            "type": "LIMITED_DAYS", "value": 1, "maxSizeMB": 0}}),
         ("POST", STREAMS, {"streamName": "s", "tags": [""]}),
         ("POST", STREAMS, {"streamName": "s", "extra": 1}),
     ]
@@ -372,6 +376,13 @@ async def test_retention_units_round_trip(rest: Rest) -> None:
     assert updated["retentionPolicy"] == {"type": "LIMITED_SIZE_MB", "value": 3}
     info = await rest.controller.get_stream("sc", "s")
     assert info.config.retention == RetentionPolicy(RetentionType.SIZE, 3 << 20)
+    # Both limits (a Kafka topic's retention.ms with retention.bytes): the size bound
+    # shows, and an update that gives it keeps it.
+    both = {"type": "LIMITED_DAYS", "value": 2, "maxSizeMB": 1.5}
+    updated = await _ok(await rest.client.put(f"{STREAMS}/s", json={"retentionPolicy": both}))
+    assert updated["retentionPolicy"] == both
+    info = await rest.controller.get_stream("sc", "s")
+    assert info.config.retention == RetentionPolicy(RetentionType.TIME, 2 * 86_400_000, 3 << 19)
 
 
 async def test_serve_rest_binds_or_raises_and_stops(rest: Rest) -> None:

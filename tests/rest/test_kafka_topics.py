@@ -1,5 +1,5 @@
 """The admin APIs against the Kafka API on one ``tidegate serve`` (issue 22, finding 7):
-the streams under Kafka topics cannot be sealed, deleted or truncated over REST or gRPC
+the streams under Kafka topics cannot be sealed, deleted, truncated or updated over REST or gRPC
 (409 / FAILED_PRECONDITION naming the Kafka way), the topic keeps working, and what
 Kafka's DeleteTopics does both APIs then agree on."""
 
@@ -50,9 +50,11 @@ def test_admin_apis_cannot_break_kafka_topics(served: Served) -> None:  # noqa: 
         httpx.delete(stream, timeout=10),
         httpx.post(f"{stream}/truncate", json={"streamCut": {"0": 1}}, timeout=10),
         httpx.delete(rest, timeout=10),
+        httpx.put(stream, json={"retentionPolicy": {"type": "LIMITED_DAYS", "value": 1}},
+                  timeout=10),
     ]
     for answer, way in zip(refusals, ["DeleteTopics", "DeleteTopics", "DeleteRecords",
-                                      "DeleteTopics"], strict=True):
+                                      "DeleteTopics", "AlterConfigs"], strict=True):
         assert answer.status_code == 409 and way in answer.json()["message"], answer.text
     with grpc.insecure_channel(f"127.0.0.1:{served.grpc_port}") as channel:
         stub = pb2_grpc.ControllerServiceStub(channel)
@@ -64,6 +66,14 @@ def test_admin_apis_cannot_break_kafka_topics(served: Served) -> None:  # noqa: 
                 assert "DeleteTopics" in (exc.details() or "")
             else:
                 raise AssertionError(f"{call} was not refused")
+        try:
+            stub.UpdateStream(pb2.UpdateStreamRequest(
+                scope="kafka", stream=TOPIC, config=pb2.StreamConfig()), timeout=10)
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "AlterConfigs" in (exc.details() or "")
+        else:
+            raise AssertionError("UpdateStream was not refused")
     assert httpx.get(stream, timeout=10).json()["streamState"] == "ACTIVE"
     _produce(bootstrap, [b"c"])  # the topic still takes records
     assert _consume(bootstrap, 3) == [b"a", b"b", b"c"]

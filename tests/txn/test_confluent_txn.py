@@ -91,3 +91,35 @@ def test_timed_out_transaction_is_aborted(tidegate: Tidegate) -> None:
     with pytest.raises(KafkaException):
         p.commit_transaction(15)
     assert read_all(tidegate.bootstrap, "slow", 1, committed=True, timeout_s=3) == []
+
+
+def test_offsets_for_times_stop_at_the_last_stable_offset(tidegate: Tidegate) -> None:
+    """ListOffsets by timestamp answers only offsets below what the isolation level may
+    read, as Kafka's Partition does: an open transaction's records are no answer to a
+    read_committed consumer until the transaction commits."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    create_topic(tidegate.bootstrap, "times", 1)
+    plain = Producer({"bootstrap.servers": tidegate.bootstrap})
+    plain.produce("times", b"before", timestamp=1_000)
+    plain.flush(10)
+    p = _producer(tidegate.bootstrap, "tx-times")
+    p.init_transactions(15)
+    p.begin_transaction()
+    p.produce("times", b"in-txn", timestamp=2_000)
+    p.flush(10)
+
+    def offset_for(ts: int, isolation: str) -> int:
+        c = Consumer({"bootstrap.servers": tidegate.bootstrap, "group.id": "times",
+                      "isolation.level": isolation})
+        try:
+            [tp] = c.offsets_for_times([TopicPartition("times", 0, ts)], 10)
+            return int(tp.offset)
+        finally:
+            c.close()
+
+    assert offset_for(1_500, "read_uncommitted") == 1
+    assert offset_for(1_500, "read_committed") == -1  # librdkafka's OFFSET_END
+    assert offset_for(500, "read_committed") == 0
+    p.commit_transaction(15)
+    assert offset_for(1_500, "read_committed") == 1

@@ -49,6 +49,7 @@ from tidegate.gateway.admin.rest.models import (
 from tidegate.gateway.admin.rest.models import (
     Message as MessageBody,
 )
+from tidegate.gateway.admin.rest.ui import KafkaOverview, install_ui
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,7 @@ def create_app(
     ready: Callable[[], bool] = lambda: True,
     limits: RestLimits = RestLimits(),
     metrics: Metrics | None = None,
+    kafka_overview: KafkaOverview | None = None,
     auth: Auth | None = None,
 ) -> FastAPI:
     """The admin REST app over ``controller``. ``ready()`` is false until the controller
@@ -107,6 +109,8 @@ def create_app(
             """The node's Prometheus metrics (``gateway/admin/metrics.py`` names them)."""
             await metrics.refresh()
             return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    install_ui(app, controller, ready, kafka_overview)
 
     async def _require_ready() -> None:
         if not ready():

@@ -9,14 +9,16 @@ not a whole number of days or MiB (set through gRPC, say) is shown as a fraction
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     StrictInt,
     StringConstraints,
+    model_serializer,
     model_validator,
 )
 from tidegate.core.controller.api import (
@@ -107,6 +109,13 @@ class RetentionKind(enum.Enum):
 class RetentionConfig(_Body):
     type: RetentionKind
     value: Annotated[float, Field(gt=0, allow_inf_nan=False)] | Annotated[StrictInt, Field(gt=0)]
+    #: With ``LIMITED_DAYS``, also a size bound: truncated as far as either limit allows
+    #: (a Kafka topic's ``retention.ms`` with ``retention.bytes``).
+    maxSizeMB: (
+        Annotated[float, Field(gt=0, le=RETENTION_MB_MAX, allow_inf_nan=False)]
+        | Annotated[StrictInt, Field(gt=0, le=RETENTION_MB_MAX)]
+        | None
+    ) = None
 
     @model_validator(mode="after")
     def _bounded(self) -> RetentionConfig:
@@ -116,7 +125,19 @@ class RetentionConfig(_Body):
             raise ValueError(f"value must be at most {limit} for {self.type.value}")
         if self._raw() < 1:
             raise ValueError("value is below 1 ms / 1 byte")
+        if self.maxSizeMB is not None:
+            if not days:
+                raise ValueError("maxSizeMB goes with LIMITED_DAYS only")
+            if round(self.maxSizeMB * BYTES_PER_MB) < 1:
+                raise ValueError("maxSizeMB is below 1 byte")
         return self
+
+    @model_serializer(mode="wrap")
+    def _without_absent_bound(self, handler: SerializerFunctionWrapHandler) -> Any:
+        out = handler(self)
+        if isinstance(out, dict) and out.get("maxSizeMB") is None:
+            out.pop("maxSizeMB", None)
+        return out
 
     def _raw(self) -> int:
         unit = MS_PER_DAY if self.type is RetentionKind.LIMITED_DAYS else BYTES_PER_MB
@@ -124,17 +145,24 @@ class RetentionConfig(_Body):
 
     def to_model(self) -> RetentionPolicy:
         kind = RetentionType.TIME if self.type is RetentionKind.LIMITED_DAYS else RetentionType.SIZE
-        return RetentionPolicy(kind, self._raw())
+        bytes_max = None if self.maxSizeMB is None else round(self.maxSizeMB * BYTES_PER_MB)
+        return RetentionPolicy(kind, self._raw(), bytes_max)
 
     @classmethod
     def of(cls, p: RetentionPolicy) -> RetentionConfig:
         days = p.type is RetentionType.TIME
         unit = MS_PER_DAY if days else BYTES_PER_MB
-        whole, rest = divmod(p.value, unit)
-        value: int | float = whole if rest == 0 else p.value / unit
+        size_mb = None if p.bytes_max is None else _in_units(p.bytes_max, BYTES_PER_MB)
         return cls.model_construct(
-            type=RetentionKind.LIMITED_DAYS if days else RetentionKind.LIMITED_SIZE_MB, value=value
+            type=RetentionKind.LIMITED_DAYS if days else RetentionKind.LIMITED_SIZE_MB,
+            value=_in_units(p.value, unit), maxSizeMB=size_mb,
         )
+
+
+def _in_units(raw: int, unit: int) -> int | float:
+    """Whole units as an int, else a float."""
+    whole, rest = divmod(raw, unit)
+    return whole if rest == 0 else raw / unit
 
 
 class CreateStreamRequest(_Body):

@@ -1,0 +1,77 @@
+"""``/ui``: one page over the admin REST API showing the node's health, the Kafka topics,
+consumer groups with their lag, and every stream's segments over time (key ranges
+against time, the picture of scaling Pravega's documentation draws).
+
+The page (``ui.html``, no external assets) polls ``/ui/overview.json``, built here from
+the controller (scopes, streams, epochs) and the gateway's Kafka view
+(``KafkaExporterMetrics.overview``, refreshed first).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse, JSONResponse
+from tidegate.core.controller.api import Controller, EpochRecord, StreamNotFoundError
+
+#: Streams drawn per scope, and epochs per stream (the newest): the page stays small.
+STREAMS_PER_SCOPE_MAX = 100
+EPOCHS_PER_STREAM_MAX = 200
+
+KafkaOverview = Callable[[], Awaitable[dict[str, Any]]]
+
+
+def install_ui(
+    app: FastAPI, controller: Controller, ready: Callable[[], bool], kafka: KafkaOverview | None
+) -> None:
+    page = resources.files(__package__).joinpath("ui.html").read_text(encoding="utf-8")
+
+    @app.get("/ui", response_class=HTMLResponse, include_in_schema=False)
+    async def ui_page() -> HTMLResponse:
+        return HTMLResponse(page)
+
+    @app.get("/ui/overview.json", include_in_schema=False)
+    async def ui_overview() -> JSONResponse:
+        """What the ``/ui`` page shows, as JSON."""
+        now_ms = int(time.time() * 1000)
+        body: dict[str, Any] = {"time_ms": now_ms, "status": "ready" if ready() else "starting"}
+        if not ready():
+            return JSONResponse(body, status_code=503)
+        if kafka is not None:
+            body["kafka"] = await kafka()
+        body["scopes"] = [
+            {"scope": scope, "streams": await _streams(controller, scope)}
+            for scope in sorted(await controller.list_scopes())
+        ]
+        return JSONResponse(body)
+
+
+async def _streams(controller: Controller, scope: str) -> list[dict[str, Any]]:
+    out = []
+    for name in sorted(await controller.list_streams(scope))[:STREAMS_PER_SCOPE_MAX]:
+        try:
+            info = await controller.get_stream(scope, name)
+            epochs = await controller.get_epochs(scope, name)
+        except StreamNotFoundError:
+            continue  # deleted since it was listed
+        out.append({
+            "stream": name,
+            "state": info.state.value,
+            "epochs": [_epoch(e) for e in epochs[-EPOCHS_PER_STREAM_MAX:]],
+        })
+    return out
+
+
+def _epoch(e: EpochRecord) -> dict[str, Any]:
+    return {
+        "epoch": e.epoch,
+        "time_ms": e.creation_time_ms,
+        "segments": [
+            {"number": s.number, "key_start": s.key_start, "key_end": s.key_end}
+            for s in e.segments
+        ],
+    }
