@@ -143,6 +143,7 @@ class AclStore:
         self._store = store
         self._table = table
         self._bindings: frozenset[AclBinding] = frozenset()
+        self._by_type: dict[int, tuple[AclBinding, ...]] = {}
 
     async def start(self) -> None:
         try:
@@ -154,18 +155,27 @@ class AclStore:
     async def refresh(self) -> None:
         """Reload from the table (another node of the cluster may have changed it)."""
         entries = await self._store.table_entries(self._table, _PREFIX)
-        self._bindings = frozenset(
-            AclBinding(**json.loads(e.key[len(_PREFIX):])) for e in entries
-        )
+        self._set(frozenset(AclBinding(**json.loads(e.key[len(_PREFIX):])) for e in entries))
 
     def bindings(self) -> frozenset[AclBinding]:
         return self._bindings
+
+    def of_type(self, resource_type: int) -> tuple[AclBinding, ...]:
+        """The bindings on one resource type (what every authorization looks through)."""
+        return self._by_type.get(resource_type, ())
+
+    def _set(self, bindings: frozenset[AclBinding]) -> None:
+        by_type: dict[int, list[AclBinding]] = {}
+        for b in bindings:
+            by_type.setdefault(b.resource_type, []).append(b)
+        self._bindings = bindings
+        self._by_type = {k: tuple(v) for k, v in by_type.items()}
 
     async def add(self, bindings: Iterable[AclBinding]) -> None:
         new = [b for b in bindings if b not in self._bindings]
         if new:
             await self._store.table_put(self._table, [TableUpdate(b.key(), b"") for b in new])
-            self._bindings = self._bindings | frozenset(new)
+            self._set(self._bindings | frozenset(new))
 
     async def remove(self, filters: list[AclFilter]) -> list[list[AclBinding]]:
         """Delete what each filter matches; the matches per filter."""
@@ -174,5 +184,5 @@ class AclStore:
         gone = {b for found in matched for b in found}
         if gone:
             await self._store.table_remove(self._table, [TableRemoval(b.key()) for b in gone])
-            self._bindings = self._bindings - gone
+            self._set(self._bindings - gone)
         return matched

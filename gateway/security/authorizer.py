@@ -73,7 +73,7 @@ class Authorizer:
     ) -> bool:
         if principal in self.super_users:
             return True
-        applying = [b for b in self.acls.bindings() if _covers(b, resource_type, name)]
+        applying = [b for b in self.acls.of_type(resource_type) if _covers(b, resource_type, name)]
         if not applying:
             return self.allow_if_no_acl
         mine = [b for b in applying if b.principal in (principal, "User:*")

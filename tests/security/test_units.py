@@ -52,6 +52,9 @@ class _Acls:
     def bindings(self) -> frozenset[AclBinding]:
         return self._b
 
+    def of_type(self, resource_type: int) -> tuple[AclBinding, ...]:
+        return tuple(b for b in self._b if b.resource_type == resource_type)
+
 
 def _b(rt: int, name: str, op: int, perm: int = Permission.ALLOW,
        pattern: int = PatternType.LITERAL, principal: str = "User:alice",
