@@ -67,9 +67,11 @@ setup(
     packages=PACKAGES,
     package_dir=PACKAGE_DIR,
     # The .proto ships in sdists (to build from) and wheels (for the staleness check).
-    # The admin API's /ui page.
+    # The admin API's /ui page; protocol/schemas/: Kafka message specs kafka-python lacks
+    # (protocol/consumer_group.py).
     package_data={
         "tidegate.protocol": ["controller.proto"],
+        "tidegate.protocol.schemas": ["*.json"],
         "tidegate.gateway.admin.rest": ["ui.html"],
     },
     # The produce path's record walk in C (gateway/log/validate.py): optional, a build

@@ -7,7 +7,8 @@ cost grows (every call to a container of another node crosses loopback, and thre
 processes share the cores), not a speed-up.
 
     python -m bench.cluster [--records N] [--record-bytes B] [--partitions P]
-    make bench BENCH_ARGS=--cluster     (the same, from bench.run)
+    make bench BENCH_ARGS=--cluster     (the same, from bench.run; a plain `make bench`
+                                         runs it after the rest, --cluster-records 100000)
 """
 
 from __future__ import annotations

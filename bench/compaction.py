@@ -22,6 +22,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bench.systems import tidegate_server
 
 TOPIC = "bench-compacted"
+#: The workload name in `make bench`'s results.
+WORKLOAD = "compaction-1024B-p1"
 _PASS = re.compile(r"cleaned \S+ below offset (\d+): (\d+) bytes read in ([\d.]+) s")
 
 
@@ -31,8 +33,8 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def run(records: int, keys: int, value_bytes: int, settle_s: float,
-        backoff_ms: int = 1000) -> dict[str, float]:
-    with tempfile.TemporaryDirectory(prefix="bench-compaction-") as tmp:
+        backoff_ms: int = 1000, work_dir: Path | None = None) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="bench-compaction-", dir=work_dir) as tmp:
         base = Path(tmp)
         config = base / "tidegate.toml"
         config.write_text(f'"log.cleaner.backoff.ms" = {backoff_ms}\n')
@@ -88,6 +90,7 @@ def run(records: int, keys: int, value_bytes: int, settle_s: float,
         "cleaner_mb_read": read / 1e6,
         "cleaning_mb_s": read / seconds / 1e6 if seconds else 0.0,
         "records_left": left,
+        "records": records,
     }
 
 

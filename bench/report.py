@@ -274,6 +274,30 @@ def markdown(doc: dict[str, Any]) -> str:
         "Server cores: the server's CPU seconds per second of the phase (tidegate's event "
         "loop, which every request passes through, runs on one of them).",
         "",
+        "## Compaction",
+        "",
+        "| system (workload) | records | cleaning MB/s | cleaner passes | MB read | "
+        "produce MB/s | produce p50 | p99 (ms) | records left |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in systems:
+        for w, row in med[s].items():
+            if w.startswith("compaction-"):
+                lines.append(
+                    f"| {s} ({w}) | {_fmt(row.get('records'), 0)} | "
+                    f"{_fmt(row.get('cleaning_mb_s'))} | {_fmt(row.get('cleaner_passes'), 0)} | "
+                    f"{_fmt(row.get('cleaner_mb_read'))} | {_fmt(row.get('produce_mb_s'))} | "
+                    f"{_fmt(row.get('produce_p50_ms'), 2)} | {_fmt(row.get('produce_p99_ms'), 2)} | "
+                    f"{_fmt(row.get('records_left'), 0)} |"
+                )
+    lines += [
+        "",
+        "Compaction: `bench/compaction.py` on its own `tidegate serve` (cleaner every "
+        "500 ms): acks=all records over a set of keys into a one-partition compacted topic "
+        "while the cleaner runs. Cleaning MB/s: bytes the passes read over their time "
+        "(bounded by log.cleaner.io.max.bytes.per.second); produce p50/p99: send to "
+        "delivery report while it ran; records left: what a consumer reads afterwards.",
+        "",
         "## Server memory",
         "",
         "| system | peak RSS MB | MB through it |",

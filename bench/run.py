@@ -56,7 +56,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--cluster", action="store_true",
-        help="instead: one node against a cluster of three (bench/cluster.py)",
+        help="instead: only one node against a cluster of three (bench/cluster.py)",
+    )
+    p.add_argument(
+        "--cluster-records", type=int, default=100_000,
+        help="after the run, one tidegate node against a cluster of three with this many "
+        "1 KB records over 6 partitions (bench/cluster.py); 0 skips it",
     )
     p.add_argument("--runs", type=int, default=3, help="rounds; medians are quoted")
     p.add_argument(
@@ -106,6 +111,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=100,
         help="tidegate only: each large-record case is produced again by transactional "
         "producers committing this often (0: not run)",
+    )
+    p.add_argument(
+        "--compaction-records",
+        type=int,
+        default=30_000,
+        help="tidegate only: 1 KB records over --compaction-keys keys into a compacted "
+        "topic while its cleaner runs (bench/compaction.py); 0: not run",
+    )
+    p.add_argument("--compaction-keys", type=int, default=3_000)
+    p.add_argument(
+        "--compaction-settle-s", type=float, default=4.0, help="cleaner passes after producing"
     )
     p.add_argument("--latency-mbps", type=float, default=5.0, help="offered MB/s (1e6 B/s)")
     p.add_argument("--latency-seconds", type=float, default=10.0, help="0 skips the latency phase")
@@ -204,10 +220,14 @@ class Bench:
         # start, produce + consume (+ transactional produce) per case, latency
         return 1 + 3 * len(self.cases) + 1
 
+    def compacting(self) -> bool:
+        return self.args.compaction_records > 0 and report.TIDEGATE in self.args.system_list
+
     def steps_total(self) -> int:
         runs: int = self.args.runs
         extra = self.steps_per_system() if self.args.profile else 0
-        return runs * (1 + len(self.args.system_list) * self.steps_per_system()) + extra
+        per_run = 1 + len(self.args.system_list) * self.steps_per_system() + self.compacting()
+        return runs * per_run + extra
 
     def records_for(self, size: int) -> int:
         if size == self.args.large_bytes:
@@ -228,6 +248,10 @@ class Bench:
             for name in self.args.system_list:
                 server = self.make_server(name, run, tansu_exe)
                 self.one_system(run, server, bar)
+            if self.compacting():
+                bar.set_postfix_str(f"run {run + 1}: compaction")
+                self.compaction(run)
+                bar.update()
         if self.args.profile:
             self.profile_dir = self.out_dir / "profiles"
             run = self.args.runs
@@ -387,6 +411,22 @@ class Bench:
             txn_commit_ms,
         )
 
+    def compaction(self, run: int) -> None:
+        """Cleaning MB/s and produce latency while the cleaner runs, on its own `tidegate
+        serve` (cleaner every 500 ms)."""
+        from bench import compaction
+
+        try:
+            figures = compaction.run(
+                self.args.compaction_records, self.args.compaction_keys, self.args.large_bytes,
+                self.args.compaction_settle_s, backoff_ms=500,
+                work_dir=self.work_dir,
+            )
+        except Exception as e:
+            self.fail(run, report.TIDEGATE, compaction.WORKLOAD, repr(e))
+            return
+        self.record(run, report.TIDEGATE, compaction.WORKLOAD, **figures)
+
     def latency(self, run: int, server: systems.Server) -> None:
         topic = f"bench-latency-{uuid.uuid4().hex[:8]}"
 
@@ -515,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if own_work_dir:
             shutil.rmtree(work_dir, ignore_errors=True)
+    cluster_result = _cluster(args, bench)
     med = report.medians(bench.measurements)
     doc: dict[str, Any] = {
         "started_utc": started.isoformat(timespec="seconds"),
@@ -538,6 +579,8 @@ def main(argv: list[str] | None = None) -> int:
     if cache_bytes is not None:
         doc["tidegate_cache_bytes_max"] = cache_bytes
         rss_limit_mb = (cache_bytes + args.rss_overhead_mib * MIB) / 1e6
+    if cluster_result is not None:
+        doc["cluster"] = cluster_result
     doc["ratios"] = report.goal_ratios(
         med,
         args.large_bytes,
@@ -570,6 +613,9 @@ def main(argv: list[str] | None = None) -> int:
         "results_dir": str(out_dir),
         "security_ratio_to_plaintext": (security_doc or {}).get("ratio_to_plaintext"),
     }
+    if cluster_result is not None:
+        print("cluster (one node, then three): " + json.dumps(cluster_result))
+        result["cluster"] = cluster_result
     print("RESULT " + json.dumps(result, sort_keys=True), flush=True)
     return 1 if bench.failures or security_failed else 0
 
@@ -586,6 +632,21 @@ def _security(args: argparse.Namespace, work_dir: Path) -> dict[str, Any] | None
         return security.run(args.security_mb, args.runs, args.large_bytes, sec_dir)
     except Exception as e:  # reported beside the other results, the run goes on
         return {"error": f"{type(e).__name__}: {e}"}
+
+
+def _cluster(args: argparse.Namespace, bench: Bench) -> dict[str, Any] | None:
+    """Issue 26: the same records through one node and through three (ZooKeeper from
+    Debian, all on this machine): that the cluster works and what it costs here."""
+    if args.cluster_records <= 0 or report.TIDEGATE not in args.system_list:
+        return None
+    from bench import cluster
+
+    try:
+        found: dict[str, Any] = cluster.run(args.cluster_records, 1024, 6)
+    except Exception as e:  # noqa: BLE001 - reported as a failed phase
+        bench.fail(0, report.TIDEGATE, "cluster", repr(e))
+        return None
+    return found
 
 
 def _client_version() -> str:

@@ -14,9 +14,12 @@ from tidegate.gateway.admin.kafka_exporter import KafkaExporterMetrics
 from tidegate.gateway.admin.metrics import Metrics
 from tidegate.gateway.admin.scaling_metrics import ControllerCounts, ScalingMetrics
 from tidegate.gateway.config import GatewayConfig
+from tidegate.gateway.fetch.metrics import FetchSessionCollector
+from tidegate.gateway.fetch.sessions import FetchSessionCache
 from tidegate.gateway.groups import GroupConfig, GroupCoordinator
 from tidegate.gateway.handlers import HandlerContext, Registry, default_registry
 from tidegate.gateway.log.compaction.cleaner import LogCleaner
+from tidegate.gateway.log.leader_epochs import IndexHooks, LeaderEpochs
 from tidegate.gateway.log.log_start import RetentionFollower, truncate_to_log_starts
 from tidegate.gateway.log.offset_index import OffsetIndex
 from tidegate.gateway.log.partitions import PartitionLogs
@@ -75,6 +78,10 @@ class Gateway:
         #: kafka_exporter's series (``gateway/admin/kafka_exporter.py``), once listening.
         self.exporter: KafkaExporterMetrics | None = None
 
+    def _leader_epoch(self) -> int:
+        cluster = self.ctx.cluster if self.ctx is not None else None
+        return 0 if cluster is None else cluster.leader_epoch()
+
     async def start(self) -> tuple[str, int]:
         """Load topics, rebuild the offset index past its markers, then listen."""
         index = OffsetIndex(self.config.data_dir / "gateway" / "index")
@@ -99,7 +106,10 @@ class Gateway:
         from tidegate.gateway.txn.partition_txns import PartitionTxns
 
         partition_txns = PartitionTxns(index)
-        logs.index_hook = partition_txns
+        # Leader epochs (docs/kafka-apis.md): the history is derived as batches are indexed.
+        epochs = LeaderEpochs(index, self._leader_epoch)
+        logs.index_hook = IndexHooks(partition_txns, epochs)
+        logs.epoch_source = epochs.current
         rebuilt = await logs.rebuild()
         if rebuilt:
             log.info("offset index: %d appends indexed from the segments", rebuilt)
@@ -115,27 +125,22 @@ class Gateway:
             config=self.config, controller=self.controller, store=self.store, topics=topics,
             logs=logs, index=index, producers=producers, producer_ids=producer_ids,
             registry=self.registry, group_coordinator=groups, clock_ms=self.clock_ms,
+            leader_epochs=epochs,
+            fetch_sessions=FetchSessionCache(
+                self.config.max_incremental_fetch_session_cache_slots, self.clock_ms),
         )
+        self.metrics.add_collector(FetchSessionCollector(self.ctx.fetch_sessions))
         # The transaction coordinator: in-doubt transactions are completed before serving.
+        # In cluster mode the groups' coordinator node runs it (gateway/cluster/groups.py).
         from tidegate.gateway.txn import wiring as txn_wiring
-        from tidegate.gateway.txn.coordinator import TransactionCoordinator, TxnConfig
 
         self.ctx.partition_txns = partition_txns
         markers = txn_wiring.LogMarkerWriter(topics, logs, producers, self.clock_ms)
         self.ctx.txn_markers = markers
-        ctx = self.ctx
-        txns = TransactionCoordinator(
-            self.store, producer_ids, markers,
-            txn_wiring.GroupOffsetsAdapter(lambda: ctx.groups), self.clock_ms,
-            TxnConfig(
-                max_timeout_ms=self.config.transaction_max_timeout_ms,
-                check_interval_ms=self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
-                id_expiration_ms=self.config.transactional_id_expiration_ms,
-                end_wait_ms=self.config.transaction_end_wait_ms,
-            ),
-        )
-        await txns.start()
-        self.ctx.transactions = txns
+        if not self.config.zookeeper:
+            txns = txn_wiring.build_coordinator(self.ctx, markers)
+            await txns.start()
+            self.ctx.transactions = txns
         # Log starts follow the controller's retention truncation (gateway/log/log_start.py).
         follower = RetentionFollower(self.ctx)
         follower.start()
@@ -152,6 +157,7 @@ class Gateway:
             dedupe_buffer_bytes=self.config.log_cleaner_dedupe_buffer_size,
             clock_ms=self.clock_ms, reclaim=lambda topic: truncate_to_log_starts(ctx, topic),
             io_bytes_per_second_max=self.config.log_cleaner_io_max_bytes_per_second,
+            txns=partition_txns, switch_entries_max=self.config.log_cleaner_switch_entries_max,
         )
         self.cleaner.start()
         self.ctx.security = await _security(self.config, self.store)

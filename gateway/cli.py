@@ -126,6 +126,10 @@ async def serve(config: GatewayConfig) -> None:
 
         # The container map says which containers this node runs.
         local_config = dataclasses.replace(store_config, owned_containers=())
+        if store_config.tier2_dir and store_config.tier2_fence_dir is None:
+            # Tier-2 writes fenced by each container's epoch (core/segmentstore/fence.py).
+            fences = str(Path(store_config.tier2_dir) / ".fence")
+            local_config = dataclasses.replace(local_config, tier2_fence_dir=fences)
         local = StreamSegmentStore(config.data_dir / "segmentstore", local_config)
         cluster = ClusterWiring(config, local)
         store = cluster.routing
@@ -155,8 +159,8 @@ async def serve(config: GatewayConfig) -> None:
         )
         await controller.start()
         front = controller
-    # Followers' gateway and REST writes go to the controller leader; gRPC serves this
-    # node's own controller (forwarded writes land there, never travel twice).
+    # Followers' gateway, REST and gRPC writes go to the controller leader; writes
+    # another node forwarded here run on this node's own controller (``forwarded``).
     gateway = Gateway(
         config, store, front, traffic=traffic, controller_counts=controller.stats,
         before_listen=cluster.attach if cluster is not None else None, local_store=local,
@@ -164,7 +168,7 @@ async def serve(config: GatewayConfig) -> None:
     # The admin APIs may not seal, delete or truncate the streams under Kafka topics;
     # writes a follower's gateway forwards to this node's gRPC are the gateway's own.
     admin = KafkaScopeGuard(front, config.scope)
-    grpc_admin = KafkaScopeGuard(controller, config.scope)
+    grpc_admin = admin
     rest: tuple[Any, Any] | None = None
     grpc_server: Any = None
     try:

@@ -95,6 +95,8 @@ class GatewayConfig:
     #: and keep librdkafka consumers under their queue limit (64 MiB), past which they
     #: pause fetching for ``fetch.queue.backoff.ms``.
     fetch_max_bytes: int = 8 * 1024 * 1024
+    #: Incremental fetch sessions kept (KIP-227, Kafka's name and default).
+    max_incremental_fetch_session_cache_slots: int = 1000
     #: glibc ``M_MMAP_THRESHOLD``: allocations at least this large get their own
     #: mapping, returned to the OS when freed. glibc's default threshold grows to 32 MiB
     #: as such blocks are freed, after which cache blocks and fetch buffers come from
@@ -110,6 +112,9 @@ class GatewayConfig:
     #: Bytes per second a cleaner pass reads at most (0: no bound; Kafka's default): the
     #: cleaner shares the process's CPU with produce and fetch (bench/compaction.py).
     log_cleaner_io_max_bytes_per_second: int = 32 * 1024 * 1024
+    #: Index entries a cleaner pass holds at most before switching them (tidegate's own:
+    #: with the key map, what bounds a pass's memory).
+    log_cleaner_switch_entries_max: int = 50_000
     #: Security (``docs/security.md``), Kafka's names. ``listeners`` (``NAME://HOST:PORT,...``)
     #: replaces ``listen`` when set; ``listen`` is the one-PLAINTEXT-listener shorthand.
     listeners: str = ""

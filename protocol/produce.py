@@ -169,14 +169,23 @@ class PartitionProduceResult:
     log_start_offset: int
     error_message: str | None = None
     log_append_time_ms: int = -1
+    #: ``(leader id, leader epoch)`` told with NOT_LEADER_OR_FOLLOWER (v10+, KIP-951).
+    current_leader: tuple[int, int] | None = None
+
+
+#: Tagged fields of Produce v10+ (KIP-951): the partition's current leader, the answer's
+#: node endpoints (``(node id, host, port)`` of the leaders named).
+CURRENT_LEADER_VERSION = 10
+_LEADER_AND_EPOCH = struct.Struct(">iiB")  # leader id, epoch, no tagged fields
 
 
 def encode_produce_response(
-    version: int, topics: list[tuple[str, list[PartitionProduceResult]]], throttle_time_ms: int = 0
+    version: int, topics: list[tuple[str, list[PartitionProduceResult]]], throttle_time_ms: int = 0,
+    node_endpoints: list[tuple[int, str, int]] | None = None,
 ) -> bytes:
     """A Produce response body of ``version`` (3-12), as kafka-python encodes it: no
-    record errors, and the tagged fields (current leader, node endpoints) left out as
-    their defaults are."""
+    record errors; the tagged fields (current leader, node endpoints) only when given
+    and the version has them."""
     if not 3 <= version <= MAX_VERSION:
         raise ValueError(f"produce response v{version} not encoded here")
     flexible = version >= FIRST_FLEXIBLE
@@ -192,12 +201,27 @@ def encode_produce_response(
             if version >= 8:
                 _count(out, 0, flexible)  # record errors
                 _string(out, p.error_message, flexible)
-            if flexible:
+            if version >= CURRENT_LEADER_VERSION and p.current_leader is not None:
+                # One tagged field: tag 0, size, the LeaderIdAndEpoch struct.
+                out += b"\x01\x00" + bytes([_LEADER_AND_EPOCH.size])
+                out += _LEADER_AND_EPOCH.pack(p.current_leader[0], p.current_leader[1], 0)
+            elif flexible:
                 out.append(0)
         if flexible:
             out.append(0)
     out += _I32.pack(throttle_time_ms)
-    if flexible:
+    if version >= CURRENT_LEADER_VERSION and node_endpoints:
+        field = bytearray()
+        _count(field, len(node_endpoints), True)
+        for node_id, host, port in node_endpoints:
+            field += _I32.pack(node_id)
+            _string(field, host, True)
+            field += _I32.pack(port)
+            field += b"\x00\x00"  # rack null, no tagged fields
+        out += b"\x01\x00"  # one tagged field, tag 0
+        _uvarint_into(out, len(field))
+        out += field
+    elif flexible:
         out.append(0)
     return bytes(out)
 

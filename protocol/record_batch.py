@@ -43,6 +43,7 @@ NO_SEQUENCE = -1
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _BASE_OFFSET = struct.Struct(">q")
+_LEADER_EPOCH = struct.Struct(">i")
 
 
 class InvalidBatchError(ValueError):
@@ -99,11 +100,13 @@ class BatchHeader:
     def is_idempotent(self) -> bool:
         return self.producer_id != NO_PRODUCER_ID
 
-    def rebased(self, base_offset: int) -> BatchHeader:
-        """This header with another base offset (built directly: ``dataclasses.replace``
-        took several times longer, once per produced batch)."""
+    def rebased(self, base_offset: int, leader_epoch: int = -1) -> BatchHeader:
+        """This header with another base offset, and leader epoch unless -1 (built
+        directly: ``dataclasses.replace`` took several times longer, once per produced
+        batch)."""
+        epoch = self.partition_leader_epoch if leader_epoch < 0 else leader_epoch
         return BatchHeader(
-            self.position, self.size, base_offset, self.partition_leader_epoch, self.magic,
+            self.position, self.size, base_offset, epoch, self.magic,
             self.crc, self.attributes, self.last_offset_delta, self.base_timestamp,
             self.max_timestamp, self.producer_id, self.producer_epoch, self.base_sequence,
             self.record_count,
@@ -158,6 +161,12 @@ def iter_batches(
             raise InvalidBatchError("negative record count or last offset delta")
         yield header
         position += header.size
+
+
+def set_leader_epoch(buf: bytearray | memoryview, position: int, epoch: int) -> None:
+    """Stamp the partition leader epoch of the batch at ``position`` in place (the CRC
+    does not cover it either), as Kafka's leader does on append."""
+    _LEADER_EPOCH.pack_into(buf, position + 12, epoch)
 
 
 def set_base_offset(buf: bytearray | memoryview, position: int, base_offset: int) -> None:

@@ -80,6 +80,12 @@ class DataMissingError(StorageError):
     """Bytes that metadata says exist cannot be found (a chunk deleted or cut short)."""
 
 
+class StorageFencedError(StorageError):
+    """A write by a container owner that another owner has since replaced (a higher
+    epoch claimed the container's Tier-2 fence): nothing was written, and retrying
+    cannot help."""
+
+
 def check_read_range(
     segment: str, offset: int, length: int, start_offset: int, segment_length: int
 ) -> None:

@@ -7,7 +7,8 @@
   or leaves or it has just been elected, and ``on_leadership`` tells the caller, which
   starts or stops the controller's workflows and policies.
 - Containers: every node follows the map, stopping the containers it no longer owns and
-  starting (recovering) the ones it now owns. A container a stale owner still runs is
+  starting (recovering) the ones it now owns; after its session expired it stops them
+  all first (another node may have run them meanwhile). A container a stale owner still runs is
   fenced when the new owner opens its Tier-1 log (the epoch), so there is one writer.
   ``on_owned(gained, lost)`` runs after each change so the gateway can rebuild state.
 """
@@ -72,6 +73,7 @@ class ClusterNode:
         self._leadership_events: asyncio.Queue[bool] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
+        self._session_lost = False
 
     async def start(self) -> None:
         """Join: register, follow members and the map, stand for controller leader."""
@@ -90,6 +92,7 @@ class ClusterNode:
         loop = asyncio.get_running_loop()
         for job in (self._reconcile_loop, self._rebalance_loop, self._leadership_loop):
             self._tasks.append(loop.create_task(job()))
+        self.session.on_session_lost = self._lost_session
         self.session.watch_members(self._members_changed)
         self.session.watch_map(self._map_changed)
         await self.session.campaign(self._leadership_changed)
@@ -128,6 +131,14 @@ class ClusterNode:
             self.containers.update(owners, version)
         self._reconcile_wake.set()
         self._rebalance_wake.set()  # the leader repairs a map that lost its balance
+
+    def _lost_session(self) -> None:
+        """The session expired (this node was frozen or cut off): others may have run
+        its containers meanwhile, and the map may give them back before this node sees
+        that it lost them. None is trusted: every one is stopped, and what the map says
+        is this node's starts afresh (recovered; the gateway catches up)."""
+        self._session_lost = True
+        self._reconcile_wake.set()
 
     def _leadership_changed(self, leading: bool) -> None:
         self._leadership_events.put_nowait(leading)
@@ -189,6 +200,15 @@ class ClusterNode:
                 self._reconcile_wake.set()
 
     async def _reconcile(self) -> None:
+        if self._session_lost:
+            self._session_lost = False
+            dropped = set(self.running)
+            for cid in sorted(dropped):
+                log.info("container %d stopped: the ZooKeeper session was lost", cid)
+                self.running.discard(cid)
+                await self.local.stop_container(cid)
+            if dropped and self.on_owned is not None:
+                await self.on_owned(set(), dropped)
         want = self.owned()
         lost = self.running - want
         for cid in sorted(lost):

@@ -67,6 +67,8 @@ class ClusterSession:
         #: The controller leader's node id as last seen (None: none elected).
         self.leader_id: int | None = None
         self._closed = False
+        #: Called on the event loop when the session expired (``ClusterNode``).
+        self.on_session_lost: Callable[[], None] | None = None
         self._client.add_listener(self._on_state)
 
     # -- session ---------------------------------------------------------------------
@@ -110,6 +112,8 @@ class ClusterSession:
             if self._leader and self._on_leadership is not None:
                 self._leader = False
                 self._to_loop(self._on_leadership, False)
+            if self.on_session_lost is not None:
+                self._to_loop(self.on_session_lost)
         elif state == KazooState.CONNECTED and not self._closed:
             # A new session after LOST: make our ephemeral nodes again (not on this thread).
             threading.Thread(target=self._reassert, daemon=True).start()

@@ -87,6 +87,9 @@ class SegmentStoreConfig:
     #: store's data directory). Cluster mode shares it between nodes, so a container can
     #: be recovered on another node (fenced by the Tier-1 epoch).
     tier1_dir: str | None = None
+    #: Where each container's Tier-2 fence file lives (``fence.py``; ``None``: no fence,
+    #: one process owns every container). Cluster mode: beside the shared Tier-2.
+    tier2_fence_dir: str | None = None
     #: Largest single Tier-2 write.
     tier2_write_bytes_max: int = 16 * MiB
     #: Tier-2 (filesystem) chunk files are rolled at this size; truncation frees whole

@@ -41,6 +41,7 @@ from tidegate.core.segmentstore.callbacks import DoneCallback
 from tidegate.core.segmentstore.config import SegmentStoreConfig
 from tidegate.core.segmentstore.durablelog.frames import read_operations
 from tidegate.core.segmentstore.durablelog.log import DurableLog
+from tidegate.core.segmentstore.fence import FencedStorage, Tier2Fence
 from tidegate.core.segmentstore.metadata import (
     ContainerMetadata,
     SegmentMeta,
@@ -123,7 +124,13 @@ class SegmentContainer:
             config.tier2_read_attempts,
             config.writer_retry_delay_ms,
         )
-        self.writer = StorageWriter(self, storage, config, clock)
+        #: Cluster mode: this owner's epoch claimed in Tier-2 before its writer writes.
+        self.tier2_fence: Tier2Fence | None = None
+        writer_storage = storage
+        if config.tier2_fence_dir is not None:
+            self.tier2_fence = Tier2Fence(Path(config.tier2_fence_dir) / f"container-{container_id}")
+            writer_storage = FencedStorage(storage, self.tier2_fence)
+        self.writer = StorageWriter(self, writer_storage, config, clock)
         self.applier = Applier(self)
         self.durable: DurableLog | None = None
         self._ckpt_bytes = 0

@@ -21,16 +21,23 @@ segment of the same name may have one by then); removals are written without syn
 of a deleted segment never outlives the log entries that delete it.
 
 One database per container under ``<data_dir>/metadata/container-N``, kept across
-epochs (unlike the ``Tier1Index``, it cannot be rebuilt from Tier-1).
+epochs (unlike the ``Tier1Index``, it cannot be rebuilt from Tier-1). In cluster mode
+(``for_epoch``) each owner copies the last owner's records into a database of its own
+epoch, ``container-N.epoch-E``: an owner that was fenced while frozen or still running
+keeps its database and its lock, and nothing it writes there reaches the new owner.
 """
 
 from __future__ import annotations
 
+import logging
+import re
+import shutil
 import struct
 from pathlib import Path
 
-from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import AccessType, Options, Rdict, WriteBatch, WriteOptions
 
+log = logging.getLogger(__name__)
 _ID = struct.Struct("<Q")  # a record's first field: the segment id
 
 
@@ -80,4 +87,46 @@ class InactiveSegments:
         return [k.decode() for k in self._db.keys() if isinstance(k, bytes)]
 
     def close(self) -> None:
-        self._db.close()
+        try:
+            self._db.close()
+        except Exception as exc:  # noqa: BLE001 - a fenced owner's database, removed by the new owner
+            log.warning("closing %s: %r", self.directory, exc)
+
+
+def for_epoch(directory: Path, epoch: int, *, batch_records: int = 4096) -> InactiveSegments:
+    """The records of the container's latest earlier epoch (or of the one-database
+    layout, ``directory`` itself), copied into ``<directory>.epoch-<epoch>``; earlier
+    databases are then removed (blocking: call it off the event loop)."""
+    directory = Path(directory)
+    pattern = re.compile(re.escape(directory.name) + r"\.epoch-(\d+)")
+    earlier: dict[int, Path] = {}
+    if (directory / "CURRENT").exists():
+        earlier[-1] = directory
+    if directory.parent.is_dir():
+        for entry in directory.parent.iterdir():
+            if (m := pattern.fullmatch(entry.name)) and int(m.group(1)) < epoch:
+                earlier[int(m.group(1))] = entry
+    target = directory.parent / f"{directory.name}.epoch-{epoch}"
+    shutil.rmtree(target, ignore_errors=True)  # a start of this epoch that failed midway
+    store = InactiveSegments(target)
+    if earlier:
+        # Read-only: no lock, so a frozen former owner holding its database cannot stop
+        # the container from moving.
+        source = Rdict(str(earlier[max(earlier)]), Options(raw_mode=True),
+                       access_type=AccessType.read_only())
+        try:
+            records: dict[str, bytes] = {}
+            for key, value in source.items():
+                if not isinstance(key, bytes) or not isinstance(value, bytes):
+                    continue  # raw mode: bytes only
+                records[key.decode()] = value
+                if len(records) >= batch_records:
+                    store.put_many(records)
+                    records = {}
+            store.put_many(records)
+        finally:
+            source.close()
+    for path in earlier.values():
+        shutil.rmtree(path, ignore_errors=True)
+    return store
+

@@ -22,8 +22,9 @@ from typing import Protocol
 from tidegate.core.segmentstore.apply import Applier
 from tidegate.core.segmentstore.config import SegmentStoreConfig
 from tidegate.core.segmentstore.durablelog.frames import read_operation_batches
+from tidegate.core.segmentstore.fence import Tier2Fence
 from tidegate.core.segmentstore.metadata import ContainerMetadata
-from tidegate.core.segmentstore.metastore import InactiveSegments
+from tidegate.core.segmentstore.metastore import InactiveSegments, for_epoch
 from tidegate.core.segmentstore.operations import CheckpointOp, Operation, PlainAppend
 from tidegate.core.segmentstore.reading.index import ReadIndex
 from tidegate.core.segmentstore.reading.tier1index import Tier1Index
@@ -50,6 +51,8 @@ class Recoverable(Protocol):
     @property
     def metadata_dir(self) -> Path | None: ...
     @property
+    def tier2_fence(self) -> Tier2Fence | None: ...
+    @property
     def md(self) -> ContainerMetadata: ...
     @property
     def tables(self) -> dict[int, TableIndex]: ...
@@ -61,9 +64,14 @@ class Recoverable(Protocol):
 
 async def recover(c: Recoverable) -> None:
     await c.log.open()
+    if c.tier2_fence is not None:  # before Tier-2 is read: no stale owner writes after
+        await asyncio.to_thread(c.tier2_fence.claim, c.log.epoch)
     c.read_index.tier1 = Tier1Index(c.index_dir, c.log.epoch)
     if c.metadata_dir is not None:
-        c.inactive = await asyncio.to_thread(InactiveSegments, c.metadata_dir)
+        if c.tier2_fence is None:
+            c.inactive = await asyncio.to_thread(InactiveSegments, c.metadata_dir)
+        else:  # cluster mode: a database per owner's epoch, away from fenced owners
+            c.inactive = await asyncio.to_thread(for_epoch, c.metadata_dir, c.log.epoch)
     first = True
     applier = c.applier
     applier.replay_deleted.clear()

@@ -86,9 +86,11 @@ class Groups(Protocol):
 
     def list_groups(
         self, states: Sequence[str] = (), types: Sequence[str] = ()
-    ) -> tuple[int, list[tuple[str, str, str]]]: ...
+    ) -> tuple[int, list[tuple[str, str, str, str]]]: ...
 
     def describe_groups(self, group_ids: Sequence[str]) -> Sequence[Described]: ...
+
+    def consumer_group_members(self, group_id: str) -> int: ...
 
     def fetch_offsets(
         self, group_id: str, partitions: Sequence[tuple[str, int]] | None
@@ -254,9 +256,12 @@ def _groups(groups: Groups, watermarks: Mapping[tuple[str, int], int]) -> list[_
     if err:
         return []
     out = []
-    for gid, _protocol_type, _state in sorted(listed):
-        described = groups.describe_groups([gid])
-        members = len(described[0].members) if described and not described[0].error else 0
+    for gid, _protocol_type, _state, group_type in sorted(listed):
+        if group_type == "consumer":  # KIP-848
+            members = groups.consumer_group_members(gid)
+        else:
+            described = groups.describe_groups([gid])
+            members = len(described[0].members) if described and not described[0].error else 0
         g = _Group(gid, members)
         err, committed = groups.fetch_offsets(gid, None)
         for tp, c in ([] if err else sorted(committed.items())):

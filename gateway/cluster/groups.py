@@ -1,33 +1,68 @@
-"""Group coordination in cluster mode.
+"""Group and transaction coordination in cluster mode.
 
 A group coordinator keeps its groups' live state (members, generations) in memory, so
 one node must coordinate every group: the owner of the container holding the groups'
-table segment (``GroupConfig.table``). FindCoordinator answers that node. When the
-container moves here, a coordinator is loaded from the table, as at start-up; when it
-moves away, this node's coordinator is closed and group requests sent here close the
-connection, after which clients look their coordinator up again.
+table segment (``GroupConfig.table``). FindCoordinator answers that node, for groups and
+for transactional ids alike. The transaction coordinator runs on the same node: a
+committed transaction's offsets go straight into the group coordinator (there is no
+``__consumer_offsets`` partition to send them to), so the two are never apart. Its table
+is reached through the routing store wherever it lives.
+
+When the container moves here, both are loaded from their tables, as at start-up (the
+transaction coordinator completes what a dead coordinator left in Prepare*); when it
+moves away, both close, and group and transactional requests sent here answer
+``NOT_COORDINATOR`` (stand-ins that never start), after which clients look their
+coordinator up again. Markers for partitions other nodes lead are sent to them
+(``gateway/cluster/txn_markers.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from tidegate.core.segmentstore.service import container_of
 from tidegate.gateway.groups import GroupConfig, GroupCoordinator
+from tidegate.gateway.groups.coordinator import NotCoordinator
+from tidegate.gateway.txn.coordinator import MarkerWriter
+from tidegate.gateway.txn.standby import NotTxnCoordinator
+from tidegate.gateway.txn.wiring import GroupOffsetsAdapter, build_coordinator
 
 log = logging.getLogger(__name__)
 
 
 class GroupPlacement:
-    def __init__(self, ctx: Any, store: Any, container_count: int) -> None:
+    def __init__(self, ctx: Any, store: Any, container_count: int, markers: MarkerWriter) -> None:
         self.ctx = ctx
         self.store = store
+        self.markers = markers
         self.config = GroupConfig.from_table(ctx.config.groups)
         self.container = container_of(self.config.table, container_count)
+        self._following = asyncio.Lock()
+        ctx.not_coordinator = NotCoordinator(store, self.config)
+        ctx.not_txn_coordinator = NotTxnCoordinator(
+            store, ctx.producer_ids, markers, GroupOffsetsAdapter(lambda: ctx.groups), ctx.clock_ms,
+        )
 
     async def follow(self, running: set[int]) -> None:
-        """Hold a loaded coordinator exactly while this node runs the groups' container."""
+        """Hold loaded coordinators exactly while this node runs the groups' container."""
+        async with self._following:
+            await self._follow(running)
+
+    async def follow_until_done(self, running: Callable[[], set[int]], retry_ms: int = 500) -> None:
+        """``follow``, tried again until it succeeds (a coordinator's table may not exist
+        yet on a new cluster, or its container be moving)."""
+        while True:
+            try:
+                await self.follow(running())
+                return
+            except Exception as exc:  # noqa: BLE001 - retried: the next map change may be far
+                log.warning("group coordination not followed (%r); retrying", exc)
+                await asyncio.sleep(retry_ms / 1000)
+
+    async def _follow(self, running: set[int]) -> None:
         current = self.ctx.group_coordinator
         if self.container in running:
             if current is None:
@@ -35,7 +70,17 @@ class GroupPlacement:
                 await coordinator.start()
                 self.ctx.group_coordinator = coordinator
                 log.info("group coordinator moved here (container %d)", self.container)
-        elif current is not None:
+            if self.ctx.transactions is None:
+                txns = build_coordinator(self.ctx, self.markers)
+                await txns.start()  # in-doubt transactions completed before serving
+                self.ctx.transactions = txns
+                log.info("transaction coordinator moved here (container %d)", self.container)
+            return
+        txns, self.ctx.transactions = self.ctx.transactions, None
+        if txns is not None:
+            await txns.close()
+            log.info("transaction coordinator moved away (container %d)", self.container)
+        if current is not None:
             self.ctx.group_coordinator = None
             await current.close()
             log.info("group coordinator moved away (container %d)", self.container)

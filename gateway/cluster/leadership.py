@@ -7,7 +7,8 @@ elsewhere answer ``NOT_LEADER_OR_FOLLOWER``; clients refresh Metadata and follow
 A partition's current segment is looked up through the controller and kept for
 ``segment_ttl_ms`` (a scale moves it; the map moves its container): a stale answer costs
 one ``NOT_LEADER_OR_FOLLOWER`` round trip, never data, since only the container's owner
-can append to the segment.
+can append to the segment. Metadata reads it afresh (``leaders``): every node then names
+the new leader as soon as a scale is recorded, and no client is sent back to the old one.
 
 On a change of owned containers, the node indexes what the segments of containers it did
 not hold throughout gained meanwhile (another node appended them), then forgets its cached
@@ -23,6 +24,7 @@ import time
 from typing import Any, Protocol
 
 from tidegate.core.segmentstore.service import container_of
+from tidegate.gateway.log.topics import partition_point
 from tidegate.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,7 @@ class ClusterView(Protocol):
 class PartitionLeaders:
     def __init__(self, ctx: Any, node: ClusterView, owners: Owners, *, segment_ttl_ms: int = 1000) -> None:
         self.topics = ctx.topics
+        self.controller = ctx.controller
         self.logs = ctx.logs
         self.node = node
         self.owners = owners
@@ -64,6 +67,11 @@ class PartitionLeaders:
     @property
     def node_id(self) -> int:
         return self.node.node_id
+
+    def leader_epoch(self) -> int:
+        """Every partition's leader epoch: the container map's version, which grows with
+        every change of owners and reads the same on every node."""
+        return max(int(self.node.containers.version), 0)
 
     async def segment_of(self, topic: str, partition: int) -> str:
         key = (topic, partition)
@@ -84,6 +92,31 @@ class PartitionLeaders:
         except Exception as exc:  # noqa: BLE001 - stream gone or metadata unreachable
             log.debug("no segment for %s/%d: %r", topic, partition, exc)
             return None
+        return self._live_owner(name)
+
+    async def leaders(self, topic: str, partitions: int) -> list[int | None]:
+        """Every partition's leader as Metadata answers it: read afresh (one read of the
+        stream's current epoch), never from the cache, so that once a scale is recorded
+        no node names the old leader again (each node's cache would lag by up to its TTL)."""
+        try:
+            current = await self.controller.get_current_segments(self.topics.scope, topic)
+        except Exception as exc:  # noqa: BLE001 - stream gone or metadata unreachable
+            log.debug("no segments for %s: %r", topic, exc)
+            return [None] * partitions
+        expires = time.monotonic() + self.segment_ttl_ms / 1000
+        out: list[int | None] = []
+        for partition in range(partitions):
+            point = partition_point(partition)
+            seg = next((s for s in current if s.key_start <= point < s.key_end), None)
+            if seg is None:
+                out.append(None)
+                continue
+            name = self.topics.segment_name(topic, seg.id)
+            self._segments[(topic, partition)] = (expires, name)
+            out.append(self._live_owner(name))
+        return out
+
+    def _live_owner(self, name: str) -> int | None:
         owner = self.owners.owner(name)
         return owner if owner in self.node.members else None
 

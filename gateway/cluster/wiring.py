@@ -22,6 +22,7 @@ from tidegate.core.segmentstore.remote.server import SegmentStoreServer
 from tidegate.core.segmentstore.service import StreamSegmentStore
 from tidegate.gateway.cluster.groups import GroupPlacement
 from tidegate.gateway.cluster.leadership import PartitionLeaders
+from tidegate.gateway.cluster.txn_markers import ClusterMarkerWriter
 from tidegate.gateway.config import GatewayConfig, parse_host_port
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class ClusterWiring:
         self.leaders: PartitionLeaders | None = None
         self.topics_refresh_ms = 500
         self._topics_task: asyncio.Task[None] | None = None
+        self._groups_task: asyncio.Task[None] | None = None
 
     @property
     def store(self) -> SegmentStore:
@@ -116,18 +118,26 @@ class ClusterWiring:
         and the topics table, so no request is ever served as by a single node."""
         self.leaders = PartitionLeaders(ctx, self.node, self.routing)
         ctx.cluster = self.leaders
-        groups = GroupPlacement(ctx, self.routing, self.local.config.container_count)
+        markers = ClusterMarkerWriter(ctx.txn_markers, self.leaders, ctx.topics)
+        groups = GroupPlacement(ctx, self.routing, self.local.config.container_count, markers)
         self.leaders.groups_container = groups.container
         leaders = self.leaders
 
         async def owned(gained: set[int], lost: set[int]) -> None:
             await leaders.on_owned(gained, lost)
-            await groups.follow(self.node.running)
+            try:
+                await groups.follow(self.node.running)
+            except Exception as exc:  # noqa: BLE001 - retried off the map's path
+                log.warning("group coordination not followed (%r); retrying", exc)
+                if self._groups_task is None or self._groups_task.done():
+                    self._groups_task = asyncio.get_running_loop().create_task(
+                        groups.follow_until_done(lambda: set(self.node.running))
+                    )
 
         self.node.on_owned = owned
         await owned(set(self.node.running), set())
         self._topics_task = asyncio.get_running_loop().create_task(
-            self._follow_topics(ctx.topics, ctx.logs, ctx.controller)
+            self._follow_topics(ctx.topics, ctx.logs, ctx.controller, ctx)
         )
 
     async def announce(self) -> None:
@@ -135,10 +145,13 @@ class ClusterWiring:
         self.info["kafka"] = "{}:{}".format(*self.config.advertised_address)
         await self.session.register(dict(self.info))
 
-    async def _follow_topics(self, topics: TopicsTable, logs: TopicLogs, controller: Any) -> None:
+    async def _follow_topics(
+        self, topics: TopicsTable, logs: TopicLogs, controller: Any, ctx: Any
+    ) -> None:
         """Topics created, changed or deleted through other nodes become known here; the
         local logs, index entries, producer state and cached epochs of deleted ones are
-        dropped (a topic of the same name may follow)."""
+        dropped (a topic of the same name may follow), and the group coordinator, if it
+        is here, drops their committed offsets."""
         while True:
             await asyncio.sleep(self.topics_refresh_ms / 1000)
             try:
@@ -150,10 +163,16 @@ class ClusterWiring:
                 log.info("topic %s was deleted through another node", name)
                 logs.delete_topic(name)
                 controller.forget_stream(self.config.scope, name)
+                if ctx.group_coordinator is not None:
+                    try:
+                        await ctx.group_coordinator.remove_topic_offsets([name])
+                    except Exception as exc:  # noqa: BLE001 - offsets of a gone topic stay
+                        log.warning("offsets of deleted topic %s not removed: %r", name, exc)
 
     async def close(self) -> None:
-        if self._topics_task is not None:
-            self._topics_task.cancel()
+        for task in (self._topics_task, self._groups_task):
+            if task is not None:
+                task.cancel()
         await self.node.close()
         await self.server.close()
         await self.routing.close()

@@ -28,6 +28,10 @@ class GroupConfig:
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     #: offsets.retention.check.interval.ms
     offsets_retention_check_interval_ms: int = 600_000
+    #: group.consumer.heartbeat.interval.ms / group.consumer.session.timeout.ms: what
+    #: KIP-848 ("consumer" protocol) members are told and held to.
+    consumer_heartbeat_interval_ms: int = 5_000
+    consumer_session_timeout_ms: int = 45_000
     #: How often session, join and sync deadlines are checked.
     tick_interval_ms: int = 100
     #: Bound on durable writes queued and not yet done.

@@ -20,14 +20,21 @@ from dataclasses import dataclass
 
 from tidegate.core.segmentstore.api import SegmentStore, TooLargeError
 from tidegate.gateway.groups.config import GroupConfig
+from tidegate.gateway.groups.consumer_groups import (
+    ConsumerGroups,
+    HeartbeatRequest,
+    HeartbeatResult,
+)
+from tidegate.gateway.groups.consumer_model import ConsumerGroup
 from tidegate.gateway.groups.errors import (
     GROUP_SUBSCRIBED_TO_TOPIC,
     NON_EMPTY_GROUP,
     OFFSET_METADATA_TOO_LARGE,
 )
 from tidegate.gateway.groups.errors import ErrorCode as E
-from tidegate.gateway.groups.membership import Membership
-from tidegate.gateway.groups.model import CommittedOffset, Group, GroupState
+from tidegate.gateway.groups.membership import JoinRequest, Membership
+from tidegate.gateway.groups.model import CommittedOffset, Group, GroupState, JoinResult
+from tidegate.gateway.groups.reconcile import TopicCatalog
 from tidegate.gateway.groups.store import (
     GroupStore,
     decode_group,
@@ -99,6 +106,9 @@ class GroupCoordinator(Membership):
         )
         self._ticker: asyncio.Task[None] | None = None
         self._retention_checked_ms = clock_ms()
+        #: KIP-848 groups; a group id is either one of these or a classic group, whose
+        #: ``Group`` object then only holds the committed offsets.
+        self.consumer = ConsumerGroups(self._store, config, clock_ms)
 
     async def start(self, *, ticker: bool = True) -> None:
         """Load groups and offsets. With ``ticker=False`` nothing runs in the
@@ -117,6 +127,7 @@ class GroupCoordinator(Membership):
                 gid, topic, partition = parse_offset_key(e.key)
                 g = self._groups.get(gid) or self._new_group(gid)
                 g.offsets[(topic, partition)] = decode_offset(e.value)
+        self.consumer.load(entries)
         self._loaded = True
         if ticker:
             self._ticker = asyncio.create_task(self._tick(), name="group-coordinator-ticker")
@@ -146,6 +157,7 @@ class GroupCoordinator(Membership):
 
     def maintain(self) -> None:
         super().maintain()
+        self.consumer.maintain()
         now = self._clock_ms()
         if now - self._retention_checked_ms >= self.config.offsets_retention_check_interval_ms:
             self._retention_checked_ms = now
@@ -158,6 +170,9 @@ class GroupCoordinator(Membership):
         keep_ms = self.config.offsets_retention_ms
         removed = 0
         for g in list(self._groups.values()):
+            cg = self.consumer.groups.get(g.group_id)
+            if cg is not None and cg.members:
+                continue  # a live consumer group's commits stay
             if g.is_(S.EMPTY) and g.protocol_type:
                 since = g.empty_since_wall_ms
                 expired = list(g.offsets) if since is not None and now - since >= keep_ms else []
@@ -178,6 +193,11 @@ class GroupCoordinator(Membership):
             self._forget_if_unused(g)
         if removed:
             log.info("offset retention: %d commits expired", removed)
+        for cg in list(self.consumer.groups.values()):
+            holder = self._groups.get(cg.group_id)
+            if not cg.members and (holder is None or not holder.offsets):
+                # An empty consumer group with no commits is gone, as Kafka's cleanup does it.
+                self._store.submit(removals=self.consumer.delete(cg.group_id))
         return removed
 
     # -- offsets -------------------------------------------------------------------------
@@ -189,16 +209,27 @@ class GroupCoordinator(Membership):
         member_id: str,
         group_instance_id: str | None,
         offsets: dict[TopicPartition, OffsetCommit],
+        *,
+        api_version: int = 9,
     ) -> dict[TopicPartition, int]:
+        """``generation_id`` is the member epoch for a consumer (KIP-848) group."""
         def all_(err: int) -> dict[TopicPartition, int]:
             return dict.fromkeys(offsets, err)
 
         if not self._loaded:
-            return all_(E.COORDINATOR_LOAD_IN_PROGRESS)
+            return all_(self.unloaded_error)
         if not group_id:
             return all_(E.INVALID_GROUP_ID)
         g = self._groups.get(group_id)
-        if g is None:
+        rejected: dict[TopicPartition, int] = {}
+        if group_id in self.consumer.groups:
+            err, rejected = self.consumer.check_commit(
+                group_id, member_id, generation_id, api_version, list(offsets)
+            )
+            if err != E.NONE:
+                return all_(err)
+            g = g or self._new_group(group_id)
+        elif g is None:
             if generation_id >= 0:
                 return all_(E.ILLEGAL_GENERATION)
             g = self._new_group(group_id)
@@ -215,10 +246,12 @@ class GroupCoordinator(Membership):
             if generation_id != g.generation_id:
                 return all_(E.ILLEGAL_GENERATION)
             m.session_deadline_ms = self._clock_ms() + m.session_timeout_ms
-        errors: dict[TopicPartition, int] = {}
+        errors: dict[TopicPartition, int] = dict(rejected)
         accepted: dict[TopicPartition, CommittedOffset] = {}
         now = self._wall_clock_ms()
         for tp, c in offsets.items():
+            if tp in rejected:
+                continue
             if c.metadata is not None and len(c.metadata.encode()) > self.config.offset_metadata_bytes_max:
                 errors[tp] = OFFSET_METADATA_TOO_LARGE
             else:
@@ -246,7 +279,7 @@ class GroupCoordinator(Membership):
         """KIP-447 fencing of a TxnOffsetCommit: a member id, when given, must belong to
         the group and a generation, when given, must be the current one."""
         if not self._loaded:
-            return E.COORDINATOR_LOAD_IN_PROGRESS
+            return self.unloaded_error
         if not group_id:
             return E.INVALID_GROUP_ID
         g = self._groups.get(group_id)
@@ -276,12 +309,22 @@ class GroupCoordinator(Membership):
         g.offsets.update(accepted)
 
     def fetch_offsets(
-        self, group_id: str, partitions: Sequence[TopicPartition] | None
+        self,
+        group_id: str,
+        partitions: Sequence[TopicPartition] | None,
+        *,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> tuple[int, dict[TopicPartition, CommittedOffset | None]]:
         """Committed offsets of ``partitions`` (None: every committed partition).
-        Partitions with no commit map to None."""
+        Partitions with no commit map to None. ``member_id``/``member_epoch``
+        (OffsetFetch v9) are checked when the group is a consumer (KIP-848) group."""
         if not self._loaded:
-            return E.COORDINATOR_LOAD_IN_PROGRESS, {}
+            return self.unloaded_error, {}
+        if group_id in self.consumer.groups:
+            err = self.consumer.check_fetch(group_id, member_id, member_epoch)
+            if err != E.NONE:
+                return err, {}
         g = self._groups.get(group_id)
         stored = g.offsets if g is not None else {}
         if partitions is None:
@@ -292,12 +335,15 @@ class GroupCoordinator(Membership):
         self, group_id: str, partitions: Sequence[TopicPartition]
     ) -> tuple[int, dict[TopicPartition, int]]:
         if not self._loaded:
-            return E.COORDINATOR_LOAD_IN_PROGRESS, {}
+            return self.unloaded_error, {}
         g = self._groups.get(group_id)
         if g is None or g.is_(S.DEAD):
             return E.GROUP_ID_NOT_FOUND, {}
         subscribed: set[str] = set()
-        if not g.is_(S.EMPTY):
+        cg = self.consumer.groups.get(group_id)
+        if cg is not None:  # a consumer group's members subscribe to its metadata's topics
+            subscribed = set(cg.topics)
+        elif not g.is_(S.EMPTY):
             topics = g.subscribed_topics()
             if topics is None:
                 return NON_EMPTY_GROUP, {}
@@ -355,13 +401,14 @@ class GroupCoordinator(Membership):
         out: list[GroupDescription] = []
         for gid in group_ids:
             if not self._loaded:
-                out.append(GroupDescription(E.COORDINATOR_LOAD_IN_PROGRESS, gid, "", "", ""))
+                out.append(GroupDescription(self.unloaded_error, gid, "", "", ""))
                 continue
             if not gid:
                 out.append(GroupDescription(E.INVALID_GROUP_ID, gid, "", "", ""))
                 continue
             g = self._groups.get(gid)
-            if g is None:
+            if g is None or gid in self.consumer.groups:
+                # Kafka 4.0: a consumer group is "not a classic group" here.
                 err = E.GROUP_ID_NOT_FOUND if unknown_is_error else E.NONE
                 out.append(GroupDescription(err, gid, S.DEAD.value, "", ""))
                 continue
@@ -384,20 +431,26 @@ class GroupCoordinator(Membership):
 
     def list_groups(
         self, states: Sequence[str] = (), types: Sequence[str] = ()
-    ) -> tuple[int, list[tuple[str, str, str]]]:
-        """``(group_id, protocol_type, state)`` of every group. ``states`` filters by
-        state (case-insensitive), ``types`` by group type; every group here is
-        "classic" (the group protocol of KIP-848 is not served)."""
+    ) -> tuple[int, list[tuple[str, str, str, str]]]:
+        """``(group_id, protocol_type, state, group type)`` of every group. ``states``
+        filters by state, ``types`` by group type ("classic" or "consumer"), both
+        case-insensitive."""
         if not self._loaded:
-            return E.COORDINATOR_LOAD_IN_PROGRESS, []
+            return self.unloaded_error, []
         wanted_states = {s.lower() for s in states}
         wanted_types = {t.lower() for t in types}
-        if wanted_types and "classic" not in wanted_types:
-            return E.NONE, []
-        return E.NONE, [
-            (g.group_id, g.protocol_type or "", g.state.value)
+        listed = [
+            (g.group_id, g.protocol_type or "", g.state.value, "classic")
             for g in self._groups.values()
-            if not wanted_states or g.state.value.lower() in wanted_states
+            if g.group_id not in self.consumer.groups
+        ] + [
+            (cg.group_id, "consumer", cg.state.value, "consumer")
+            for cg in self.consumer.groups.values()
+        ]
+        return E.NONE, [
+            row for row in listed
+            if (not wanted_states or row[2].lower() in wanted_states)
+            and (not wanted_types or row[3] in wanted_types)
         ]
 
     async def delete_groups(self, group_ids: Sequence[str]) -> dict[str, int]:
@@ -405,13 +458,25 @@ class GroupCoordinator(Membership):
         writes = []
         for gid in group_ids:
             if not self._loaded:
-                result[gid] = E.COORDINATOR_LOAD_IN_PROGRESS
+                result[gid] = self.unloaded_error
                 continue
             if not gid:
                 result[gid] = E.INVALID_GROUP_ID
                 continue
             g = self._groups.get(gid)
-            if g is None or g.is_(S.DEAD):
+            cg = self.consumer.groups.get(gid)
+            if cg is not None:
+                if cg.members:
+                    result[gid] = NON_EMPTY_GROUP
+                    continue
+                removals = self.consumer.delete(gid)
+                if g is not None:
+                    del self._groups[gid]
+                    g.transition(S.DEAD, self._clock_ms())
+                    writes.append((gid, self._store.remove_group(g)))
+                writes.append((gid, self._store.submit(removals=removals)))
+                result[gid] = E.NONE
+            elif g is None or g.is_(S.DEAD):
                 result[gid] = E.GROUP_ID_NOT_FOUND
             elif not g.is_(S.EMPTY):
                 result[gid] = NON_EMPTY_GROUP
@@ -428,7 +493,56 @@ class GroupCoordinator(Membership):
                 result[gid] = E.COORDINATOR_NOT_AVAILABLE
         return result
 
+    # -- KIP-848 consumer groups --------------------------------------------------------
+
+    async def consumer_heartbeat(self, req: HeartbeatRequest, topics: TopicCatalog) -> HeartbeatResult:
+        if not self._loaded:
+            return HeartbeatResult(self.unloaded_error)
+        classic = self._groups.get(req.group_id)
+        if req.group_id not in self.consumer.groups and classic is not None and (
+            not classic.is_(S.EMPTY) or req.member_epoch != 0
+        ):
+            # Kafka 4.0 converts an empty classic group (its commits stay); a live one is
+            # not a consumer group.
+            return HeartbeatResult(E.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a consumer group.")
+        return await self.consumer.heartbeat(req, topics)
+
+    def describe_consumer_groups(
+        self, group_ids: Sequence[str]
+    ) -> list[tuple[str, int, str | None, ConsumerGroup | None]]:
+        """``(group id, error, message, group)`` for ConsumerGroupDescribe."""
+        if not self._loaded:
+            return [(gid, self.unloaded_error, None, None) for gid in group_ids]
+        return self.consumer.describe(group_ids, classic=self._groups)
+
+    def consumer_group_members(self, group_id: str) -> int:
+        """How many members a KIP-848 group has (0 when it is not one)."""
+        cg = self.consumer.groups.get(group_id)
+        return 0 if cg is None else len(cg.members)
+
+    async def join_group(self, req: JoinRequest) -> JoinResult:
+        cg = self.consumer.groups.get(req.group_id)
+        if cg is not None and self._loaded:
+            if cg.members:
+                return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id)
+            # An empty consumer group becomes a classic one (its commits stay).
+            self._store.submit(removals=self.consumer.delete(req.group_id))
+        return await super().join_group(req)
+
     # -- introspection for tests and the REST service -------------------------------------
 
     def group(self, group_id: str) -> Group | None:
         return self._groups.get(group_id)
+
+
+class NotCoordinator(GroupCoordinator):
+    """Stands in for the coordinator on a cluster node that does not coordinate groups
+    now (it is never started): group requests answer ``NOT_COORDINATOR``, so clients look
+    the coordinator up again; ListGroups, sent to every broker, lists none here."""
+
+    unloaded_error = E.NOT_COORDINATOR
+
+    def list_groups(
+        self, states: Sequence[str] = (), types: Sequence[str] = ()
+    ) -> tuple[int, list[tuple[str, str, str, str]]]:
+        return E.NONE, []

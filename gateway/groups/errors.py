@@ -1,6 +1,6 @@
 """Error codes the group coordinator answers with.
 
-Most come from ``protocol.errors.ErrorCode``; the three below are Kafka's numbers for
+Most come from ``protocol.errors.ErrorCode``; the four below are Kafka's numbers for
 codes that module does not list.
 """
 
@@ -11,10 +11,12 @@ from tidegate.protocol.errors import ErrorCode
 OFFSET_METADATA_TOO_LARGE = 12
 NON_EMPTY_GROUP = 68
 GROUP_SUBSCRIBED_TO_TOPIC = 86
+INVALID_REGULAR_EXPRESSION = 128
 
 __all__ = [
     "ErrorCode",
     "GROUP_SUBSCRIBED_TO_TOPIC",
+    "INVALID_REGULAR_EXPRESSION",
     "NON_EMPTY_GROUP",
     "OFFSET_METADATA_TOO_LARGE",
 ]

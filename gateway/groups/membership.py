@@ -48,6 +48,9 @@ class JoinRequest:
 
 
 class Membership:
+    #: What requests get while the groups are not loaded (``NotCoordinator``: never).
+    unloaded_error: int = E.COORDINATOR_LOAD_IN_PROGRESS
+
     def __init__(
         self,
         store: GroupStore,
@@ -95,7 +98,7 @@ class Membership:
 
     async def join_group(self, req: JoinRequest) -> JoinResult:
         if not self._loaded:
-            return JoinResult(E.COORDINATOR_LOAD_IN_PROGRESS, req.member_id)
+            return JoinResult(self.unloaded_error, req.member_id)
         if not req.group_id:
             return JoinResult(E.INVALID_GROUP_ID, req.member_id)
         c = self.config
@@ -322,7 +325,7 @@ class Membership:
         assignments: dict[str, bytes],
     ) -> SyncResult:
         if not self._loaded:
-            return SyncResult(E.COORDINATOR_LOAD_IN_PROGRESS)
+            return SyncResult(self.unloaded_error)
         g = self._groups.get(group_id)
         if g is None:
             return SyncResult(E.UNKNOWN_MEMBER_ID)
@@ -376,7 +379,7 @@ class Membership:
         self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
     ) -> int:
         if not self._loaded:
-            return E.COORDINATOR_LOAD_IN_PROGRESS
+            return self.unloaded_error
         g = self._groups.get(group_id)
         if g is None:
             return E.UNKNOWN_MEMBER_ID
@@ -401,7 +404,7 @@ class Membership:
         instance id removes whichever member holds that instance id (admin removal).
         Returns the top-level error and one error per member."""
         if not self._loaded:
-            return E.COORDINATOR_LOAD_IN_PROGRESS, []
+            return self.unloaded_error, []
         g = self._groups.get(group_id)
         if g is None:
             return E.NONE, [(mid, iid, E.UNKNOWN_MEMBER_ID) for mid, iid in members]

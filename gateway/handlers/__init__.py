@@ -43,7 +43,9 @@ from tidegate.core.controller.api import Controller
 from tidegate.core.segmentstore.api import SegmentStore
 from tidegate.gateway.cluster.leadership import PartitionLeaders
 from tidegate.gateway.config import GatewayConfig
+from tidegate.gateway.fetch.sessions import FetchSessionCache
 from tidegate.gateway.groups.coordinator import GroupCoordinator
+from tidegate.gateway.log.leader_epochs import LeaderEpochs
 from tidegate.gateway.log.log_start import RetentionFollower
 from tidegate.gateway.log.offset_index import OffsetIndex
 from tidegate.gateway.log.partitions import PartitionLogs
@@ -118,6 +120,7 @@ HANDLER_MODULES = [
     "produce",
     "fetch",
     "list_offsets",
+    "offset_for_leader_epoch",
     "init_producer_id",
     "create_topics",
     # Admin APIs.
@@ -136,6 +139,10 @@ HANDLER_MODULES = [
     "delete_acls",
     "describe_user_scram_credentials",
     "alter_user_scram_credentials",
+    # What admin UIs read (docs/kafka-apis.md).
+    "describe_log_dirs",
+    "list_partition_reassignments",
+    "describe_client_quotas",
     # Consumer groups (gateway/groups).
     "find_coordinator",
     "join_group",
@@ -148,6 +155,8 @@ HANDLER_MODULES = [
     "describe_groups",
     "list_groups",
     "delete_groups",
+    "consumer_group_heartbeat",
+    "consumer_group_describe",
     # Transactions (gateway/txn).
     "add_partitions_to_txn",
     "add_offsets_to_txn",
@@ -219,14 +228,23 @@ class HandlerContext:
     txn_markers: LogMarkerWriter | None = None
     #: SASL mechanisms, SCRAM credentials, ACLs and the authorizer (``gateway/security``).
     security: Security | None = None
+    #: Incremental fetch sessions (KIP-227); None: every fetch is sessionless.
+    fetch_sessions: FetchSessionCache | None = None
+    #: Each partition's leader epoch and its history; None: epochs are not checked.
+    leader_epochs: LeaderEpochs | None = None
+
+    #: Cluster mode: answer group and transactional requests NOT_COORDINATOR while this
+    #: node coordinates neither (``gateway/cluster/groups.py``).
+    not_coordinator: GroupCoordinator | None = None
+    not_txn_coordinator: TransactionCoordinator | None = None
 
     @property
     def groups(self) -> GroupCoordinator:
-        if self.group_coordinator is None:
-            # The request fails and the connection closes; the client looks its
-            # coordinator up again (FindCoordinator names the node that has it).
+        if self.group_coordinator is not None:
+            return self.group_coordinator
+        if self.not_coordinator is None:
             raise RuntimeError("this node does not coordinate consumer groups now")
-        return self.group_coordinator
+        return self.not_coordinator
 
     def stop(self) -> None:
         self.stopping.set()

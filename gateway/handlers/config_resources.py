@@ -17,6 +17,7 @@ from typing import Any
 
 from kafka.protocol.admin import DescribeConfigsResponse
 from tidegate.core.controller.api import ConflictError, StreamConfig
+from tidegate.gateway.config import GatewayConfig
 from tidegate.gateway.handlers import HandlerContext
 from tidegate.gateway.log import topic_config
 from tidegate.gateway.log.topic_config import ConfigSource, ConfigType, InvalidConfig
@@ -95,12 +96,20 @@ def describe(
                               documentation, version))
     else:
         check_broker(ctx, name)
+        defaults = topic_config.broker_configs(GatewayConfig())
         for cname, (value, ctype, doc) in topic_config.broker_configs(ctx.config).items():
             if keys is not None and cname not in keys:
                 continue
-            source = ConfigSource.STATIC_BROKER_CONFIG
-            syn = [_Synonym(name=cname, value=value, source=source)] if synonyms else []
-            out.append(_entry(cname, value, True, source, False, ctype, doc, syn,
+            default = defaults[cname][0]
+            is_default = value == default
+            # Kafka's order: the source in effect first, then the default it overrides.
+            source = ConfigSource.DEFAULT_CONFIG if is_default else ConfigSource.STATIC_BROKER_CONFIG
+            syn = []
+            if synonyms:
+                if not is_default:
+                    syn.append(_Synonym(name=cname, value=value, source=source))
+                syn.append(_Synonym(name=cname, value=default, source=ConfigSource.DEFAULT_CONFIG))
+            out.append(_entry(cname, value, True, source, is_default, ctype, doc, syn,
                               documentation, version))
     return out
 

@@ -24,7 +24,8 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         meta = coord.describe(tid)
         if meta is None:
             states.append(_State(
-                error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, transactional_id=tid,
+                error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND if coord.coordinating
+                else ErrorCode.NOT_COORDINATOR, transactional_id=tid,
                 transaction_state="", transaction_timeout_ms=0, transaction_start_time_ms=-1,
                 producer_id=-1, producer_epoch=-1, topics=[],
             ))

@@ -1,5 +1,5 @@
-"""ListGroups (key 16), with the state (v4+) and type (v5+) filters; every group is a
-"classic" group."""
+"""ListGroups (key 16), with the state (v4+) and type (v5+) filters; groups are
+"classic" or "consumer" (KIP-848), as Kafka 4.0 lists them."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         error_code=error,
         groups=[
             ListGroupsResponse.ListedGroup(
-                group_id=gid, protocol_type=ptype, group_state=state, group_type="classic"
+                group_id=gid, protocol_type=ptype, group_state=state, group_type=gtype
             )
-            for gid, ptype, state in groups
+            for gid, ptype, state, gtype in groups
         ],
     )

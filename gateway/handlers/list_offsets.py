@@ -102,11 +102,22 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                                error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 )
                 continue
+            epochs = ctx.leader_epochs
+            current = p.current_leader_epoch if req.api_version >= 4 else -1
+            error = epochs.check(topic.name, p.partition_index, current) if epochs else 0
+            if error:
+                partitions.append(_Partition(partition_index=p.partition_index, error_code=error,
+                                             timestamp=-1, offset=-1, leader_epoch=-1))
+                continue
             plog = ctx.logs.get(topic.name, p.partition_index)
             offset, ts = await _lookup(ctx, plog, p.timestamp, read_committed)
+            # The epoch that appended the offset: consumers keep it for truncation checks.
+            epoch = -1
+            if epochs is not None and offset >= 0:
+                epoch = epochs.epoch_of(topic.name, p.partition_index, offset, plog.next_offset)
             partitions.append(
                 _Partition(partition_index=p.partition_index, error_code=0, timestamp=ts,
-                           offset=offset, leader_epoch=-1)
+                           offset=offset, leader_epoch=epoch)
             )
         topics.append(_Topic(name=topic.name, partitions=partitions))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)

@@ -24,6 +24,7 @@ _Partition = _Topic.MetadataResponsePartition
 def topic_response(ctx: HandlerContext, info: TopicInfo, leaders: list[int | None] | None = None) -> Any:
     """``leaders``: each partition's leader in cluster mode (None: not available)."""
     node = ctx.config.node_id
+    epoch = ctx.leader_epochs.current() if ctx.leader_epochs is not None else -1
     partitions = []
     for p in range(info.partitions):
         leader = node if leaders is None else leaders[p]
@@ -34,7 +35,7 @@ def topic_response(ctx: HandlerContext, info: TopicInfo, leaders: list[int | Non
             ))
             continue
         partitions.append(_Partition(
-            error_code=0, partition_index=p, leader_id=leader, leader_epoch=-1,
+            error_code=0, partition_index=p, leader_id=leader, leader_epoch=epoch,
             replica_nodes=[leader], isr_nodes=[leader], offline_replicas=[],
         ))
     return _Topic(
@@ -43,10 +44,11 @@ def topic_response(ctx: HandlerContext, info: TopicInfo, leaders: list[int | Non
     )
 
 
-def _error_topic(name: str, error: ErrorCode) -> Any:
-    return _Topic(
-        error_code=error, name=name, topic_id=uuid.UUID(int=0), is_internal=False, partitions=[]
-    )
+_NO_TOPIC_ID = uuid.UUID(int=0)
+
+
+def _error_topic(name: str | None, error: ErrorCode, topic_id: uuid.UUID = _NO_TOPIC_ID) -> Any:
+    return _Topic(error_code=error, name=name, topic_id=topic_id, is_internal=False, partitions=[])
 
 
 async def ensure_topic(ctx: HandlerContext, name: str, allow_create: bool) -> TopicInfo | ErrorCode:
@@ -62,26 +64,41 @@ async def ensure_topic(ctx: HandlerContext, name: str, allow_create: bool) -> To
     return ctx.topics.get(name) or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
+def _name_of(ctx: HandlerContext, topic_id: uuid.UUID) -> str | None:
+    """v10+ asks for topics by id (KIP-516; librdkafka does for the ids a KIP-848
+    assignment names); an unknown id answers UNKNOWN_TOPIC_ID."""
+    for name in ctx.topics.names():
+        info = ctx.topics.get(name)
+        if info is not None and info.topic_id == topic_id:
+            return name
+    return None
+
+
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     version = req.api_version
     requested = request.topics
+    names: list[str | None]
+    ids: list[uuid.UUID] = []
     if requested is None or (version == 0 and not requested):
-        names = ctx.topics.names()
+        names = list(ctx.topics.names())
         allow = False
     else:
-        names = [t.name for t in requested]
+        names = [t.name if t.name is not None or version < 10 else _name_of(ctx, t.topic_id)
+                 for t in requested]
+        ids = [t.topic_id if version >= 10 else _NO_TOPIC_ID for t in requested]
         allow = version < 4 or bool(request.allow_auto_topic_creation)
     topics = []
     cluster = ctx.cluster
-    for name in names:
+    for i, name in enumerate(names):
         if name is None:
-            topics.append(_error_topic("", ErrorCode.UNKNOWN_TOPIC_ID))
+            # Kafka answers an unknown id with that id and no name (v12+ names are nullable).
+            topics.append(_error_topic(None if version >= 12 else "", ErrorCode.UNKNOWN_TOPIC_ID, ids[i]))
             continue
         found = await ensure_topic(ctx, name, allow)
         if isinstance(found, ErrorCode):
             topics.append(_error_topic(name, found))
         elif cluster is not None:
-            leaders = [await cluster.leader(name, p) for p in range(found.partitions)]
+            leaders = await cluster.leaders(name, found.partitions)
             topics.append(topic_response(ctx, found, leaders))
         else:
             topics.append(topic_response(ctx, found))

@@ -1,6 +1,8 @@
 """OffsetCommit (key 8), v2-9 (v10 names topics by id; not advertised). Partitions of
 unknown topics get UNKNOWN_TOPIC_OR_PARTITION, as Kafka checks them before the
-coordinator; a null metadata string is stored as "" (Kafka's NoMetadata)."""
+coordinator; a null metadata string is stored as "" (Kafka's NoMetadata). For a KIP-848
+consumer group the generation is the member epoch (STALE_MEMBER_EPOCH/FENCED_MEMBER_EPOCH)
+and its members must use v9+ (UNSUPPORTED_VERSION)."""
 
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                 request.member_id,
                 request.group_instance_id if v >= 7 else None,
                 offsets,
+                api_version=v,
             )
         )
     topics: dict[str, list[Any]] = {}

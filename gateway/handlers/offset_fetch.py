@@ -26,11 +26,13 @@ _GPartition = _GTopic.OffsetFetchResponsePartitions
 Fetched = dict[tuple[str, int], CommittedOffset | None]
 
 
-def _fetch(ctx: HandlerContext, group_id: str, topics: Any) -> tuple[int, Fetched]:
+def _fetch(
+    ctx: HandlerContext, group_id: str, topics: Any, member_id: str | None = None, member_epoch: int = -1
+) -> tuple[int, Fetched]:
     wanted = None
     if topics is not None:
         wanted = [(t.name, p) for t in topics for p in t.partition_indexes]
-    return ctx.groups.fetch_offsets(group_id, wanted)
+    return ctx.groups.fetch_offsets(group_id, wanted, member_id=member_id, member_epoch=member_epoch)
 
 
 def _unstable(ctx: HandlerContext, group_id: str, require_stable: bool) -> set[tuple[str, int]]:
@@ -81,7 +83,9 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         return OffsetFetchResponse(throttle_time_ms=0, topics=topics, error_code=error)
     groups = []
     for g in request.groups:
-        error, fetched = _fetch(ctx, g.group_id, g.topics)
+        # v9 (KIP-848): a consumer group's member is checked against its epoch.
+        member = (g.member_id, g.member_epoch) if v >= 9 else (None, -1)
+        error, fetched = _fetch(ctx, g.group_id, g.topics, *member)
         groups.append(
             _Group(
                 group_id=g.group_id,

@@ -103,11 +103,12 @@ def _validate(ctx: HandlerContext, work: _Work) -> None:
         work.message = "record count does not match last offset delta"
         return
     try:
-        validate_records(records, batch, DECOMPRESSED_BYTES_MAX)
+        area = validate_records(records, batch, DECOMPRESSED_BYTES_MAX)
     except RecordsError as exc:
         work.error, work.message = exc.code, exc.message
         return
-    verdict = check_batch(info.configs, records, batch, work.topic, work.partition, ctx.clock_ms())
+    verdict = check_batch(
+        info.configs, records, batch, work.topic, work.partition, ctx.clock_ms(), area)
     if verdict.error != ErrorCode.NONE:
         work.error, work.message = verdict.error, verdict.message
         return
@@ -268,12 +269,38 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     await _settled(works, max(timeout_s, 0.001))
     outcomes = [_outcome(w) for w in works]
     by_topic: dict[str, list[PartitionProduceResult]] = {}
+    leaders: dict[int, tuple[str, int]] = {}
     for work, (error, base) in zip(works, outcomes, strict=True):
         start = work.plog.log_start_offset if work.plog is not None else -1
+        current = None
+        if error == ErrorCode.NOT_LEADER_OR_FOLLOWER and ctx.cluster is not None:
+            current = await _current_leader(ctx, work.topic, work.partition, leaders)
         by_topic.setdefault(work.topic, []).append(
             PartitionProduceResult(
                 work.partition, error, base, start,
                 work.message if error != ErrorCode.NONE else None, work.append_time_ms,
+                current,
             )
         )
-    return EncodedBody([encode_produce_response(req.api_version, list(by_topic.items()))])
+    endpoints = [(node, host, port) for node, (host, port) in sorted(leaders.items())]
+    return EncodedBody([
+        encode_produce_response(req.api_version, list(by_topic.items()), node_endpoints=endpoints)
+    ])
+
+
+async def _current_leader(ctx: HandlerContext, topic: str, partition: int,
+                          addresses: dict[int, tuple[str, int]]) -> tuple[int, int] | None:
+    """The partition's leader and epoch for a NOT_LEADER_OR_FOLLOWER answer (KIP-951),
+    its address noted in ``addresses``; None when no leader is known."""
+    cluster, epochs = ctx.cluster, ctx.leader_epochs
+    if cluster is None or epochs is None:
+        return None
+    try:
+        leader = await cluster.leader(topic, partition)
+    except Exception:  # noqa: BLE001 - metadata unreachable: the client asks Metadata
+        return None
+    address = None if leader is None else cluster.kafka_address(leader)
+    if leader is None or address is None:
+        return None
+    addresses[leader] = address
+    return leader, epochs.current()

@@ -49,10 +49,11 @@ _OK = Verdict()
 
 def check_batch(
     configs: Mapping[str, str], records: memoryview, header: BatchHeader, topic: str,
-    partition: int, now_ms: int,
+    partition: int, now_ms: int, area: bytes | None = None,
 ) -> Verdict:
-    """What the topic's configs make of the one batch in ``records``."""
-    keyless = compacted_produce_error(configs, records, header, topic, partition)
+    """What the topic's configs make of the one batch in ``records``; ``area`` is its
+    decompressed records area when the validation decompressed it already."""
+    keyless = compacted_produce_error(configs, records, header, topic, partition, area)
     if keyless is not None:
         return Verdict(ErrorCode.INVALID_RECORD, keyless)
     if configs.get("message.timestamp.type") == "LogAppendTime":
@@ -64,7 +65,8 @@ def check_batch(
         return _OK
     low, high = now_ms - before, now_ms + after
     try:
-        for r in iter_records(records_area(records, header), header.record_count):
+        plain = area if area is not None else records_area(records, header)
+        for r in iter_records(plain, header.record_count):
             ts = header.base_timestamp + r.timestamp_delta
             if not low <= ts <= high:
                 return Verdict(ErrorCode.INVALID_TIMESTAMP,

@@ -14,6 +14,8 @@ Keys (topic names never contain NUL):
 - ``s`` topic NUL partition:u32 → log start offset (synced)
 - ``p`` topic NUL partition:u32 producer id:u64 → producer state (see producer_state)
 - ``x`` and ``a``: the transaction index of each partition (see ``gateway.txn.partition_txns``)
+- ``e`` topic NUL partition:u32 epoch:u32 → the first offset appended in that leader
+  epoch (``gateway.log.leader_epochs``)
 - ``c`` topic NUL partition:u32 → the cleaner's checkpoint of a compacted partition
   (``gateway/log/compaction``), written with sync together with the entries it points
   to the clean segment: entries below it are not derivable from the stream's segments
@@ -22,7 +24,7 @@ Keys (topic names never contain NUL):
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,26 +105,32 @@ class OffsetIndex:
         ``segment_prefix...`` (its stream is gone; a new topic of the same name reuses the
         segment names, so stale markers would hide its data from the rebuild)."""
         name = topic.encode()
-        for kind in (b"o", b"t", b"s", b"p", b"x", b"a", b"c"):
+        for kind in (b"o", b"t", b"s", b"p", b"x", b"a", b"c", b"e"):
             self._db.delete_range(kind + name + b"\x00", kind + name + b"\x01")
         prefix = b"m" + segment_prefix.encode()
         self._db.delete_range(prefix, prefix + b"\xff" * 8)
 
     def switch_cleaned(
         self, topic: str, partition: int, end_offset: int, entries: list[IndexEntry],
-        checkpoint: bytes, log_start: int,
+        checkpoint: bytes, log_start: int, deletes: Iterable[tuple[bytes, bytes]] = (),
+        from_offset: int = 0,
     ) -> None:
         """Atomically and durably (synced) replace every entry of the partition whose
         base offset is below ``end_offset`` by ``entries`` and store the cleaner's
         ``checkpoint``: readers see the old entries or the new ones. The log start is
-        written too: it no longer follows from the first entry, which may be gone."""
+        written too: it no longer follows from the first entry, which may be gone.
+        ``deletes``: (kind, suffix) keys of the partition to delete with them (the
+        aborted transactions whose markers the pass removed). ``from_offset``: only the
+        entries from it on are replaced (a pass switches in steps)."""
         wb = WriteBatch(raw_mode=True)
         wb.put(_tp(b"s", topic, partition), _U64.pack(log_start))
         prefix = _tp(b"o", topic, partition)
-        wb.delete_range(prefix, prefix + _U64.pack(end_offset))
+        wb.delete_range(prefix + _U64.pack(from_offset), prefix + _U64.pack(end_offset))
         for e in entries:
             wb.put(prefix + _U64.pack(e.base_offset), e.encode())
         wb.put(_tp(b"c", topic, partition), checkpoint)
+        for kind, suffix in deletes:
+            wb.delete(_tp(kind, topic, partition) + suffix)
         self._db.write(wb, self._sync)
 
     # -- reads -----------------------------------------------------------------------

@@ -49,7 +49,7 @@ from tidegate.core.segmentstore.api import (
 from tidegate.gateway.log.envelope import ENVELOPE_BYTES, Envelope, encode_envelope_into
 from tidegate.gateway.log.log_services import LogServices
 from tidegate.gateway.log.offset_index import IndexEntry
-from tidegate.protocol.record_batch import BatchHeader, set_base_offset
+from tidegate.protocol.record_batch import BatchHeader, set_base_offset, set_leader_epoch
 
 log = logging.getLogger(__name__)
 
@@ -173,9 +173,12 @@ class PartitionLog:
             data = memoryview(bytearray().join((_NO_ENVELOPE, payload)))
         offset = base
         assigned: list[BatchHeader] = []
+        epoch = self._logs.leader_epoch()
         for b in batches:
             set_base_offset(data, ENVELOPE_BYTES + b.position, offset)
-            assigned.append(b.rebased(offset))
+            if epoch >= 0:
+                set_leader_epoch(data, ENVELOPE_BYTES + b.position, epoch)
+            assigned.append(b.rebased(offset, epoch))
             offset += b.last_offset_delta + 1
         encode_envelope_into(data, Envelope(self.partition, base, offset - base, len(payload)))
         self.next_offset = offset
@@ -278,6 +281,11 @@ class PartitionLog:
                     self._fail(p, exc)
         finally:
             self._recovering = False
+        if self.retired:  # moved to another node (or deleted): never re-sent from here
+            gone = StorageFailure(f"{self.topic}/{self.partition} is no longer served here")
+            for p in self._pending:
+                if p.state in _RESEND:
+                    self._fail(p, gone)
         self._drop_failed()
         resend = [p for p in self._pending if p.state in _RESEND]
         if resend and self.segment is not None:

@@ -68,6 +68,11 @@ class PartitionLogs:
         self.closed = False
         #: Set before ``rebuild`` (gateway/app.py): the transaction index.
         self.index_hook: IndexHook | None = None
+        #: Set by gateway/app.py: the leader epoch appends are stamped with.
+        self.epoch_source: Callable[[], int] | None = None
+
+    def leader_epoch(self) -> int:
+        return -1 if self.epoch_source is None else self.epoch_source()
 
     def mark_indexed(self, segment: str, start: int, end: int) -> int | None:
         """Note that the append at ``[start, end)`` of ``segment`` is indexed; return the

@@ -7,7 +7,9 @@ them); every other config reads as Kafka's default. Three groups:
 - ``cleanup.policy`` decides whether retention applies at all: ``compact`` alone has no
   time or size retention (the cleaner keeps the latest record of every key forever);
   ``compact,delete`` applies only the retention settings the topic sets explicitly, so a
-  compacted topic never inherits the 7-day default; ``delete`` (the default) as below.
+  compacted topic never inherits the 7-day default, and the cleaner applies them (the
+  log start moves first, the stream is truncated behind it: a consumer at a valid offset
+  never finds its bytes gone); ``delete`` (the default) as below.
 - ``retention.ms`` / ``retention.bytes`` → the stream's retention policy; as in Kafka
   both apply, each when not -1 (``retention.ms`` defaults to 7 days): time retention
   with a size bound, or either alone, or none. Kafka counts ``retention.bytes`` per
@@ -285,11 +287,10 @@ def stream_config(configs: Mapping[str, str], partitions: int) -> StreamConfig:
     c = effective(configs)
     ms, size = int(c["retention.ms"]), int(c["retention.bytes"])
     policies = cleanup_policies(c)
-    if "delete" not in policies:
+    if "delete" not in policies or "compact" in policies:
+        # compact,delete: the cleaner applies the retention the topic sets, moving log
+        # starts first; the stream is truncated behind them, never ahead of them.
         ms = size = -1
-    elif "compact" in policies:  # compact,delete: only what the topic sets explicitly
-        ms = ms if "retention.ms" in configs else -1
-        size = size if "retention.bytes" in configs else -1
     retention: RetentionPolicy | None = None
     size_max = max(size * max(partitions, 1), 1) if size != -1 else None
     if ms != -1:
@@ -307,6 +308,10 @@ def stream_config(configs: Mapping[str, str], partitions: int) -> StreamConfig:
 
 
 # -- broker resources -----------------------------------------------------------------
+
+#: The Kafka release whose broker configs tools read as this node's version.
+KAFKA_VERSION = "3.9"
+
 
 def broker_configs(g: GatewayConfig) -> dict[str, tuple[str, ConfigType, str]]:
     """The broker configs DescribeConfigs reports: name → (value, type, documentation).
@@ -328,6 +333,25 @@ def broker_configs(g: GatewayConfig) -> dict[str, tuple[str, ConfigType, str]]:
         "offsets.topic.replication.factor": ("1", _T.SHORT, "Replication is the segment "
                                              "store's."),
         "delete.topic.enable": ("true", _T.BOOLEAN, "DeleteTopics is enabled."),
+        # What admin UIs read to tell the broker's version (Kafka UI falls back to old
+        # APIs without it): the Kafka release whose APIs tidegate answers.
+        "inter.broker.protocol.version": (KAFKA_VERSION + "-IV0", _T.STRING,
+                                          "The Kafka release whose protocol is spoken."),
+        "log.message.format.version": (KAFKA_VERSION + "-IV0", _T.STRING,
+                                       "Record batches are stored as clients send them (v2)."),
+        "listeners": ("PLAINTEXT://" + g.listen, _T.LIST, "Where this node listens."),
+        "advertised.listeners": ("PLAINTEXT://" + (g.advertised_listener or g.listen),
+                                 _T.LIST, "What Metadata advertises."),
+        "log.dirs": (str(g.data_dir), _T.STRING, "This node's data directory."),
+        "zookeeper.connect": (g.zookeeper, _T.STRING, "Cluster mode's ZooKeeper."),
+        "transaction.state.log.replication.factor": ("1", _T.SHORT, "Replication is the "
+                                                     "segment store's."),
+        "fetch.max.bytes": (str(g.fetch_max_bytes), _T.INT, "Largest Fetch answer."),
+        "connections.max.idle.ms": (str(g.connections_max_idle_ms), _T.LONG,
+                                    "Idle connections close after this."),
+        "max.incremental.fetch.session.cache.slots": (
+            str(g.max_incremental_fetch_session_cache_slots), _T.INT,
+            "Incremental fetch sessions kept (KIP-227)."),
     }
     for d in TOPIC_CONFIGS.values():
         if d.broker_synonym is not None and d.broker_synonym not in values:

@@ -128,6 +128,7 @@ class TopicRegistry:
         self.store = store
         self.scope = scope
         self._topics: dict[str, TopicInfo] = {}
+        self._ids: dict[uuid.UUID, str] = {}
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
@@ -164,6 +165,16 @@ class TopicRegistry:
         """The topic, unless it does not exist or is being deleted."""
         info = self._topics.get(name)
         return None if info is None or info.deleting else info
+
+    def name_of(self, topic_id: uuid.UUID) -> str | None:
+        """The topic with this id (Fetch v13+ names topics by id); a miss rebuilds the
+        id map once, so ids of topics created or replaced since are found."""
+        name = self._ids.get(topic_id)
+        info = self._topics.get(name) if name is not None else None
+        if info is None or info.topic_id != topic_id:
+            self._ids = {i.topic_id: n for n, i in self._topics.items()}
+            name = self._ids.get(topic_id)
+        return name if name is not None and self.get(name) is not None else None
 
     def names(self) -> list[str]:
         return sorted(n for n, info in self._topics.items() if not info.deleting)

@@ -54,9 +54,11 @@ class RecordsError(Exception):
 
 def validate_records(
     records: memoryview, batch: BatchHeader, decompressed_bytes_max: int
-) -> None:
+) -> bytes | None:
     """Raise ``RecordsError`` (CORRUPT_MESSAGE or INVALID_RECORD, with a message) if the
-    records of ``batch`` (at its ``position`` in ``records``) are not what it says."""
+    records of ``batch`` (at its ``position`` in ``records``) are not what it says. A
+    compressed batch's decompressed records area is returned (the topic's config checks
+    read it instead of decompressing again), None for an uncompressed one."""
     codec = batch.compression
     if codec >= len(CODECS):
         raise RecordsError(
@@ -77,7 +79,10 @@ def validate_records(
         head = bytearray(view[:HEADER_BYTES])
         head[_ATTRIBUTES_AT + 1] &= ~0x07
         view = memoryview(bytes(head) + plain)
+        _walk(view, batch)
+        return plain
     _walk(view, batch)
+    return None
 
 
 def _walk(view: memoryview, batch: BatchHeader) -> None:

@@ -194,7 +194,10 @@ class Connection:
 
         if req.api_key == 3:
             return guarded_metadata(decider, self.session, request, handle)
-        return guarded(decider, self.session, api.spec, request, req.api_version, handle)
+        return guarded(
+            decider, self.session, api.spec, request, req.api_version, handle,
+            ctx.topics.name_of,
+        )
 
     def _start(
         self, coro: Any, req: RequestContext, spec: ApiSpec, previous: asyncio.Event

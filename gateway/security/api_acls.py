@@ -35,7 +35,9 @@ from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
 from tidegate.protocol.produce import PartitionProduceResult, encode_produce_response
 
-Names = Callable[[Any, int], Iterable[str]]
+#: A topic id's name (Fetch v13+ and others name topics by id), or None.
+NameOf = Callable[[Any], "str | None"]
+Names = Callable[[Any, int, NameOf], Iterable[str]]
 
 TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 GROUP_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
@@ -62,7 +64,7 @@ class Check:
 def _field(*path: str) -> Names:
     """Names at ``path`` of the request: ``_field("topics", "name")``."""
 
-    def names(request: Any, version: int) -> Iterable[str]:
+    def names(request: Any, version: int, name_of: NameOf) -> Iterable[str]:
         items: list[Any] = [request]
         for attr in path:
             nxt: list[Any] = []
@@ -78,12 +80,12 @@ def _field(*path: str) -> Names:
     return names
 
 
-def _cluster(request: Any, version: int) -> Iterable[str]:
+def _cluster(request: Any, version: int, name_of: NameOf) -> Iterable[str]:
     return (CLUSTER_NAME,)
 
 
 def _group_keys(key_type: int) -> Names:
-    def names(request: Any, version: int) -> Iterable[str]:
+    def names(request: Any, version: int, name_of: NameOf) -> Iterable[str]:
         if (getattr(request, "key_type", 0) or 0) != key_type:
             return ()
         keys = list(getattr(request, "coordinator_keys", None) or [])
@@ -93,23 +95,31 @@ def _group_keys(key_type: int) -> Names:
 
 
 def _config_resources(kind: int) -> Names:
-    def names(request: Any, version: int) -> Iterable[str]:
+    def names(request: Any, version: int, name_of: NameOf) -> Iterable[str]:
         found = [r.resource_name for r in request.resources if r.resource_type == kind]
         return found if kind == 2 else (CLUSTER_NAME,) * bool(found)
 
     return names
 
 
-def _offset_fetch_groups(request: Any, version: int) -> Iterable[str]:
+def _offset_fetch_groups(request: Any, version: int, name_of: NameOf = lambda _: None
+                         ) -> Iterable[str]:
     groups = [g.group_id for g in (getattr(request, "groups", None) or [])]
     return groups or [request.group_id]
 
 
-def _delete_topic_names(request: Any, version: int) -> Iterable[str]:
-    """Topics named by id only are checked under their id (no ACL names one, so only a
-    wildcard or a super user may delete by id)."""
+def _delete_topic_names(request: Any, version: int, name_of: NameOf = lambda _: None
+                        ) -> Iterable[str]:
+    """Topics named by id only are checked under their name (or, unknown, the id)."""
     names = list(getattr(request, "topic_names", None) or [])
-    return names + [t.name or str(t.topic_id) for t in (getattr(request, "topics", None) or [])]
+    return names + [t.name or name_of(t.topic_id) or str(t.topic_id)
+                    for t in (getattr(request, "topics", None) or [])]
+
+
+def _fetch_topics(request: Any, version: int, name_of: NameOf) -> Iterable[str]:
+    """Fetch v13+ names topics by id: checked under the id's topic (an unknown id under
+    the id itself, which no ACL names)."""
+    return [t.topic or name_of(t.topic_id) or str(t.topic_id) for t in request.topics]
 
 
 T, G, C, X = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID
@@ -118,7 +128,7 @@ Op = Operation
 RULES: dict[int, tuple[Check, ...]] = {
     0: (Check(Op.WRITE, X, _field("transactional_id"), TXN_DENIED),
         Check(Op.WRITE, T, _field("topic_data", "name"), TOPIC_DENIED)),
-    1: (Check(Op.READ, T, _field("topics", "topic"), TOPIC_DENIED),),
+    1: (Check(Op.READ, T, _fetch_topics, TOPIC_DENIED),),
     2: (Check(Op.DESCRIBE, T, _field("topics", "name"), TOPIC_DENIED),),
     # 3 Metadata: ``_metadata`` filters what it lists.
     8: (Check(Op.READ, G, _field("group_id"), GROUP_DENIED),
@@ -142,7 +152,7 @@ RULES: dict[int, tuple[Check, ...]] = {
     23: (Check(Op.DESCRIBE, T, _field("topics", "topic"), TOPIC_DENIED),),
     24: (Check(Op.WRITE, X, _field("v3_and_below_transactional_id"), TXN_DENIED),
          Check(Op.WRITE, T, _field("v3_and_below_topics", "name"), TOPIC_DENIED),
-         Check(Op.CLUSTER_ACTION, C, lambda r, v: (CLUSTER_NAME,) if v >= 4 else (),
+         Check(Op.CLUSTER_ACTION, C, lambda r, v, n: (CLUSTER_NAME,) if v >= 4 else (),
                CLUSTER_DENIED)),
     25: (Check(Op.WRITE, X, _field("transactional_id"), TXN_DENIED),
          Check(Op.READ, G, _field("group_id"), GROUP_DENIED)),
@@ -164,6 +174,8 @@ RULES: dict[int, tuple[Check, ...]] = {
     42: (Check(Op.DELETE, G, _field("groups_names"), GROUP_DENIED),),
     44: (Check(Op.ALTER_CONFIGS, T, _config_resources(2), TOPIC_DENIED),
          Check(Op.ALTER_CONFIGS, C, _config_resources(4), CLUSTER_DENIED)),
+    46: (Check(Op.DESCRIBE, C, _cluster, CLUSTER_DENIED),),
+    48: (Check(Op.DESCRIBE_CONFIGS, C, _cluster, CLUSTER_DENIED),),
     47: (Check(Op.DELETE, G, _field("group_id"), GROUP_DENIED),
          Check(Op.READ, T, _field("topics", "name"), TOPIC_DENIED)),
     50: (Check(Op.DESCRIBE, C, _cluster, CLUSTER_DENIED),),
@@ -172,18 +184,22 @@ RULES: dict[int, tuple[Check, ...]] = {
     61: (Check(Op.READ, T, _field("topics", "name"), TOPIC_DENIED),),
     65: (Check(Op.DESCRIBE, X, _field("transactional_ids"), TXN_DENIED),),
     66: (Check(Op.DESCRIBE, C, _cluster, CLUSTER_DENIED),),
+    # KIP-848: the heartbeat READs the group (and subscribes to topics it may DESCRIBE).
+    68: (Check(Op.READ, G, _field("group_id"), GROUP_DENIED),
+         Check(Op.DESCRIBE, T, _field("subscribed_topic_names"), TOPIC_DENIED)),
+    69: (Check(Op.DESCRIBE, G, _field("group_ids"), GROUP_DENIED),),
 }
 
 #: Kafka's rule for an API this table does not know: the cluster's CLUSTER_ACTION.
 UNKNOWN_API = (Check(Op.CLUSTER_ACTION, C, _cluster, CLUSTER_DENIED),)
 
 
-def denied(decider: Decider, session: Session, request: Any, api_key: int, version: int
-           ) -> tuple[ErrorCode, str] | None:
+def denied(decider: Decider, session: Session, request: Any, api_key: int, version: int,
+           name_of: NameOf = lambda _: None) -> tuple[ErrorCode, str] | None:
     """The first check that fails: its error and a message naming the resource."""
     principal, host = session.principal, session.client_host
     for check in RULES.get(api_key, UNKNOWN_API):
-        for name in check.names(request, version):
+        for name in check.names(request, version, name_of):
             if decider.allowed(principal, host, check.operation, check.resource_type, name):
                 continue
             if check.or_cluster and decider.allowed(
@@ -202,9 +218,9 @@ Handler = Callable[[], Awaitable[Any]]
 
 async def guarded(
     decider: Decider, session: Session, spec: ApiSpec, request: Any, version: int,
-    handle: Handler,
+    handle: Handler, name_of: NameOf = lambda _: None,
 ) -> Any:
-    refusal = denied(decider, session, request, spec.api_key, version)
+    refusal = denied(decider, session, request, spec.api_key, version, name_of)
     if refusal is None:
         return await handle()
     error, message = refusal

@@ -80,6 +80,9 @@ class TxnConfig:
 
 
 class TransactionCoordinator:
+    #: False for the cluster-mode stand-in on a node that does not coordinate (``standby``).
+    coordinating = True
+
     def __init__(
         self,
         store: SegmentStore,

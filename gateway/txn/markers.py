@@ -32,6 +32,10 @@ _KEY = struct.Struct(">hh")
 _VALUE = struct.Struct(">hi")
 _CRC_START = 21
 
+#: The client id of a cluster node's transaction coordinator sending markers to the
+#: partitions' leaders (``gateway/cluster/txn_markers.py``): their commit markers count.
+COORDINATOR_CLIENT_ID = "tidegate-txn-coordinator"
+
 
 def _varint(n: int) -> bytes:
     """Zig-zag varint, as record fields are encoded."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import bisect
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -39,6 +39,13 @@ class IndexWriter(Protocol):
 
 class _Batch(IndexWriter, Protocol):
     def commit(self) -> None: ...
+
+
+class AbortedTxnLike(Protocol):
+    @property
+    def producer_id(self) -> int: ...
+    @property
+    def first_offset(self) -> int: ...
 
 
 class IndexReader(Protocol):
@@ -147,6 +154,20 @@ class PartitionTxns:
             write.delete(_ABORTED, topic, partition, _U64X2.pack(t.first_offset, t.producer_id))
         write.commit()
         part.aborted = [t for t in part.aborted if t.last_offset >= log_start_offset]
+
+    @staticmethod
+    def aborted_key(txn: AbortedTxnLike) -> tuple[bytes, bytes]:
+        """The (kind, suffix) of ``txn``'s RocksDB key: the cleaner deletes it in the
+        write that removes the transaction's abort marker."""
+        return _ABORTED, _U64X2.pack(txn.first_offset, txn.producer_id)
+
+    def forget_aborted(self, topic: str, partition: int, txns: Sequence[AbortedTxnLike]) -> None:
+        """Drop aborted transactions whose records and marker the cleaner removed (their
+        keys went in its switch): a listed transaction without its marker would make
+        read_committed clients skip that producer's later records."""
+        gone = {(t.producer_id, t.first_offset) for t in txns}
+        part = self._get(topic, partition)
+        part.aborted = [t for t in part.aborted if (t.producer_id, t.first_offset) not in gone]
 
     def forget_topic(self, topic: str) -> None:
         for key in [k for k in self._parts if k[0] == topic]:

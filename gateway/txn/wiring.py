@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from tidegate.gateway.groups import GroupCoordinator, OffsetCommit
-from tidegate.gateway.txn.coordinator import TransactionCoordinator
+from tidegate.gateway.txn.coordinator import MarkerWriter, TransactionCoordinator
 from tidegate.gateway.txn.markers import build_marker, marker_header
 from tidegate.gateway.txn.state import PendingOffset, TopicPartition
 
@@ -83,8 +83,30 @@ class GroupOffsetsAdapter:
         )
 
 
+def build_coordinator(ctx: Any, markers: MarkerWriter) -> TransactionCoordinator:
+    """The gateway's transaction coordinator over ``ctx``'s store, producer ids and
+    groups (not started)."""
+    from tidegate.gateway.txn.coordinator import TxnConfig
+
+    config = ctx.config
+    return TransactionCoordinator(
+        ctx.store, ctx.producer_ids, markers, GroupOffsetsAdapter(lambda: ctx.groups),
+        ctx.clock_ms,
+        TxnConfig(
+            max_timeout_ms=config.transaction_max_timeout_ms,
+            check_interval_ms=config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+            id_expiration_ms=config.transactional_id_expiration_ms,
+            end_wait_ms=config.transaction_end_wait_ms,
+        ),
+    )
+
+
 def coordinator_of(ctx: Any) -> TransactionCoordinator:
+    """This node's coordinator; in cluster mode on a node that does not coordinate now,
+    the stand-in answering NOT_COORDINATOR."""
     coord: TransactionCoordinator | None = ctx.transactions
+    if coord is None:
+        coord = ctx.not_txn_coordinator
     if coord is None:
         raise RuntimeError("the transaction coordinator is not wired into this gateway")
     return coord

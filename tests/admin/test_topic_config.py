@@ -57,14 +57,15 @@ def test_stream_policies() -> None:
         {"retention.ms": "5000", "retention.bytes": "10"}, 3
     ).retention == RetentionPolicy(RetentionType.TIME, 5000, 30)
     assert topic_config.stream_config({"retention.ms": "-1"}, 1) == StreamConfig()
-    # Compacted topics: no retention, unless compact,delete sets it explicitly.
+    # Compacted topics: no stream retention; compact,delete's retention.ms/bytes are the
+    # cleaner's to apply (log starts first, the stream cut behind them).
     assert topic_config.stream_config({"cleanup.policy": "compact"}, 1).retention is None
     assert topic_config.stream_config(
         {"cleanup.policy": "compact", "retention.ms": "5"}, 1).retention is None
     assert topic_config.stream_config({"cleanup.policy": "compact,delete"}, 1).retention is None
     assert topic_config.stream_config(
-        {"cleanup.policy": "compact,delete", "retention.ms": "5"}, 1
-    ).retention == RetentionPolicy(RetentionType.TIME, 5)
+        {"cleanup.policy": "compact,delete", "retention.ms": "5", "retention.bytes": "9"}, 1
+    ).retention is None
     scaled = topic_config.stream_config({
         "tidegate.scaling.type": "BY_RATE_IN_KBYTES_PER_SEC",
         "tidegate.scaling.target.rate": "512", "tidegate.scaling.scale.factor": "3",

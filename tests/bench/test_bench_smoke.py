@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 TINY = [
     "--runs", "1",
+    "--cluster-records", "0",  # bench.cluster has a smoke test of its own
     "--large-mb", "2",
     "--small-records", "20000",
     "--partitions", "1,4",
@@ -32,6 +33,9 @@ TINY = [
     "--disk-mb", "4",
     "--loopback-mb", "16",
     "--phase-timeout-s", "40",
+    "--compaction-records", "3000",
+    "--compaction-keys", "300",
+    "--compaction-settle-s", "2",
     "--security-mb", "2",
 ]  # fmt: skip
 
@@ -72,6 +76,10 @@ def test_bench_runs_both_systems(tmp_path: Path) -> None:
     ]
     assert f" | {', '.join(disk_rounds)} |" in markdown  # every round's baseline shown
     assert (out_dir / "throughput_latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    compaction = doc["medians"][report.TIDEGATE]["compaction-1024B-p1"]
+    assert compaction["cleaner_passes"] >= 1 and compaction["cleaning_mb_s"] > 0
+    assert 300 <= compaction["records_left"] < 3000  # cleaned: the latest of 300 keys, the head
+    assert "## Compaction" in markdown
     med = doc["medians"]
     for system in (report.PEER, report.TIDEGATE):
         for size, records in ((1024, 2 * 1024 * 1024 // 1024), (100, 20_000)):
@@ -157,3 +165,15 @@ def test_append_floor_measures_the_event_loop_alone() -> None:
     result = json.loads(last.removeprefix("RESULT "))
     assert result["appends"] == 400
     assert result["cpu_us_per_append"] > 0 and result["appends_per_s"] > 0
+
+
+@pytest.mark.timeout(120)
+def test_cluster_bench_runs(tmp_path: Path) -> None:
+    """``make bench``'s last part: the same records through one node, then three."""
+    from bench import cluster
+
+    found = cluster.run(3000, 1024, 6)
+    for nodes in ("one_node", "three_nodes"):
+        assert found[nodes]["consumed"] == 3000
+        assert found[nodes]["produce_mb_s"] > 0 and found[nodes]["consume_mb_s"] > 0
+

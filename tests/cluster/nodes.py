@@ -13,8 +13,10 @@ from tests.conftest import free_port
 
 
 class Node(Tidegate):
-    def __init__(self, root: Path, node_id: int, zookeeper: str, container_count: int) -> None:
+    def __init__(self, root: Path, node_id: int, zookeeper: str, container_count: int,
+                 extra_args: tuple[str, ...] = ()) -> None:
         super().__init__(root / f"node-{node_id}", root / f"node-{node_id}.log")
+        self.extra_args = extra_args
         self.node_id = node_id
         self.zookeeper = zookeeper
         self.shared = root / "shared"
@@ -39,6 +41,7 @@ class Node(Tidegate):
                 "--rest", "off", "--grpc", self.grpc, "--zookeeper", self.zookeeper,
                 "--node-id", str(self.node_id), "--container-count", str(self.container_count),
                 "--tier1-dir", str(self.shared / "tier1"), "--tier2-dir", str(self.shared / "tier2"),
+                *self.extra_args,
             ]
             cmd += self.extra_args
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -54,8 +57,9 @@ class Node(Tidegate):
         raise AssertionError(f"node {self.node_id} not ready in {READY_TIMEOUT_S}s:\n{self.tail()}")
 
 
-def start_nodes(root: Path, zookeeper: str, count: int, container_count: int) -> list[Node]:
-    nodes = [Node(root, i + 1, zookeeper, container_count) for i in range(count)]
+def start_nodes(root: Path, zookeeper: str, count: int, container_count: int,
+                extra_args: tuple[str, ...] = ()) -> list[Node]:
+    nodes = [Node(root, i + 1, zookeeper, container_count, extra_args) for i in range(count)]
     for node in nodes:
         node.start()
     return nodes

@@ -4,18 +4,22 @@ without a key gets INVALID_RECORD with Kafka's message (confluent-kafka against
 
 from __future__ import annotations
 
+import asyncio
 import gzip
+import types
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from tidegate.gateway.log import validate
 from tidegate.gateway.log.compaction import records
 from tidegate.gateway.log.compaction.records import InvalidRecordsError
 from tidegate.protocol.record_batch import iter_batches
 
 from tests.clients.server import Tidegate
 from tests.compaction.batches import keyed_batch
+from tests.gateway.conftest import Node
 
 TIMEOUT_S = 20
 
@@ -72,3 +76,35 @@ def test_decompression_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         records.decompress(records.CODEC_ZSTD, b"not zstd")
     with pytest.raises(InvalidRecordsError):
         list(records.iter_records(b"\x7f\x00", 1))
+
+
+@pytest.mark.parametrize("codec", ["gzip", "zstd"])
+async def test_compressed_batch_is_decompressed_once(
+    node: Node, codec: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The produce path decompresses a compressed batch of a compacted topic once: the
+    validation's records area is what the key check reads."""
+    calls: list[int] = []
+    for module, name in ((validate, "_decompress"), (records, "decompress")):
+        real = getattr(module, name)
+
+        def counted(*args: Any, _real: Any = real) -> Any:
+            calls.append(1)
+            return _real(*args)
+
+        monkeypatch.setattr(module, name, counted)
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{node.port}"})
+    topic = f"once-{codec}"
+    for f in admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "compact"})]
+                                 ).values():
+        await asyncio.to_thread(f.result, TIMEOUT_S)
+    server = types.SimpleNamespace(bootstrap=f"127.0.0.1:{node.port}")
+    errors = await asyncio.to_thread(
+        _deliver, server, topic, codec, [(b"k%d" % i, b"v") for i in range(20)])  # type: ignore[arg-type]
+    assert errors and all(e is None for e in errors)
+    batches = len(calls)
+    assert 1 <= batches <= 20
+    calls.clear()
+    errors = await asyncio.to_thread(_deliver, server, topic, codec, [(None, b"v")])  # type: ignore[arg-type]
+    assert errors[0].code() == KafkaError.INVALID_RECORD
+    assert len(calls) == 1

@@ -103,7 +103,7 @@ async def test_metadata_auto_creates_with_num_partitions(node: Node) -> None:
     resp = await c.call(req, 12, MetadataResponse)
     (topic,) = resp.topics
     assert topic.error_code == 0 and len(topic.partitions) == 1
-    assert all(p.leader_epoch == -1 and p.leader_id == 0 for p in topic.partitions)
+    assert all(p.leader_epoch == 0 and p.leader_id == 0 for p in topic.partitions)
     req = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="nope")],
                           allow_auto_topic_creation=False)
     resp = await c.call(req, 12, MetadataResponse)

@@ -1,7 +1,8 @@
 """One consumer-group member as a process, for the mixed-client group test.
 
 Usage: python -m tests.groups.member CLIENT BOOTSTRAP TOPIC GROUP STOP_FILE ASSIGNOR
-(CLIENT: kafka-python, aiokafka or confluent-kafka).
+(CLIENT: kafka-python, aiokafka or confluent-kafka; ASSIGNOR ``consumer:uniform`` or
+``consumer:range`` makes confluent-kafka a KIP-848 member, ``group.protocol=consumer``).
 
 It subscribes to TOPIC in GROUP and, until STOP_FILE exists, polls and after every poll
 commits (synchronously, explicit offsets) what it read. Output lines, flushed at once:
@@ -138,13 +139,19 @@ async def run_aiokafka(bootstrap: str, topic: str, group: str, stop: str, assign
 def run_confluent(bootstrap: str, topic: str, group: str, stop: str, assignor: str) -> None:
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    consumer = Consumer({
+    config: dict[str, object] = {
         "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-        "auto.offset.reset": "earliest", "session.timeout.ms": SESSION_TIMEOUT_MS,
-        "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS,
-        "max.poll.interval.ms": MAX_POLL_INTERVAL_MS,
-        "partition.assignment.strategy": assignor,
-    })
+        "auto.offset.reset": "earliest", "max.poll.interval.ms": MAX_POLL_INTERVAL_MS,
+    }
+    if assignor.startswith("consumer:"):
+        # KIP-848: the broker assigns and sets session and heartbeat timing.
+        config.update({"group.protocol": "consumer", "group.remote.assignor": assignor[9:]})
+    else:
+        config.update({
+            "session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS,
+            "partition.assignment.strategy": assignor,
+        })
+    consumer = Consumer(config)
     consumer.subscribe([topic])
     while not os.path.exists(stop):
         pending: list[tuple[int, int]] = []

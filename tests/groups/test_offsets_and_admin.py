@@ -40,7 +40,7 @@ async def test_simple_commit_on_unknown_group_and_fetch_with_metadata(coord: Gro
     _, everything = coord.fetch_offsets("simple", None)
     assert set(everything) == {("t", 0), ("t", 1)}
     assert coord.fetch_offsets("unknown", [("t", 0)]) == (E.NONE, {("t", 0): None})
-    listed = coord.list_groups()[1]
+    listed = [row[:3] for row in coord.list_groups()[1]]
     assert ("simple", "", "Empty") in listed
 
 
@@ -124,8 +124,8 @@ async def test_describe_list_delete_groups(coord: GroupCoordinator) -> None:
     assert idle.state == "Empty" and idle.members == ()
     assert missing.error == E.NONE and missing.state == "Dead"
     assert coord.describe_groups(["missing"], unknown_is_error=True)[0].error == E.GROUP_ID_NOT_FOUND
-    assert sorted(coord.list_groups()[1]) == [("busy", "consumer", "Stable"), ("idle", "", "Empty")]
-    assert coord.list_groups(states=["stable"])[1] == [("busy", "consumer", "Stable")]
+    assert sorted(coord.list_groups()[1]) == [("busy", "consumer", "Stable", "classic"), ("idle", "", "Empty", "classic")]
+    assert coord.list_groups(states=["stable"])[1] == [("busy", "consumer", "Stable", "classic")]
     assert coord.list_groups(types=["consumer"])[1] == []
     res = await coord.delete_groups(["busy", "idle", "missing", ""])
     assert res == {"busy": NON_EMPTY_GROUP, "idle": E.NONE, "missing": E.GROUP_ID_NOT_FOUND, "": E.INVALID_GROUP_ID}

@@ -6,6 +6,7 @@
 // record whose commit the broker acknowledged, "X error" for a failed commit (those
 // reads do not count) -- the protocol of tests/groups/member.py.
 // Usage: GroupConsumer BOOTSTRAP TOPIC GROUP STOP_FILE ASSIGNOR [INSTANCE_ID]
+// (ASSIGNOR "consumer:uniform" or "consumer:range": group.protocol=consumer, KIP-848)
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -38,11 +39,17 @@ public final class GroupConsumer {
         p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
         p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "6000");
         p.put(ConsumerConfig.MAX_POLL_INTERVAL_MS_CONFIG, "30000");
-        p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "1000");
         p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "50");
-        p.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, assignorClass(assignor));
+        if (assignor.startsWith("consumer:")) {
+            // KIP-848: the broker assigns and sets session and heartbeat timing.
+            p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer");
+            p.put(ConsumerConfig.GROUP_REMOTE_ASSIGNOR_CONFIG, assignor.substring("consumer:".length()));
+        } else {
+            p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "6000");
+            p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "1000");
+            p.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, assignorClass(assignor));
+        }
         if (args.length > 5) {
             p.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, args[5]);
         }

@@ -114,3 +114,25 @@ def test_every_registered_api_has_a_rule() -> None:
 
     keys = {api.spec.api_key for api in default_registry(HANDLER_MODULES).apis()}
     assert keys - set(RULES) - {3} == set()  # Metadata filters instead
+
+
+def test_fetch_by_topic_id_is_checked_under_the_topic_name() -> None:
+    import uuid
+    from types import SimpleNamespace
+
+    from tidegate.gateway.security.api_acls import denied
+    from tidegate.gateway.security.listeners import Listener
+    from tidegate.gateway.security.session import Session
+
+    known = uuid.uuid4()
+    authz = Authorizer(_Acls([_b(T, "orders", Operation.READ)]), frozenset(), False)  # type: ignore[arg-type]
+    session = Session(Listener("SASL_SSL", "SASL_SSL", "", 0), ("h", 1), "127.0.0.1",
+                      principal="User:alice")
+
+    def fetch(topic_id: uuid.UUID) -> SimpleNamespace:
+        return SimpleNamespace(topics=[SimpleNamespace(topic="", topic_id=topic_id)])
+
+    name_of = {known: "orders"}.get
+    assert denied(authz, session, fetch(known), 1, 13, name_of) is None
+    refusal = denied(authz, session, fetch(uuid.uuid4()), 1, 13, name_of)
+    assert refusal is not None and refusal[0] == 29

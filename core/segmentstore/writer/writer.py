@@ -56,6 +56,7 @@ from tidegate.tier2.api import (
     SegmentNotSealedError,
     SegmentSealedError,
     Storage,
+    StorageFencedError,
 )
 
 log = logging.getLogger(__name__)
@@ -334,7 +335,7 @@ class StorageWriter(SegmentEviction):
         for attempt in range(1 << 30):
             try:
                 return await asyncio.to_thread(fn, *args)
-            except _STATE_ERRORS:
+            except (StorageFencedError, *_STATE_ERRORS):  # fenced: another owner took over
                 raise
             except Exception as exc:
                 self.retries += 1

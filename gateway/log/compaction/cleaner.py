@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import islice
 from typing import Any, Protocol
 
@@ -28,13 +27,16 @@ from tidegate.core.segmentstore.api import (
     SegmentStore,
 )
 from tidegate.gateway.log import topic_config
-from tidegate.gateway.log.compaction.checkpoint import NO_TOMBSTONE, Checkpoint
+from tidegate.gateway.log.compaction.checkpoint import Checkpoint
 from tidegate.gateway.log.compaction.policy import CleaningConfig, cleanable, should_clean
-from tidegate.gateway.log.compaction.records import Record, iter_records, records_area
-from tidegate.gateway.log.compaction.rewrite import Filtered, filter_batch
+from tidegate.gateway.log.compaction.records import iter_records, records_area
+from tidegate.gateway.log.compaction.retain import Retention, key_digest
+from tidegate.gateway.log.compaction.stepped import SteppedRewrite
+from tidegate.gateway.log.compaction.txns import CleanedTxns, TxnIndex
 from tidegate.gateway.log.offset_index import IndexEntry, OffsetIndex
 from tidegate.gateway.log.partition_log import PartitionLog
 from tidegate.gateway.log.topics import TopicInfo
+from tidegate.gateway.txn.markers import marker_type
 from tidegate.protocol.record_batch import read_header
 
 log = logging.getLogger(__name__)
@@ -50,10 +52,6 @@ ENTRIES_PER_PASS_MAX = 100_000
 
 def clean_segment_id(partition: int, generation: int) -> int:
     return ((CLEAN_EPOCH_BASE + partition) << 32) | (generation & 0xFFFFFFFF)
-
-
-def key_digest(key: bytes) -> bytes:
-    return hashlib.blake2b(key, digest_size=16).digest()
 
 
 @dataclass
@@ -84,9 +82,10 @@ class LogCleaner:
     def __init__(
         self, topics: Topics, logs: Partitions, index: OffsetIndex, store: SegmentStore, *,
         backoff_ms: int = 15_000, dedupe_buffer_bytes: int = 128 << 20,
+        switch_entries_max: int = 50_000,
         append_bytes_max: int = 1 << 20, clock_ms: Callable[[], int] | None = None,
         reclaim: Callable[[str], Awaitable[object]] | None = None,
-        io_bytes_per_second_max: float = 0,
+        io_bytes_per_second_max: float = 0, txns: TxnIndex | None = None,
     ) -> None:
         self.topics = topics
         self.logs = logs
@@ -95,12 +94,18 @@ class LogCleaner:
         self.backoff_ms = backoff_ms
         self.keys_max = max(dedupe_buffer_bytes // KEY_ENTRY_BYTES, 1)
         self.append_bytes_max = append_bytes_max
+        #: Index entries one pass holds before switching them (its memory bound beyond
+        #: the key map): the rewrite is switched in steps of at most this many batches.
+        self.switch_entries_max = max(switch_entries_max, 1)
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         #: Truncates the topic's stream as far as what still refers to it allows.
         self.reclaim = reclaim
         #: Bytes read per second over a pass (0: no bound): the cleaner shares the event
         #: loop and the CPU with produce and fetch.
         self.io_bytes_per_second_max = io_bytes_per_second_max
+        #: The transaction index: the last stable offset bounds what is cleaned, aborted
+        #: records go, markers go once safe (``compaction/txns.py``).
+        self.txns = txns
         self._pass_started = 0.0
         self._pass_bytes = 0
         self.stats = PassStats()
@@ -108,6 +113,9 @@ class LogCleaner:
         self._deletions: set[asyncio.Task[None]] = set()
         self._swept: set[tuple[str, int]] = set()
         self._reclaimed: set[str] = set()
+        #: Topics whose log start retention moved in this pass: their stream is truncated
+        #: behind it.
+        self._retained: set[str] = set()
 
     def start(self) -> None:
         if self.backoff_ms > 0 and self._task is None:
@@ -146,7 +154,9 @@ class LogCleaner:
                     raise
                 except Exception:
                     log.exception("cleaning %s/%d", topic, p)
-            if self.reclaim is not None and (done or topic not in self._reclaimed):
+            retained = topic in self._retained
+            self._retained.discard(topic)
+            if self.reclaim is not None and (done or retained or topic not in self._reclaimed):
                 # Not at once: a fetch may still be reading the bytes just replaced
                 # (at the first pass of a process, none is).
                 delay_ms = CleaningConfig.of(info.configs).file_delete_delay_ms
@@ -169,22 +179,29 @@ class LogCleaner:
         now = self.clock_ms()
         cp = self.checkpoint(topic, partition) or Checkpoint(plog.log_start_offset, 0, 0)
         if (topic, partition) not in self._swept:
-            await self._sweep(topic, partition, cp.generation)
+            await self._sweep(topic, partition, cp.generations)
         last = self.index.last(topic, partition)
         if last is None:
             return False
-        if cfg.retention_ms >= 0:
-            self._apply_time_retention(plog, last, cfg.retention_ms, now)
+        if cfg.retention_ms >= 0 or cfg.retention_bytes >= 0:
+            if self._apply_retention(plog, last, cfg, now):
+                self._retained.add(topic)
         start = max(cp.end_offset, plog.log_start_offset)
         dirty = list(islice(self.index.entries_from(topic, partition, start), ENTRIES_PER_PASS_MAX))
         storage: dict[int, int] = {}
         for seg_id in {e.segment_id for e in dirty}:
+            if seg_id >> 32 >= CLEAN_EPOCH_BASE:  # a step of a pass that did not finish
+                storage[seg_id] = 1 << 62
+                continue
             try:
                 props = await self.store.get_info(self.topics.segment_name(topic, seg_id))
                 storage[seg_id] = props.storage_length
             except SegmentNotFoundError:
                 storage[seg_id] = -1
-        range_ = cleanable(dirty, dirty[0].base_offset if dirty else start, last.base_offset,
+        # An open transaction's records (from the last stable offset on) are never cleaned.
+        stable = last.base_offset if self.txns is None else min(
+            last.base_offset, self.txns.last_stable_offset(topic, partition, plog.high_watermark))
+        range_ = cleanable(dirty, dirty[0].base_offset if dirty else start, stable,
                            cfg, now, lambda e: e.position + e.length <= storage[e.segment_id])
         tombstones_due = cp.tombstone_ms <= now - cfg.delete_retention_ms
         if not should_clean(range_, cp.clean_bytes, cfg, now) and not tombstones_due:
@@ -192,7 +209,7 @@ class LogCleaner:
         t0, read0 = time.monotonic(), self.stats.bytes_read
         self._pass_started, self._pass_bytes = t0, 0
         mapped = [e for e in dirty if e.base_offset < range_.end]
-        keys, end = await self._map_keys(topic, mapped) if mapped else ({}, start)
+        keys, end = await self._map_keys(topic, partition, mapped) if mapped else ({}, start)
         if end <= plog.log_start_offset or (end <= range_.start and not tombstones_due):
             return False
         done = await self._rewrite(info, plog, cp, keys, end, cfg, now)
@@ -218,30 +235,59 @@ class LogCleaner:
             plog = self.logs.get(info.name, p)
             last = self.index.last(info.name, p)
             if last is not None and plog.log_start_offset < Checkpoint.decode(raw).end_offset:
-                self._apply_time_retention(plog, last, retention.value, now)
+                cfg = replace(CleaningConfig.of(info.configs), retention_ms=retention.value,
+                              retention_bytes=-1)
+                self._apply_retention(plog, last, cfg, now)
 
-    def _apply_time_retention(
-        self, plog: PartitionLog, last: IndexEntry, retention_ms: int, now: int
-    ) -> None:
-        """``compact,delete``: the log start passes batches older than ``retention.ms``."""
-        start = plog.log_start_offset
-        for e in self.index.entries_from(plog.topic, plog.partition, start):
-            if e.base_offset >= last.base_offset or e.max_timestamp > now - retention_ms:
+    def _apply_retention(
+        self, plog: PartitionLog, last: IndexEntry, cfg: CleaningConfig, now: int
+    ) -> bool:
+        """``compact,delete``: the log start passes batches older than ``retention.ms``
+        and the oldest while the partition holds more than ``retention.bytes`` (never
+        its last batch). The stream is truncated behind it later (``reclaim``), so an
+        offset at or past the log start always has its bytes."""
+        topic, partition, start = plog.topic, plog.partition, plog.log_start_offset
+        excess = -1
+        if cfg.retention_bytes >= 0:
+            excess = sum(e.length for e in self.index.entries_from(topic, partition, start))
+            excess -= cfg.retention_bytes
+        for e in self.index.entries_from(topic, partition, start):
+            if e.base_offset >= last.base_offset:
                 break
+            expired = 0 <= cfg.retention_ms and e.max_timestamp <= now - cfg.retention_ms
+            if not expired and excess <= 0:
+                break
+            excess -= e.length
             start = e.last_offset + 1
         if start > plog.log_start_offset:
             plog.set_log_start(start)
+            return True
+        return False
 
-    async def _map_keys(self, topic: str, entries: list[IndexEntry]) -> tuple[dict[bytes, int], int]:
+    def _cleaned_txns(self, topic: str, partition: int, start: int, end: int) -> CleanedTxns:
+        aborted = [] if self.txns is None else self.txns.aborted(topic, partition, start, end)
+        return CleanedTxns(aborted)
+
+    async def _map_keys(
+        self, topic: str, partition: int, entries: list[IndexEntry]
+    ) -> tuple[dict[bytes, int], int]:
         """Key digest → latest offset over ``entries``, and the offset where the map
-        stopped (it fills: the rest waits for the next pass)."""
+        stopped (it fills: the rest waits for the next pass). Records of aborted
+        transactions are not mapped: they never replace a committed value."""
         keys: dict[bytes, int] = {}
         end = entries[0].base_offset if entries else 0
+        txns = self._cleaned_txns(topic, partition, end, entries[-1].last_offset + 1) if entries \
+            else CleanedTxns([])
         for e in entries:
             data = await self.logs.read_entry(topic, e)
             self.stats.bytes_read += len(data)
             header = read_header(data)
-            found = [] if header.is_control else [  # markers are not keyed data
+            # Markers are not keyed data (but end their transaction); aborted records
+            # never replace a committed value.
+            if header.is_control:
+                txns.on_marker(header, marker_type(data, header))
+            skip = header.is_control or txns.on_batch(header)
+            found = [] if skip else [
                 (key_digest(r.key), header.base_offset + r.offset_delta)
                 for r in iter_records(records_area(data, header), header.record_count)
                 if r.key is not None]
@@ -258,80 +304,36 @@ class LogCleaner:
         end: int, cfg: CleaningConfig, now: int,
     ) -> bool:
         topic, partition = info.name, plog.partition
-        generation = cp.generation + 1
+        generation = cp.generations[-1] + 1
         seg_id = clean_segment_id(partition, generation)
         name = self.topics.segment_name(topic, seg_id)
         try:
             await self.store.create_segment(name)
-        except SegmentExistsError:  # left by a pass that crashed before its switch
+        except SegmentExistsError:  # left by a pass that crashed before its first switch
             await self.store.delete_segment(name)
             await self.store.create_segment(name)
+        rewrite = SteppedRewrite(
+            _PassIO(self), self.index, self.txns, lambda: self.topics.get(topic) is info,
+            plog, cp, generation, seg_id, name, self.append_bytes_max, self.switch_entries_max)
         try:
-            return await self._write_generation(info, plog, cp, keys, end, cfg, now, name, seg_id)
+            done = await rewrite.run(
+                Retention(keys, self._cleaned_txns(topic, partition, plog.log_start_offset, end),
+                          functools.partial(cp.first_cleaned_ms, now_ms=now),
+                          now - cfg.delete_retention_ms), end, now)
         except BaseException:
-            await self.store.delete_segment(name)
+            if not rewrite.switched:  # nothing points into it yet
+                await self.store.delete_segment(name)
             raise
-
-    async def _write_generation(
-        self, info: TopicInfo, plog: PartitionLog, cp: Checkpoint, keys: dict[bytes, int],
-        end: int, cfg: CleaningConfig, now: int, name: str, seg_id: int,
-    ) -> bool:
-        topic, partition = info.name, plog.partition
-        generation = cp.generation + 1
-        horizon = now - cfg.delete_retention_ms
-        removed = 0
-        oldest_tombstone_ms = NO_TOMBSTONE
-
-        def keep(r: Record, offset: int, timestamp: int) -> bool:
-            nonlocal removed, oldest_tombstone_ms
-            if r.key is not None:
-                latest = keys.get(key_digest(r.key))
-                if (latest is not None and latest != offset) or (
-                        r.is_tombstone and timestamp <= horizon):
-                    removed += 1
-                    return False
-                if r.is_tombstone:
-                    oldest_tombstone_ms = min(oldest_tombstone_ms, timestamp)
-            return True
-
-        entries: list[IndexEntry] = []
-        buffer = bytearray()
-        written = 0
-        for e in self.index.entries_from(topic, partition, plog.log_start_offset):
-            if e.base_offset >= end:
-                break
-            data = await self.logs.read_entry(topic, e)
-            self.stats.bytes_read += len(data)
-            header = read_header(data)
-            # Control batches (transaction markers) are kept as they are for now.
-            f = Filtered(data, 0, header.max_timestamp) if header.is_control else \
-                filter_batch(data, header, keep)
-            if f.data is not None:
-                entries.append(IndexEntry(e.base_offset, e.last_offset, seg_id,
-                                          written + len(buffer), len(f.data), f.max_timestamp))
-                buffer += f.data
-            if len(buffer) >= self.append_bytes_max:
-                written += await self._append(name, buffer, written)
-            await self._throttle(len(data))
-        if buffer:
-            written += await self._append(name, buffer, written)
-        # The switch: no await from the checks to the synced write.
-        if self.topics.get(topic) is not info or plog.retired or plog.failed is not None:
-            await self.store.delete_segment(name)
+        if not done:
+            if not rewrite.switched:
+                await self.store.delete_segment(name)
             return False
-        start = plog.log_start_offset
-        self.index.switch_cleaned(
-            topic, partition, end, [e for e in entries if e.last_offset >= start],
-            Checkpoint(end, generation, written, oldest_tombstone_ms).encode(), start,
-        )
-        while plog.recent and plog.recent[0].base_offset < end:
-            plog.recent.popleft()
-        self.stats.bytes_written += written
-        self.stats.records_removed += removed
-        log.debug("%s/%d: %d records removed, %d bytes kept", topic, partition, removed, written)
-        if cp.generation:
-            old = self.topics.segment_name(topic, clean_segment_id(partition, cp.generation))
-            self._later(cfg.file_delete_delay_ms, functools.partial(self._delete, old))
+        self.stats.bytes_written += rewrite.written
+        self.stats.records_removed += rewrite.removed
+        for g in cp.generations:
+            if g > 0:
+                old = self.topics.segment_name(topic, clean_segment_id(partition, g))
+                self._later(cfg.file_delete_delay_ms, functools.partial(self._delete, old))
         return True
 
     async def _throttle(self, size: int) -> None:
@@ -371,10 +373,11 @@ class LogCleaner:
         self._deletions.add(task)
         task.add_done_callback(self._deletions.discard)
 
-    async def _sweep(self, topic: str, partition: int, generation: int) -> None:
+    async def _sweep(self, topic: str, partition: int, live: range) -> None:
         """Delete the clean segments a crash may have left: the generation before the
-        current one (its delayed deletion) and the one after (a pass before its switch)."""
-        for g in (generation - 1, generation + 1):
+        live ones (its delayed deletion) and the one after (a pass before its first
+        switch)."""
+        for g in (live[0] - 1, live[-1] + 1):
             if g > 0:
                 try:
                     await self.store.delete_segment(
@@ -394,9 +397,9 @@ async def delete_clean_segments(
     for p in range(partitions):
         raw = index.clean_checkpoint(topic, p)
         if raw is not None:
-            g = Checkpoint.decode(raw).generation
+            live = Checkpoint.decode(raw).generations
             names += [topics.segment_name(topic, clean_segment_id(p, x))
-                      for x in (g - 1, g, g + 1) if x > 0]
+                      for x in range(live[0] - 1, live[-1] + 2) if x > 0]
 
     async def delete() -> None:
         for name in names:
@@ -406,3 +409,22 @@ async def delete_clean_segments(
                 pass
 
     return delete
+
+
+
+class _PassIO:
+    """The cleaner's reads, appends and read-rate bound, for ``SteppedRewrite``."""
+
+    def __init__(self, cleaner: LogCleaner) -> None:
+        self._cleaner = cleaner
+
+    async def read(self, topic: str, entry: IndexEntry) -> bytes:
+        data = await self._cleaner.logs.read_entry(topic, entry)
+        self._cleaner.stats.bytes_read += len(data)
+        return data
+
+    async def append(self, name: str, buffer: bytearray, expected: int) -> int:
+        return await self._cleaner._append(name, buffer, expected)
+
+    async def throttle(self, size: int) -> None:
+        await self._cleaner._throttle(size)

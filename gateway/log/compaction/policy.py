@@ -24,6 +24,8 @@ class CleaningConfig:
     #: ``compact,delete`` with ``retention.ms`` set: the time retention the cleaner
     #: applies to what it keeps (-1: none).
     retention_ms: int
+    #: ``compact,delete`` with ``retention.bytes`` set: the partition's size bound (-1: none).
+    retention_bytes: int = -1
 
     @staticmethod
     def of(configs: Mapping[str, str]) -> CleaningConfig:
@@ -34,6 +36,7 @@ class CleaningConfig:
             float(c["min.cleanable.dirty.ratio"]), int(c["delete.retention.ms"]),
             int(c["segment.bytes"]), int(c["segment.ms"]), int(c["file.delete.delay.ms"]),
             int(configs["retention.ms"]) if delete and "retention.ms" in configs else -1,
+            int(configs["retention.bytes"]) if delete and "retention.bytes" in configs else -1,
         )
 
 

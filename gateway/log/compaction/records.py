@@ -162,12 +162,15 @@ def iter_records(area: bytes, count: int) -> Iterator[Record]:
         raise InvalidRecordsError(f"{len(area) - pos} bytes after the last record")
 
 
-def keyless_record_error(batch: bytes | memoryview, header: BatchHeader, where: str) -> str | None:
+def keyless_record_error(
+    batch: bytes | memoryview, header: BatchHeader, where: str, area: bytes | None = None,
+) -> str | None:
     """Kafka's INVALID_RECORD message if a record of the batch has no key (compacted
     topics take keyed records only), or why the records cannot be read; None if all
-    have keys."""
+    have keys. ``area``: the records area already decompressed, if it was."""
     try:
-        for record in iter_records(records_area(batch, header), header.record_count):
+        plain = area if area is not None else records_area(batch, header)
+        for record in iter_records(plain, header.record_count):
             if record.key is None:
                 return f"Compacted topic cannot accept message without key in topic partition {where}."
     except InvalidRecordsError as exc:
@@ -177,10 +180,10 @@ def keyless_record_error(batch: bytes | memoryview, header: BatchHeader, where: 
 
 def compacted_produce_error(
     configs: Mapping[str, str], batch: bytes | memoryview, header: BatchHeader, topic: str,
-    partition: int,
+    partition: int, area: bytes | None = None,
 ) -> str | None:
     """The produce path's one check for compacted topics (INVALID_RECORD with this
     message), None for any other topic without reading past the header."""
     if "compact" not in configs.get("cleanup.policy", ""):
         return None
-    return keyless_record_error(batch, header, f"{topic}-{partition}")
+    return keyless_record_error(batch, header, f"{topic}-{partition}", area)

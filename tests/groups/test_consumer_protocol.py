@@ -1,0 +1,256 @@
+"""KIP-848 (``group.protocol=consumer``) end to end: one consumer group of Java
+kafka-clients 4.3.0 and confluent-kafka (librdkafka) members, the broker assigning
+with the ``uniform`` assignor, against a real ``tidegate serve``. Members join, leave,
+crash (``kill -9``) and the server is killed with ``kill -9`` and restarted while
+records keep coming; every record is delivered exactly once (the ``D`` lines of
+``member.py``/``GroupConsumer.java``, as in ``test_mixed_clients.py``), the Java
+AdminClient lists and describes the group as a consumer-type group, and at the end the
+committed offsets are the log ends."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+from confluent_kafka import Producer
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
+
+from tests.clients.server import Tidegate
+from tests.java.conftest import Java, java  # noqa: F401 (fixture)
+
+REPO = Path(__file__).resolve().parents[2]
+TOPIC = "kip848"
+GROUP = "kip848-group"
+PARTITIONS = 6
+PHASE_TIMEOUT_S = 75
+ASSIGNOR = "consumer:uniform"
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Tidegate]:
+    config = tmp_path / "tidegate.toml"
+    config.write_text(
+        "[groups]\nconsumer_heartbeat_interval_ms = 500\nconsumer_session_timeout_ms = 6000\n"
+    )
+    s = Tidegate(tmp_path / "data", tmp_path / "tidegate.log", config)
+    s.start()
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+class Member:
+    def __init__(self, name: str, client: str, jvm: Java, server: Tidegate, tmp: Path,
+                 assignor: str = ASSIGNOR, *extra: str) -> None:
+        self.name = name
+        self.client = client
+        self.stop_file = tmp / f"{name}.stop"
+        self.log = tmp / f"{name}.out"
+        self._out: IO[str] = open(self.log, "w")
+        args = [server.bootstrap, TOPIC, GROUP, str(self.stop_file), assignor, *extra]
+        self.proc: subprocess.Popen[str]
+        if client == "java":
+            self.proc = jvm.popen("GroupConsumer", *args, stdout=self._out)
+        else:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.groups.member", client, *args],
+                cwd=REPO, stdout=self._out, stderr=subprocess.STDOUT, text=True,
+            )
+        self.killed = False
+
+    def lines(self, kind: str) -> list[tuple[int, int]]:
+        out = []
+        for line in self.log.read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and parts[0] == kind:
+                out.append((int(parts[1]), int(parts[2])))
+        return out
+
+    def assignment(self) -> set[int] | None:
+        last = [ln for ln in self.log.read_text().splitlines() if ln.startswith("A ")]
+        return None if not last else {int(x) for x in last[-1][2:].split(",") if x}
+
+    def kill9(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self.killed = True
+
+    def finish(self, timeout_s: float = 60) -> str:
+        if not self.killed:
+            self.stop_file.write_text("stop")
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._out.close()
+        return self.log.read_text()
+
+
+def _wait(cond: Callable[[], bool], what: str, detail: Callable[[], object]) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < PHASE_TIMEOUT_S:
+        if cond():
+            return time.monotonic() - start
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}: {detail()}")
+
+
+def test_consumer_protocol_group_exactly_once(java: Java, server: Tidegate, tmp_path: Path) -> None:  # noqa: F811
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1)])
+    admin.close()
+    produced: set[tuple[int, int]] = set()
+
+    def produce(count: int, seconds: float) -> None:
+        producer = Producer({"bootstrap.servers": server.bootstrap, "enable.idempotence": True})
+        errors: list[object] = []
+
+        def report(err: object, msg: object) -> None:
+            if err is not None:
+                errors.append(err)
+            else:
+                produced.add((msg.partition(), msg.offset()))  # type: ignore[attr-defined]
+
+        for i in range(count):
+            producer.produce(TOPIC, key=f"k{len(produced)}-{i}".encode(), value=b"v", on_delivery=report)
+            producer.poll(0)
+            time.sleep(seconds / count)
+        assert producer.flush(30) == 0 and not errors, errors
+
+    members: list[Member] = []
+
+    def start(name: str, client: str) -> Member:
+        m = Member(name, client, java, server, tmp_path)
+        members.append(m)
+        return m
+
+    def delivered() -> list[tuple[int, int]]:
+        return [r for m in members for r in m.lines("D")]
+
+    def all_delivered() -> bool:
+        missing = produced - set(delivered())
+        read_by_killed = {r for m in members if m.killed for r in m.lines("R")}
+        return not (missing - read_by_killed)
+
+    def progress() -> object:
+        missing = sorted(produced - set(delivered()))[:10]
+        return {
+            "produced": len(produced), "delivered": len(set(delivered())),
+            "missing": {r: [m.name for m in members if r in m.lines("R")] for r in missing},
+            "members": {m.name: (m.proc.poll(), len(m.lines("D"))) for m in members},
+            "server": server.tail(15),
+        }
+
+    def describe() -> str:
+        return java.run("ConsumerGroupAdmin", server.bootstrap, GROUP, TOPIC, str(PARTITIONS))
+
+    phases: dict[str, float] = {}
+    try:
+        java1 = start("java1", "java")
+        cf1 = start("cf1", "confluent-kafka")
+        produce(150, 3)
+        phases["java + librdkafka"] = _wait(all_delivered, "first deliveries", progress)
+
+        start("java2", "java")
+        start("cf2", "confluent-kafka")
+        produce(150, 3)
+        phases["two join"] = _wait(all_delivered, "deliveries after joins", progress)
+
+        cf1.finish()  # leaves the group (member epoch -1)
+        produce(150, 3)
+        phases["leave"] = _wait(all_delivered, "deliveries after a leave", progress)
+
+        java1.kill9()  # its session ends on the broker; its partitions move
+        produce(150, 3)
+        phases["member kill -9"] = _wait(all_delivered, "deliveries after a member crash", progress)
+
+        def settled() -> bool:
+            out = describe()
+            return "state=Stable members=2" in out
+
+        _wait(settled, "a Stable group of the two live members", describe)
+        out = describe()
+        assert f"listed {GROUP} Consumer Stable" in out, out
+        assert "type=Consumer state=Stable members=2 assignor=uniform" in out, out
+        owned = [ln for ln in out.splitlines() if ln.startswith("member ")]
+        assert len(owned) == 2 and all("partitions=[]" not in ln for ln in owned), out
+
+        server.kill9()  # the group's state and commits must survive
+        server.start()
+        produce(150, 3)
+        phases["server kill -9"] = _wait(all_delivered, "deliveries after the server's kill -9", progress)
+    finally:
+        outputs = {m.name: m.finish() for m in members}
+    print("seconds from change to every record delivered:", phases)
+
+    for m in members:
+        if not m.killed:
+            assert "OK closed" in outputs[m.name], (m.name, outputs[m.name][-2000:])
+    got = delivered()
+    duplicates = {r for r in got if got.count(r) > 1}
+    assert not duplicates, f"delivered twice: {sorted(duplicates)[:20]}"
+    assert all_delivered()
+    assert set(got) <= produced
+    for m in members:
+        assert m.lines("D"), f"{m.name} ({m.client}) delivered nothing"
+
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    committed = admin.list_group_offsets(GROUP)[GROUP]
+    admin.close()
+    ends = {p: max(o for q, o in produced if q == p) + 1 for p in range(PARTITIONS)}
+    assert {tp.partition: om.offset for tp, om in committed.items()} == ends
+
+
+def _describe_line(out: str) -> str:
+    return next(ln for ln in out.splitlines() if ln.startswith("describe "))
+
+
+def test_java_static_members_with_the_range_assignor(java: Java, server: Tidegate, tmp_path: Path) -> None:  # noqa: F811
+    """Two static Java members (``group.instance.id``) with ``consumer:range``: one
+    closes (member epoch -2: it keeps its partitions) and a new process with the same
+    instance id takes them back without a new group epoch; nothing is read twice."""
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    admin.create_topics([NewTopic(TOPIC, num_partitions=4, replication_factor=1)])
+    admin.close()
+    producer = Producer({"bootstrap.servers": server.bootstrap})
+    for i in range(40):
+        producer.produce(TOPIC, value=f"v{i}".encode(), partition=i % 4)
+    assert producer.flush(30) == 0
+
+    def describe() -> str:
+        return java.run("ConsumerGroupAdmin", server.bootstrap, GROUP, TOPIC, "4")
+
+    members = [Member(f"s{i}", "java", java, server, tmp_path, "consumer:range", f"inst-{i}") for i in (1, 2)]
+    try:
+        def settled() -> bool:
+            got = [m.assignment() for m in members]
+            return all(a is not None and len(a) == 2 for a in got) and "state=Stable members=2" in describe()
+
+        _wait(settled, "two static members with two partitions each", describe)
+        first = describe()
+        assert "assignor=range" in first, first
+        epoch = _describe_line(first).rsplit(" epoch=", 1)[1]
+        before = members[0].assignment()
+        other_changes = len([ln for ln in members[1].log.read_text().splitlines() if ln.startswith("A ")])
+        members[0].finish()  # closes: a static leave (epoch -2)
+        members.append(Member("s1-again", "java", java, server, tmp_path, "consumer:range", "inst-1"))
+        _wait(lambda: members[2].assignment() == before, "the same partitions back", describe)
+        again = describe()
+        assert _describe_line(again).endswith(f" epoch={epoch}"), (first, again)  # no rebalance
+        _wait(lambda: {r for m in members for r in m.lines("D")} >= {(p, o) for p in range(4) for o in range(10)},
+              "every record delivered", describe)
+    finally:
+        for m in members:
+            m.finish()
+    got = [r for m in members for r in m.lines("D")]
+    assert len(got) == len(set(got)) == 40
+    # The other member's assignment did not change while the static member was away.
+    assert len([ln for ln in members[1].log.read_text().splitlines() if ln.startswith("A ")]) == other_changes

@@ -1,0 +1,30 @@
+"""What admin tools call through kafka-clients 4.3.0's AdminClient (docs/kafka-apis.md):
+log dirs with sizes, reassignments, producers, client quotas, the broker's configs and a
+consumer group's offsets against the end offsets."""
+
+from __future__ import annotations
+
+from tests.clients.server import Tidegate
+from tests.java.conftest import Java
+
+TS_BASE = 1_700_000_000_000
+
+
+def test_admin_tools_calls(java: Java, tidegate_groups: Tidegate) -> None:
+    server = tidegate_groups
+    out = java.run("AdminScenarios", server.bootstrap, "topics", "jv-tools", "3")
+    assert "OK topics" in out, out
+    out = java.run("ProducerScenario", server.bootstrap, "jv-tools", "30", "3", str(TS_BASE))
+    assert "OK produce 30" in out, out
+    out = java.run("ToolScenarios", server.bootstrap, "jv-tools", "3", "jv-tools-group")
+    assert "OK tools" in out, out
+    lines = out.splitlines()
+    sizes = {int(p): int(s) for _, p, s in (ln.split() for ln in lines if ln.startswith("size "))}
+    # Each partition holds 10 records of ~20 bytes in at least one batch of 61+ bytes.
+    assert sorted(sizes) == [0, 1, 2] and all(s >= 61 for s in sizes.values()), out
+    assert sum(ln.startswith("logdir ") for ln in lines) == 2, out
+    assert "reassignments 0" in lines, out
+    assert "producers 3" in lines, out  # one idempotent producer seen by each partition
+    assert "quotas 0" in lines, out
+    assert "ibp 3.9-IV0" in lines, out
+    assert "group partitions 3 lag 27" in lines, out
