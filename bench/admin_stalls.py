@@ -22,6 +22,7 @@ from kafka.protocol.admin import CreatePartitionsRequest, CreateTopicsRequest, D
 from tidegate.core.controller.controller import StreamController
 from tidegate.core.segmentstore.config import SegmentStoreConfig
 from tidegate.core.segmentstore.service import StreamSegmentStore
+from tidegate.gateway import heap
 from tidegate.gateway.app import Gateway
 from tidegate.gateway.config import GatewayConfig
 
@@ -63,13 +64,15 @@ async def _call(port: int, request: Any, version: int) -> Any:
     return response_class.decode(body[5 if flexible else 4 :], version=version)
 
 
-async def run(partitions: int, to: int, data_dir: Path) -> dict[str, float]:
+async def run(partitions: int, to: int, data_dir: Path, freeze: bool = True) -> dict[str, float]:
     store = StreamSegmentStore(data_dir / "segmentstore", SegmentStoreConfig())
     await store.start()
     controller = StreamController(store)
     await controller.start()
     gateway = Gateway(GatewayConfig(data_dir=data_dir, listen="127.0.0.1:0"), store, controller)
     _, port = await gateway.start()
+    if freeze:  # as ``tidegate serve`` does once it listens
+        heap.freeze_long_lived()
     out: dict[str, float] = {}
     meter = StallMeter()
     try:
@@ -109,9 +112,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=2000)
     parser.add_argument("--to", type=int, default=10_000)
+    parser.add_argument("--no-freeze", action="store_true",
+                        help="leave the garbage collector as Python sets it (no gateway.heap)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tidegate-stalls-") as tmp:
-        result = asyncio.run(run(args.partitions, args.to, Path(tmp)))
+        result = asyncio.run(run(args.partitions, args.to, Path(tmp), not args.no_freeze))
     for key, value in result.items():
         print(f"{key}: {value}")
     print("RESULT " + json.dumps(result))

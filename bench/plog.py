@@ -6,7 +6,9 @@ helpers in ``tests/cluster.py``), then for each log and entry size: throughput w
 latency of one append at a time (``--latency-appends`` of them, p50/p99/max). Last
 line: ``RESULT {json}``.
 
-``python -m bench.plog [--dir DIR] [--total-mb N] [--appenders N] [--sizes 1024,65536]``
+``python -m bench.plog [--dir DIR] [--total-mb N] [--appenders N] [--sizes 1024,65536]``;
+``--failover``: instead, the gap in acknowledgements when one of exactly three servers is
+``kill -9``ed (``failover_gap``).
 """
 
 from __future__ import annotations
@@ -66,6 +68,47 @@ async def measure(make: Callable[[], DurableDataLog], entry_bytes: int, total_by
     }
 
 
+async def failover_gap(make: Callable[[], ReplicatedDurableDataLog], cluster: PlogCluster,
+                       restart_after_s: float | None) -> dict[str, Any]:
+    """``kill -9`` of a server in the active group under 32 appenders of 1 KiB: the
+    longest time without an acknowledgement, and from the kill to the first one in a
+    later plog. ``restart_after_s``: the server is started again after that long."""
+    log = make()
+    await log.open()
+    acks: list[tuple[float, int]] = []
+    stop = False
+
+    async def appender() -> None:
+        while not stop:
+            addr = await log.append(b"x" * 1024)
+            acks.append((time.perf_counter(), addr.file_id))
+
+    tasks = [asyncio.ensure_future(appender()) for _ in range(32)]
+    await asyncio.sleep(2)
+    index = log._segs[-1].index
+    victim = next(s for s in cluster.servers if s.server_id == log._segs[-1].servers[0])
+    killed = time.perf_counter()
+    victim.kill9()
+    if restart_after_s is not None:
+        await asyncio.sleep(restart_after_s)
+        await asyncio.to_thread(victim.start)
+    deadline = time.perf_counter() + 60
+    while not any(f > index for _, f in acks) and time.perf_counter() < deadline:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(1)
+    stop = True
+    await asyncio.gather(*tasks)
+    await log.close()
+    if victim.proc is None:
+        victim.start()
+    times = [t for t, _ in acks]
+    resumed = min(t for t, f in acks if f > index)
+    return {
+        "resumed_after_kill_ms": round((resumed - killed) * 1000),
+        "longest_gap_ms": round(max(b - a for a, b in zip(times, times[1:], strict=False)) * 1000),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
@@ -73,6 +116,8 @@ def main() -> None:
     parser.add_argument("--appenders", type=int, default=256)
     parser.add_argument("--latency-appends", type=int, default=1000)
     parser.add_argument("--sizes", default="1024,65536")
+    parser.add_argument("--failover", action="store_true",
+                        help="measure the failover gap with exactly three servers instead")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-plog-", dir=args.dir))
     zk = ZooKeeperServer(work / "zookeeper")
@@ -81,7 +126,22 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     try:
         cluster.start()
-        for size in (int(s) for s in args.sizes.split(",")):
+        if args.failover:
+            for least, restart in ((2, None), (3, 2.0)):
+                client = ZooKeeper(zk.hosts)
+
+                def make_r(least: int = least, client: ZooKeeper = client) -> ReplicatedDurableDataLog:
+                    return ReplicatedDurableDataLog(
+                        f"bench-{uuid.uuid4().hex[:6]}", ZooKeeperPlogCoordinator(client, "/bench"),
+                        min_replicas=least, timeout_ms=2000, failover_timeout_ms=60_000,
+                    )
+
+                r = asyncio.run(failover_gap(make_r, cluster, restart))
+                client.stop_blocking()
+                r.update(min_replicas=least, restarted_after_s=restart)
+                results.append(r)
+                print(f"min_replicas {least}, restart {restart}: {r}", flush=True)
+        for size in (int(s) for s in args.sizes.split(",") if not args.failover):
             for kind in ("file", "replicated"):
                 client = ZooKeeper(zk.hosts)
 

@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import gc
 import logging
 import os
 import signal
@@ -21,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
+from tidegate.gateway import heap
 from tidegate.gateway.config import (
     ENV_PREFIX,
     GatewayConfig,
@@ -60,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--zookeeper", help="join a cluster: ZooKeeper HOST:PORT[/chroot]")
     serve.add_argument("--node-id", type=int, help="this node's id in the cluster (default 0)")
     serve.add_argument("--segment-store", help="segment-store HOST:PORT for the other nodes")
-    serve.add_argument("--tier1-dir", help="Tier-1 logs directory (cluster: shared by all nodes)")
+    serve.add_argument("--tier1-dir", help="Tier-1 logs directory (cluster: a shared file log "
+                       "instead of the replicated one)")
     serve.add_argument("--tier2-dir", help="Tier-2 directory (cluster: shared by all nodes)")
     serve.add_argument("--container-count", type=int, help="segment containers in the cluster")
     serve.add_argument("--config", type=Path, help="TOML file; every flag is also a key")
@@ -75,6 +76,9 @@ def _parser() -> argparse.ArgumentParser:
     plog.add_argument("--zookeeper", help="ZooKeeper connect string to register in")
     plog.add_argument("--zookeeper-root", default="/tidegate/plog", help="its ZooKeeper path")
     plog.add_argument("--server-id", help="id in ZooKeeper (default: made once, kept in the data dir)")
+    plog.add_argument("--disk-bytes-max", type=int, help="bytes its plogs may take (default: the disk)")
+    plog.add_argument("--sweep-interval-ms", type=int, default=300_000,
+                      help="how often plogs no log records are deleted (also at start; 0: at start only)")
     for p in (serve, plog):
         p.add_argument(
             "--log-level",
@@ -118,6 +122,10 @@ async def serve(config: GatewayConfig) -> None:
             store_settings[key] = getattr(config, key)
     if config.container_count > 0:
         store_settings["container_count"] = config.container_count
+    if config.zookeeper:
+        from tidegate.gateway.cluster.wiring import cluster_tier1_settings
+
+        cluster_tier1_settings(config.zookeeper, config.segment_store, store_settings)
     store_config = SegmentStoreConfig(**store_settings)
     traffic = PartitionTraffic(config.scope, store_config.traffic_window_ms)
     cluster: Any = None
@@ -212,11 +220,9 @@ async def serve(config: GatewayConfig) -> None:
             config.grpc,
             config.data_dir,
         )
-        # What start-up built (modules, protocol schemas, controller and store state)
-        # lives as long as the process: moved out of the collector's generations, a full
-        # collection later scans only what came since, and pauses the loop far less.
-        gc.collect()
-        gc.freeze()
+        # What start-up built lives as long as the process, and so do the survivors of
+        # each full collection: frozen, a full collection scans only what came since.
+        heap.freeze_long_lived()
         await stop.wait()
         log.info("tidegate stopping")
     finally:
@@ -304,7 +310,10 @@ def _plog_server(args: argparse.Namespace) -> int:
         print(f"tidegate: {exc}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(run_server(args.data_dir, host, port, args.zookeeper, args.server_id, args.zookeeper_root))
+        asyncio.run(run_server(
+            args.data_dir, host, port, args.zookeeper, args.server_id, args.zookeeper_root,
+            args.disk_bytes_max, args.sweep_interval_ms,
+        ))
     except (OSError, ZooKeeperError) as exc:
         print(f"tidegate: {exc}", file=sys.stderr)
         return 1

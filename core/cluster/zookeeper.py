@@ -330,6 +330,9 @@ class ZooKeeper:
     def _start(self) -> None:
         with self._start_lock:  # concurrent first calls share one connect
             if not self._client.connected:
+                base, _, chroot = self.hosts.partition("/")
+                if chroot.strip("/"):
+                    _ensure_chroot(base, "/" + chroot.strip("/"), self._timeout_s)
                 self._client.start(timeout=self._timeout_s)
 
     async def stop(self) -> None:
@@ -365,6 +368,10 @@ class ZooKeeper:
 
     async def delete(self, path: str) -> None:
         await self._call(self._client.delete, path)
+
+    async def sync(self, path: str) -> None:
+        """Reads after this see every write made before it (a follower's may lag)."""
+        await self._call(self._client.sync, path)
 
     async def children(self, path: str) -> list[str]:
         try:

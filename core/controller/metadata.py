@@ -19,6 +19,7 @@ a version mismatch means another writer got there first and surfaces as
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -121,7 +122,13 @@ class MetadataStore:
         that version (``NOT_EXISTS``: absent). Returns the new versions."""
         expected = expected or {}
         keys = list(values)
-        updates = [TableUpdate(k.encode(), dumps(values[k]), expected.get(k)) for k in keys]
+
+        def encode() -> list[TableUpdate]:
+            return [TableUpdate(k.encode(), dumps(values[k]), expected.get(k)) for k in keys]
+
+        # Epoch records of thousands of segments, or thousands of keys, are encoded in a
+        # worker thread: on the event loop they stall every other request.
+        updates = await asyncio.to_thread(encode) if _large(values) else encode()
         try:
             versions = await self.store.table_put(table, updates)
         except BadKeyVersionError as e:
@@ -146,7 +153,8 @@ class MetadataStore:
         v = await self.get(table, epoch_key(n))
         if v is None:
             raise KeyError(f"{table}: no epoch {n}")
-        rec = epoch_from_json(v.value)
+        large = len(v.value.get("segments", ())) > LARGE_ITEMS
+        rec = await asyncio.to_thread(epoch_from_json, v.value) if large else epoch_from_json(v.value)
         self._epochs[(table, n)] = rec
         return rec
 
@@ -216,3 +224,25 @@ class StreamMeta:
     async def workflow(self) -> Versioned:
         v = await self.get("workflow")
         return Versioned(None, -1) if v is None else v
+
+
+#: Lists (or key counts) longer than this make ``MetadataStore.put`` encode off the loop.
+LARGE_ITEMS = 256
+
+
+def _large(values: Mapping[str, Json]) -> bool:
+    """Whether encoding ``values`` is long: many keys, or a list of many items at the top
+    or second level of a value (an epoch's segments, a workflow record's epoch)."""
+    if len(values) > LARGE_ITEMS:
+        return True
+    for v in values.values():
+        if not isinstance(v, dict):
+            continue
+        for inner in v.values():
+            if isinstance(inner, list) and len(inner) > LARGE_ITEMS:
+                return True
+            if isinstance(inner, dict) and any(
+                isinstance(x, list) and len(x) > LARGE_ITEMS for x in inner.values()
+            ):
+                return True
+    return False

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tidegate.core.cluster.zookeeper import ZooKeeper
 from tidegate.core.plog.store import PlogStore
+from tidegate.core.plog.sweep import OrphanSweep
 from tidegate.core.plog.wire import (
     FRAME_BYTES_MAX,
     FRAME_HEADER_BYTES,
@@ -70,10 +71,14 @@ class PlogServer:
         server_id: str | None = None,
         conn_append_bytes_max: int = 64 * 1024 * 1024,
         conn_requests_max: int = 64,
+        disk_bytes_max: int | None = None,
+        sweep_interval_ms: int = 300_000,
     ) -> None:
+        """``sweep_interval_ms``: how often, registered in ZooKeeper, it deletes the plogs
+        no log records any more (``sweep.py``; also once at start; 0: at start only)."""
         self.data_dir = Path(data_dir)
         self.host, self.port = host, port
-        self.store = PlogStore(self.data_dir)
+        self.store = PlogStore(self.data_dir, disk_bytes_max=disk_bytes_max)
         self.server_id = server_id_of(self.data_dir, server_id)
         self._zk_hosts = zookeeper
         self._root = root
@@ -82,6 +87,9 @@ class PlogServer:
         self._conn_requests_max = conn_requests_max
         self._server: asyncio.Server | None = None
         self._conns: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._sweep_interval_ms = sweep_interval_ms
+        self.sweep: OrphanSweep | None = None
+        self._sweep_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self.store.open()
@@ -92,8 +100,14 @@ class PlogServer:
             await self.zk.start()
             info = json.dumps({"host": self.host, "port": self.port}).encode()
             await self.zk.register(f"{self._root}/servers/{self.server_id}", info)
+            self.sweep = OrphanSweep(self.store, self.zk, self._root, interval_ms=self._sweep_interval_ms)
+            self._sweep_task = asyncio.ensure_future(self.sweep.run())
 
     async def close(self) -> None:
+        if self._sweep_task is not None:
+            self._sweep_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._sweep_task
         if self._server is not None:
             self._server.close()
         for w in self._conns.values():
@@ -203,12 +217,15 @@ class _Connection:
 
 async def run_server(
     data_dir: Path, host: str, port: int, zookeeper: str | None, server_id: str | None,
-    root: str = DEFAULT_ROOT,
+    root: str = DEFAULT_ROOT, disk_bytes_max: int | None = None, sweep_interval_ms: int = 300_000,
 ) -> None:
     """``tidegate plog-server``: serve until SIGTERM/SIGINT."""
     import signal
 
-    server = PlogServer(data_dir, host, port, zookeeper=zookeeper, root=root, server_id=server_id)
+    server = PlogServer(
+        data_dir, host, port, zookeeper=zookeeper, root=root, server_id=server_id,
+        disk_bytes_max=disk_bytes_max, sweep_interval_ms=sweep_interval_ms,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -18,6 +18,12 @@ append reassembly). Sealing stops appends at once, waits for those already accep
 to be durable, then seals at the smaller of the asked and the durable end; a seal by an
 older epoch than the plog's seal epoch is refused (FENCED), so a fenced owner cannot
 lower what a newer one sealed.
+
+Capacity (the seed's pre-allocated block): a plog's whole capacity is reserved when it
+is created, so appends never find the disk full. A create is refused (NO_SPACE) when the
+free space less what unsealed plogs may still write, less ``disk_free_bytes_min``, cannot
+hold it, or when the plogs' bytes, written and reserved, would pass ``disk_bytes_max``.
+Sealing or deleting a plog gives its unused reservation back.
 """
 
 from __future__ import annotations
@@ -88,9 +94,15 @@ class PlogStore:
         capacity_bytes_max: int = 1 << 32,
         reassembly_bytes_max: int = 16 * 1024 * 1024,
         reassembly_appends_max: int = 1024,
+        disk_bytes_max: int | None = None,
+        disk_free_bytes_min: int = 64 * 1024 * 1024,
     ) -> None:
         self.directory = Path(data_dir) / "plogs"
         self.capacity_bytes_max = capacity_bytes_max
+        self.disk_bytes_max = disk_bytes_max
+        self.disk_free_bytes_min = disk_free_bytes_min
+        #: Bytes promised to plogs being created (not in ``plogs`` yet).
+        self._creating_bytes = 0
         self.reassembly_bytes_max = reassembly_bytes_max
         self.reassembly_appends_max = reassembly_appends_max
         self.plogs: dict[str, _Plog] = {}
@@ -177,6 +189,9 @@ class PlogStore:
 
     # ------------------------------------------------------------ operations
 
+    def ids(self) -> list[str]:
+        return list(self.plogs)
+
     def info(self, plog_id: str) -> PlogInfo | None:
         p = self.plogs.get(plog_id)
         if p is None:
@@ -188,15 +203,43 @@ class PlogStore:
             return Status.EXISTS, b"plog exists"
         if capacity > self.capacity_bytes_max:
             return Status.TOO_LARGE, f"capacity above {self.capacity_bytes_max}".encode()
+        try:
+            refused = self._no_room_for(capacity)  # on the loop: no create passes it twice
+        except OSError as exc:
+            return Status.IO_ERROR, repr(exc).encode()
+        if refused:
+            return Status.NO_SPACE, refused.encode()
         self._creating.add(plog_id)
+        self._creating_bytes += capacity
         try:
             fd = await asyncio.to_thread(self._create_file, plog_id, capacity)
         except OSError as exc:
             return Status.IO_ERROR, repr(exc).encode()
         finally:
             self._creating.discard(plog_id)
+            self._creating_bytes -= capacity
         self.plogs[plog_id] = _Plog(plog_id, fd, capacity, 0, FILE_HEADER.size)
         return Status.OK, b""
+
+    def reserved_bytes(self) -> int:
+        """What unsealed plogs (and those being created) may still write."""
+        open_room = sum(p.capacity - p.accepted for p in self.plogs.values() if not p.sealing)
+        return open_room + self._creating_bytes
+
+    def _no_room_for(self, capacity: int) -> str:
+        """Why a plog of ``capacity`` bytes cannot be promised ("" if it can)."""
+        reserved = self.reserved_bytes()
+        if self.disk_bytes_max is not None:
+            written = sum(p.file_end for p in self.plogs.values())
+            if written + reserved + capacity > self.disk_bytes_max:
+                return (f"{written} bytes written and {reserved} reserved: no room for "
+                        f"{capacity} within disk_bytes_max {self.disk_bytes_max}")
+        st = os.statvfs(self.directory)
+        free = st.f_bavail * st.f_frsize
+        if free - reserved - capacity < self.disk_free_bytes_min:
+            return (f"{free} bytes free, {reserved} reserved: no room for {capacity} "
+                    f"and {self.disk_free_bytes_min} kept free")
+        return ""
 
     def _create_file(self, plog_id: str, capacity: int) -> int:
         self.directory.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,8 @@ Response::  [u32 length][u8 status][u32 request id][body]
 ``length`` counts what follows it. Strings are ``[u8 length][ascii]``, integers are
 big-endian. Bodies by op (response bodies are for status OK unless said otherwise):
 
-- CREATE   id, u64 capacity                       -> (empty); EXISTS if present
+- CREATE   id, u64 capacity                       -> (empty); EXISTS if present,
+                                                     NO_SPACE if the disk cannot hold it
 - APPEND   id, u64 offset, data (rest of frame)   -> u64 durable end
 - READ     id, u64 offset, u32 max bytes          -> u64 durable end, u8 sealed, data
 - SEAL     id, u64 epoch, u64 offset              -> u64 sealed end
@@ -64,6 +65,7 @@ class Status:
     BUSY = 8
     INVALID = 9
     IO_ERROR = 10
+    NO_SPACE = 11
 
 
 STATUS_NAMES = {v: k for k, v in vars(Status).items() if not k.startswith("_")}

@@ -37,14 +37,23 @@ class SegmentStoreConfig:
     tier1_plog_zookeeper_root: str = "/tidegate/plog"
     #: Servers each plog is written to (a persistence group).
     tier1_replication_factor: int = 3
+    #: While fewer servers than the replication factor are healthy, new plogs go on as
+    #: few as this many (Kafka's ``min.insync.replicas``); fewer is an error.
+    tier1_min_replicas: int = 2
     #: A plog is switched for the next one at this size.
     tier1_plog_bytes_max: int = 64 * MiB
     #: A plog server that leaves a call unanswered this long is given up on: the plog
-    #: is sealed and appends go on in a new one on other servers.
-    tier1_plog_timeout_ms: int = 2000
+    #: is sealed and appends go on in a new one on other servers. A dead server is
+    #: noticed at once (its connection closes); this is for one that stalls, and a plog
+    #: server inside a node shares the node's event loop, which a busy start can stall
+    #: for seconds.
+    tier1_plog_timeout_ms: int = 10_000
     #: Run a plog server inside this node too, listening here (``HOST:PORT``), its plogs
-    #: under ``plog/`` in the store's data directory; ``None``: none.
+    #: under ``plog/`` in the store's data directory; ``None`` or ``"off"``: none.
     tier1_plog_server_listen: str | None = None
+    #: Bytes the embedded plog server's plogs may take, written and reserved (``None``:
+    #: what its disk has free).
+    tier1_plog_server_disk_bytes_max: int | None = None
     #: Container ``N``'s log is named ``<prefix>container-N`` in ZooKeeper.
     tier1_plog_log_prefix: str = "tidegate-"
     #: Largest single append.
@@ -90,6 +99,10 @@ class SegmentStoreConfig:
     #: Where each container's Tier-2 fence file lives (``fence.py``; ``None``: no fence,
     #: one process owns every container). Cluster mode: beside the shared Tier-2.
     tier2_fence_dir: str | None = None
+    #: Where the inactive-segment records live when they are not beside a shared Tier-1
+    #: directory (``None``: ``tier1_dir``, else the store's data directory). Cluster mode
+    #: on the replicated Tier-1 keeps them in the shared Tier-2 directory.
+    metadata_dir: str | None = None
     #: Largest single Tier-2 write.
     tier2_write_bytes_max: int = 16 * MiB
     #: Tier-2 (filesystem) chunk files are rolled at this size; truncation frees whole

@@ -87,8 +87,9 @@ class StreamSegmentStore:
             self._zookeeper = ZooKeeper(config.tier1_plog_zookeeper)
         self._tier1_factory = tier1_factory or (self._plog_log if self._zookeeper else self._file_log)
         # A container's Tier-1 log and its inactive-segment records move with it between
-        # nodes: in cluster mode both live in the directory every node shares.
+        # nodes: in cluster mode both live in directories every node shares.
         self._shared_dir = Path(config.tier1_dir) if config.tier1_dir else self.data_dir
+        self._metadata_root = Path(config.metadata_dir) if config.metadata_dir else self._shared_dir
         if tier2 is None:
             from tidegate.tier2.filesystem import FileSystemStorage
 
@@ -131,6 +132,7 @@ class StreamSegmentStore:
             f"{c.tier1_plog_log_prefix}container-{container_id}",
             ZooKeeperPlogCoordinator(self._zookeeper, c.tier1_plog_zookeeper_root),
             replication_factor=c.tier1_replication_factor,
+            min_replicas=c.tier1_min_replicas,
             plog_bytes_max=c.tier1_plog_bytes_max,
             entry_bytes_max=max(c.frame_bytes_max, c.append_bytes_max) + 64 * 1024,
             timeout_ms=c.tier1_plog_timeout_ms,
@@ -146,7 +148,7 @@ class StreamSegmentStore:
             self.cache,
             self.traffic_meters,
             index_dir=self.data_dir / "tier1-index" / f"container-{cid}",
-            metadata_dir=self._shared_dir / "metadata" / f"container-{cid}",
+            metadata_dir=self._metadata_root / "metadata" / f"container-{cid}",
             clock=self._clock,
             wall_clock=self._wall_clock,
         )
@@ -170,7 +172,7 @@ class StreamSegmentStore:
         """The embedded plog server (``tier1_plog_server_listen``), registered in the
         ZooKeeper the replicated Tier-1 logs use, before any container opens its log."""
         listen = self.config.tier1_plog_server_listen
-        if listen is None or self.plog_server is not None:
+        if not listen or listen in ("off", "none") or self.plog_server is not None:
             return
         host, _, port = listen.rpartition(":")
         if not host or not port.isdigit():
@@ -179,6 +181,7 @@ class StreamSegmentStore:
             self.data_dir / "plog", host.strip("[]"), int(port),
             zookeeper=self.config.tier1_plog_zookeeper,
             root=self.config.tier1_plog_zookeeper_root,
+            disk_bytes_max=self.config.tier1_plog_server_disk_bytes_max,
         )
         await self.plog_server.start()
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 from typing import Any, Protocol
 
 from tidegate.core.cluster.node import ClusterNode
 from tidegate.core.cluster.routing import RoutingSegmentStore
-from tidegate.core.cluster.zookeeper import ClusterSession, CoordinationError
+from tidegate.core.cluster.zookeeper import ClusterSession, CoordinationError, ZooKeeperError
 from tidegate.core.segmentstore.api import SegmentStore
 from tidegate.core.segmentstore.remote.server import SegmentStoreServer
 from tidegate.core.segmentstore.service import StreamSegmentStore
@@ -42,6 +43,22 @@ class TopicsTable(Protocol):
 
 class TopicLogs(Protocol):
     def delete_topic(self, topic: str) -> None: ...
+
+
+def cluster_tier1_settings(zookeeper: str, segment_store: str, settings: dict[str, Any]) -> None:
+    """Cluster mode's Tier-1 (``docs/cluster.md``), into the store's ``settings``: without
+    a shared ``tier1_dir`` (the file log, chosen explicitly) each container's log is
+    replicated on plog servers found through the cluster's ZooKeeper, every node runs
+    one beside its segment store, and the inactive-segment records live in the shared
+    Tier-2 directory."""
+    if settings.get("tier1_dir"):
+        return
+    tier2 = settings.get("tier2_dir")
+    if not tier2:
+        raise OSError("cluster mode needs --tier2-dir, a directory every node shares")
+    settings.setdefault("tier1_plog_zookeeper", zookeeper)
+    settings.setdefault("tier1_plog_server_listen", f"{parse_host_port(segment_store)[0]}:0")
+    settings.setdefault("metadata_dir", str(Path(tier2) / ".containers"))
 
 
 class ClusterWiring:
@@ -93,7 +110,10 @@ class ClusterWiring:
         self.node.on_leadership = changed
 
     async def start(self, map_wait_s: float = 30.0) -> None:
-        await self.local.start()  # owns nothing yet: the map decides
+        try:
+            await self.local.start()  # owns nothing yet: the map decides (its plog server starts)
+        except ZooKeeperError as exc:
+            raise OSError(f"cannot join the cluster at {self.config.zookeeper}: {exc}") from exc
         host, port = parse_host_port(self.config.segment_store)
         shost, sport = await self.server.start(host, port)
         self.info.update(

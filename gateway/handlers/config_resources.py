@@ -17,6 +17,7 @@ from typing import Any
 
 from kafka.protocol.admin import DescribeConfigsResponse
 from tidegate.core.controller.api import ConflictError, StreamConfig
+from tidegate.gateway import failpoints
 from tidegate.gateway.config import GatewayConfig
 from tidegate.gateway.handlers import HandlerContext
 from tidegate.gateway.log import topic_config
@@ -130,8 +131,11 @@ async def apply_topic_configs(
     ctx: HandlerContext, info: TopicInfo, configs: dict[str, str | None], validate_only: bool
 ) -> None:
     """Validate ``configs`` as the topic's complete set of stored configs and, unless
-    ``validate_only``, make them the topic's: the stream policies first (through
-    ``controller.update_stream`` when they change), then the topics table."""
+    ``validate_only``, make them the topic's: the topics table first (durable before the
+    answer), then the stream policies (``controller.update_stream`` when they change).
+    A crash between the two is finished at the next start (``TopicRegistry`` reconciles
+    each stream's policies with its topic's configs); a stream that stays busy puts the
+    old configs back."""
     try:
         new = topic_config.validate(configs)
         old_policy = topic_config.stream_config(info.configs, info.partitions)
@@ -140,9 +144,14 @@ async def apply_topic_configs(
         raise ResourceError(ErrorCode.INVALID_CONFIG, str(exc)) from None
     if validate_only:
         return
-    if new_policy != old_policy:
-        await update_stream_policy(ctx, info.name, new_policy)
     await ctx.topics.update(replace(info, configs=new))
+    failpoints.hit("alter_configs.configs_stored")
+    if new_policy != old_policy:
+        try:
+            await update_stream_policy(ctx, info.name, new_policy)
+        except ResourceError:
+            await ctx.topics.update(info)
+            raise
 
 
 async def update_stream_policy(ctx: HandlerContext, topic: str, policy: StreamConfig) -> None:

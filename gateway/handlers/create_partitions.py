@@ -10,6 +10,7 @@ counts are INVALID_PARTITIONS, as in Kafka."""
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import logging
 from dataclasses import replace
@@ -93,7 +94,9 @@ async def finish_split(ctx: HandlerContext, info: TopicInfo) -> None:
     if policy_old.scaling.type == ScalingType.FIXED_NUM_SEGMENTS:
         try:
             current = await ctx.controller.get_current_segments(scope, info.name)
-            sealed, ranges = split_ranges(current, old, count)
+            # Off the event loop: for thousands of partitions it is long enough to stall
+            # every connection (issue 22, finding 4).
+            sealed, ranges = await asyncio.to_thread(split_ranges, current, old, count)
             if sealed:
                 await ctx.controller.scale(scope, info.name, sealed, ranges)
         except Exception as exc:

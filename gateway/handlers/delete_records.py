@@ -10,6 +10,7 @@ import logging
 from typing import Any
 
 from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
+from tidegate.gateway import failpoints
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.gateway.log.log_start import truncate_to_log_starts
 from tidegate.protocol.apis import ApiSpec
@@ -36,7 +37,11 @@ def _delete(ctx: HandlerContext, topic: str, partition: int, offset: int) -> tup
         offset = plog.high_watermark
     if not 0 <= offset <= plog.high_watermark:
         return ErrorCode.OFFSET_OUT_OF_RANGE, -1
-    plog.set_log_start(offset)
+    try:
+        plog.set_log_start(offset)
+    except Exception as exc:  # the offset index cannot be written (a full disk)
+        log.error("DeleteRecords %s/%d: the log start could not be stored: %r", topic, partition, exc)
+        return ErrorCode.KAFKA_STORAGE_ERROR, -1
     return ErrorCode.NONE, plog.log_start_offset
 
 
@@ -52,6 +57,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                 _Partition(partition_index=p.partition_index, low_watermark=low, error_code=error)
             )
         if moved:
+            failpoints.hit("delete_records.log_start_stored")
             try:
                 await truncate_to_log_starts(ctx, t.name)
             except Exception:  # the log starts are durable; the next call truncates further

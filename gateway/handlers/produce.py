@@ -118,7 +118,8 @@ def _validate(ctx: HandlerContext, work: _Work) -> None:
             work.records, work.head = verdict.records, None
     plog = ctx.logs.get(work.topic, work.partition)
     if plog.failed is not None:
-        work.error, work.message = ErrorCode.KAFKA_STORAGE_ERROR, f"partition offline: {plog.failed!r}"
+        work.error = ErrorCode.KAFKA_STORAGE_ERROR
+        work.message = f"offset index unavailable, retry later: {plog.failed}"
         return
     if plog.unavailable is not None:
         work.error = ErrorCode.KAFKA_STORAGE_ERROR

@@ -114,6 +114,9 @@ class LeaderEpochs:
                 entries.append((epoch, b.base_offset))
                 write.put(_KIND, topic, partition, _EPOCH.pack(epoch), _OFFSET.pack(b.base_offset))
 
+    def forget_partition(self, topic: str, partition: int) -> None:
+        self._history.pop((topic, partition), None)
+
     def forget_topic(self, topic: str) -> None:
         for key in [k for k in self._history if k[0] == topic]:
             del self._history[key]
@@ -134,6 +137,10 @@ class IndexHooks:
         listed = list(batches)
         for hook in self.hooks:
             hook.on_indexed(write, topic, partition, listed, payload)
+
+    def forget_partition(self, topic: str, partition: int) -> None:
+        for hook in self.hooks:
+            hook.forget_partition(topic, partition)
 
     def forget_topic(self, topic: str) -> None:
         for hook in self.hooks:

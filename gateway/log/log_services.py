@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
 from tidegate.core.segmentstore.api import SegmentStore
@@ -31,6 +31,10 @@ class IndexHook(Protocol):
     ) -> None: ...
 
     def forget_topic(self, topic: str) -> None: ...
+
+    def forget_partition(self, topic: str, partition: int) -> None:
+        """Drop what is held in memory of the partition (an index write failed after
+        ``on_indexed`` applied it): it is read again from the index, as written."""
 
     def trim(self, topic: str, partition: int, log_start_offset: int) -> None: ...
 
@@ -73,3 +77,7 @@ class LogServices(Protocol):
 
     def forget_marker(self, segment: str) -> None:
         """Drop what is known of ``segment``'s indexed appends beyond its stored marker."""
+
+    def when_index_writable(self, resume: Callable[[], None]) -> None:
+        """Call ``resume`` once, when the offset index takes writes again after one
+        failed (``OffsetIndex.recover`` succeeded)."""

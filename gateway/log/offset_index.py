@@ -6,6 +6,10 @@ start from each segment's last indexed position (the ``m`` marker, written in th
 atomic write batch as the entries it covers, so RocksDB's prefix recovery keeps them
 consistent). The only synced keys are log start offsets, which are not derivable.
 
+A failed write (a full disk) leaves RocksDB refusing every later one until it is opened
+again: the index is then ``broken`` and ``recover`` re-opens it (callers retry; nothing
+acknowledged depends on the failed write, see ``partition_log``).
+
 Keys (topic names never contain NUL):
 - ``o`` topic NUL partition:u32 base:u64 → ``IndexEntry``
 - ``t`` topic NUL partition:u32 ts+2**63:u64 → base:u64, written when a batch raises the
@@ -23,8 +27,9 @@ Keys (topic names never contain NUL):
 
 from __future__ import annotations
 
+import logging
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +40,10 @@ _U64 = struct.Struct(">Q")
 # Positions are byte offsets in a segment, which outgrows 32 bits past 2 GiB.
 _ENTRY = struct.Struct(">qqqqqq")
 _TS_BIAS = 1 << 63
+#: Written (synced) by ``recover`` to check that the re-opened index takes writes.
+_PROBE_KEY = b"zprobe"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,12 +73,44 @@ def _tp(kind: bytes, topic: str, partition: int) -> bytes:
 class OffsetIndex:
     def __init__(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
+        self._path = path
         self._db = Rdict(str(path), Options(raw_mode=True))
         self._sync = WriteOptions()
         self._sync.sync = True
+        #: The error of the write that failed, until ``recover`` re-opened the index.
+        self.broken: BaseException | None = None
 
     def close(self) -> None:
-        self._db.close()
+        """Close; on a full disk what RocksDB cannot flush is said in one log line (its
+        writes since the last marker are indexed again from the segments at start)."""
+        try:
+            self._db.close()
+        except Exception as exc:  # RocksDB raises a plain Exception for I/O errors
+            log.warning("offset index not flushed (%s): the next start indexes again what "
+                        "the segments hold past its markers", exc)
+
+    def recover(self) -> None:
+        """Re-open a ``broken`` index and check that it takes a synced write; raises while
+        it cannot (the disk still full, an iterator still holding the old handle)."""
+        if self.broken is None:
+            return
+        try:
+            self._db.close()
+        except Exception:  # the error that broke it, reported again
+            pass
+        self._db = Rdict(str(self._path), Options(raw_mode=True))
+        self._write(lambda db: db.put(_PROBE_KEY, b"", self._sync))
+        log.info("offset index re-opened after %r", self.broken)
+        self.broken = None
+
+    def _write(self, op: Callable[[Rdict], None]) -> None:
+        """Run a write; a failure marks the index broken (RocksDB refuses all later ones)."""
+        try:
+            op(self._db)
+        except Exception as exc:
+            if self.broken is None:
+                self.broken = exc
+            raise
 
     # -- writes ----------------------------------------------------------------------
 
@@ -79,12 +120,12 @@ class OffsetIndex:
     def set_log_start(self, topic: str, partition: int, offset: int) -> None:
         """Record the log start durably, then drop the entries wholly below it: the one
         holding ``offset`` stays (it is where reads and truncation start)."""
-        self._db.put(_tp(b"s", topic, partition), _U64.pack(offset), self._sync)
+        self._write(lambda db: db.put(_tp(b"s", topic, partition), _U64.pack(offset), self._sync))
         holder = self.floor(topic, partition, offset)
         if holder is None:
             return
         prefix = _tp(b"o", topic, partition)
-        self._db.delete_range(prefix, prefix + _U64.pack(holder.base_offset))
+        self._write(lambda db: db.delete_range(prefix, prefix + _U64.pack(holder.base_offset)))
         # Time entries are recorded only for a new maximum timestamp, so their base
         # offsets rise with their keys: the ones below the holder form a prefix.
         times = _tp(b"t", topic, partition)
@@ -98,17 +139,20 @@ class OffsetIndex:
             end = key
             it.next()
         if end is not None:
-            self._db.delete_range(times, end + b"\x00")
+            last = end + b"\x00"
+            self._write(lambda db: db.delete_range(times, last))
 
     def delete_topic(self, topic: str, segment_prefix: str) -> None:
         """Drop every key of ``topic`` and the markers of segments named
         ``segment_prefix...`` (its stream is gone; a new topic of the same name reuses the
         segment names, so stale markers would hide its data from the rebuild)."""
         name = topic.encode()
+        wb = WriteBatch(raw_mode=True)
         for kind in (b"o", b"t", b"s", b"p", b"x", b"a", b"c", b"e"):
-            self._db.delete_range(kind + name + b"\x00", kind + name + b"\x01")
+            wb.delete_range(kind + name + b"\x00", kind + name + b"\x01")
         prefix = b"m" + segment_prefix.encode()
-        self._db.delete_range(prefix, prefix + b"\xff" * 8)
+        wb.delete_range(prefix, prefix + b"\xff" * 8)
+        self._write(lambda db: db.write(wb))
 
     def switch_cleaned(
         self, topic: str, partition: int, end_offset: int, entries: list[IndexEntry],
@@ -131,7 +175,7 @@ class OffsetIndex:
         wb.put(_tp(b"c", topic, partition), checkpoint)
         for kind, suffix in deletes:
             wb.delete(_tp(kind, topic, partition) + suffix)
-        self._db.write(wb, self._sync)
+        self._write(lambda db: db.write(wb, self._sync))
 
     # -- reads -----------------------------------------------------------------------
 
@@ -247,4 +291,4 @@ class IndexWrite:
         self._wb.delete(_tp(kind, topic, partition) + suffix)
 
     def commit(self) -> None:
-        self._index._db.write(self._wb)
+        self._index._write(lambda db: db.write(self._wb))

@@ -22,10 +22,13 @@ Contract:
 - Only an append that cannot succeed (too large, controller away for the whole refresh
   budget, the topic deleted) fails; its offsets are skipped, never reused, since a later
   append may already be durable. That is the one way a gap can appear.
-- If the offset index cannot be written (a RocksDB or disk error), the partition goes
-  offline (``failed``): every append not yet indexed fails, later ones are refused, the
-  high watermark stays where it is and reads below it go on. The next start indexes
-  what the segments hold from the last marker on, as after a crash.
+- If the offset index cannot be written (a full disk), the partition waits for it
+  (``failed``): appends already durable stay pending, unanswered and in offset order,
+  new ones are refused, the high watermark stays where it is and reads below it go on.
+  Once the index takes writes again (``PartitionLogs.when_index_writable``) the waiting
+  appends are indexed and answered, so offsets stay dense and nothing is lost. A stop
+  meanwhile leaves them to the next start, which indexes what the segments hold from
+  the last marker on, as after a crash.
 """
 
 from __future__ import annotations
@@ -135,8 +138,10 @@ class PartitionLog:
         #: The newest index entries, consecutive, oldest first: fetches at the tail find
         #: their batches here instead of iterating RocksDB.
         self.recent: deque[IndexEntry] = deque(maxlen=RECENT_ENTRIES_MAX)
-        #: Why the partition is offline (its offset index could not be written), or None.
+        #: The offset index write error the partition waits out (new appends are
+        #: refused meanwhile), or None.
         self.failed: BaseException | None = None
+        self._index_waiting = False
         #: The store error that outlasted the re-sends while appends wait to be re-sent
         #: (new appends are refused meanwhile), or None.
         self.unavailable: BaseException | None = None
@@ -159,7 +164,10 @@ class PartitionLog:
         rewritten where they are, no copy. Otherwise envelope and payload are copied
         into a new buffer."""
         if self.failed is not None:
-            raise StorageFailure(f"{self.topic}/{self.partition} is offline: {self.failed!r}")
+            raise StorageFailure(
+                f"{self.topic}/{self.partition}: offset index unavailable, retry later: "
+                f"{self.failed}"
+            )
         if self.unavailable is not None:
             raise StorageFailure(
                 f"{self.topic}/{self.partition}: storage unavailable: {self.unavailable}"
@@ -219,7 +227,7 @@ class PartitionLog:
 
     def _on_done(self, p: PendingAppend, task: asyncio.Future[int]) -> None:
         self._inflight -= 1
-        if self._logs.closed or self.failed is not None:
+        if self._logs.closed:
             if not task.cancelled():
                 task.exception()
             if self._inflight == 0:
@@ -319,6 +327,8 @@ class PartitionLog:
         self._advance()
 
     def _advance(self) -> None:
+        if self.failed is not None:
+            return  # ``_index_writable`` resumes
         moved = False
         while self._pending and self._pending[0].state == _State.DONE:
             p = self._pending[0]
@@ -326,7 +336,7 @@ class PartitionLog:
                 try:
                     self._index(p)
                 except Exception as exc:
-                    self._go_offline(p, exc)
+                    self._wait_for_index(p, exc)
                     break
             self._pending.popleft()
             self.high_watermark = p.end_offset
@@ -336,21 +346,33 @@ class PartitionLog:
             for callback in self.on_grow:
                 callback()
 
-    def _go_offline(self, p: PendingAppend, exc: BaseException) -> None:
-        """``p`` could not be indexed: fail it and everything after it. The in-memory
-        marker of its segment went past it, so it goes: the marker written next is
-        recomputed from the one in the index, and never passes ``p``'s bytes."""
+    def _wait_for_index(self, p: PendingAppend, exc: BaseException) -> None:
+        """``p`` could not be indexed: it and the appends after it wait (durable, not
+        answered) until the index takes writes. The in-memory marker of its segment went
+        past it, so it goes: the next one is recomputed from the marker in the index."""
         assert p.segment is not None
         self._logs.forget_marker(self._logs.topics.segment_name(self.topic, p.segment.id))
-        log.error(
-            "%s/%d: the offset index could not be written (%r); the partition takes no "
-            "appends until tidegate restarts, which indexes what its segments hold",
-            self.topic, self.partition, exc,
-        )
+        hook = self._logs.index_hook
+        if hook is not None:  # it applied ``p`` in memory: read again as written
+            hook.forget_partition(self.topic, self.partition)
+        if not self._index_waiting:
+            log.error(
+                "%s/%d: the offset index could not be written (%r); appends wait until it "
+                "can be, new ones are refused meanwhile", self.topic, self.partition, exc,
+            )
+        self._index_waiting = True
         self.failed = exc
-        pending, self._pending = self._pending, deque()
-        for p in pending:
-            self._fail(p, exc)
+        self._logs.when_index_writable(self._index_writable)
+
+    def _index_writable(self) -> None:
+        if self.retired:
+            return
+        self.failed = None
+        self._advance()
+        if self.failed is None:
+            self._index_waiting = False
+            log.info("%s/%d: the offset index takes writes again; appends resume",
+                     self.topic, self.partition)
 
     def _index(self, p: PendingAppend) -> None:
         assert p.segment is not None

@@ -20,7 +20,7 @@ from tidegate.core.segmentstore.api import SegmentNotFoundError, SegmentStore, S
 from tidegate.gateway.log.envelope import ENVELOPE_BYTES, InvalidEnvelopeError, decode_envelope
 from tidegate.gateway.log.log_services import IndexHook, TrafficSink
 from tidegate.gateway.log.offset_index import IndexEntry, OffsetIndex
-from tidegate.gateway.log.partition_log import PartitionLog
+from tidegate.gateway.log.partition_log import UNAVAILABLE_RETRY_S, PartitionLog
 from tidegate.gateway.log.producer_state import ProducerStates
 from tidegate.gateway.log.topic_io import TopicIO
 from tidegate.gateway.log.topics import TopicRegistry
@@ -65,6 +65,8 @@ class PartitionLogs:
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._markers: dict[str, _Marker] = {}
+        self._index_waiters: list[Callable[[], None]] = []
+        self._index_recovering = False
         self.closed = False
         #: Set before ``rebuild`` (gateway/app.py): the transaction index.
         self.index_hook: IndexHook | None = None
@@ -96,6 +98,29 @@ class PartitionLogs:
         """Drop what is known of ``segment``'s indexed appends beyond its stored marker
         (after a failed index write: the next ``mark_indexed`` starts from the index)."""
         self._markers.pop(segment, None)
+
+    def when_index_writable(self, resume: Callable[[], None]) -> None:
+        self._index_waiters.append(resume)
+        if not self._index_recovering and not self.closed:
+            self._index_recovering = True
+            self.spawn(self._recover_index())
+
+    async def _recover_index(self) -> None:
+        """Re-open the broken offset index every ``UNAVAILABLE_RETRY_S`` until it takes
+        writes (space is back), then resume the partitions waiting for it."""
+        try:
+            while self._index_waiters:
+                await asyncio.sleep(UNAVAILABLE_RETRY_S)
+                try:
+                    self.index.recover()
+                except Exception as exc:
+                    log.debug("offset index not writable yet: %r", exc)
+                    continue
+                waiters, self._index_waiters = self._index_waiters, []
+                for resume in waiters:
+                    resume()  # may wait again (it calls ``when_index_writable``)
+        finally:
+            self._index_recovering = False
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.ensure_future(coro)
@@ -146,6 +171,10 @@ class PartitionLogs:
         """Wait (bounded) until every log has no append in flight."""
         deadline = asyncio.get_running_loop().time() + timeout_s
         while any(not plog.idle for plog in self._logs.values()) or self._tasks:
+            if self._index_waiters:  # a full disk: what waits is in the segments
+                log.warning("shutdown with appends waiting for the offset index: they are "
+                            "in Tier-1 and indexed at the next start")
+                return
             if asyncio.get_running_loop().time() > deadline:
                 log.warning("appends still in flight at shutdown")
                 return

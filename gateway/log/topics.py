@@ -41,6 +41,7 @@ from tidegate.core.segmentstore.api import (
     TableRemoval,
     TableUpdate,
 )
+from tidegate.gateway import failpoints
 from tidegate.gateway.log.topic_config import stream_config
 
 log = logging.getLogger(__name__)
@@ -190,20 +191,24 @@ class TopicRegistry:
         try:
             await self.controller.create_stream(self.scope, info.name, wanted, ranges)
         except StreamExistsError:
-            await self._reconcile_retention(info.name, wanted)
+            await self._reconcile_policies(info.name, wanted)
 
-    async def _reconcile_retention(self, topic: str, wanted: StreamConfig) -> None:
-        """A stream whose retention differs from its topic's configs gets them: topics
-        compacted before ``cleanup.policy`` decided retention had the 7-day default."""
+    async def _reconcile_policies(self, topic: str, wanted: StreamConfig) -> None:
+        """A stream whose retention or scaling policy differs from its topic's configs
+        gets them: AlterConfigs stores the configs before it updates the stream, so a
+        crash in between is finished here (and topics compacted before
+        ``cleanup.policy`` decided retention had the 7-day default)."""
         try:
             current = (await self.controller.get_stream(self.scope, topic)).config
-            if current.retention != wanted.retention:
-                log.warning("topic %s: stream retention %s becomes %s (its topic configs)",
-                            topic, current.retention, wanted.retention)
+            if (current.retention, current.scaling) != (wanted.retention, wanted.scaling):
+                log.warning("topic %s: stream policies %s, %s become %s, %s (its topic configs)",
+                            topic, current.retention, current.scaling, wanted.retention,
+                            wanted.scaling)
                 await self.controller.update_stream(
-                    self.scope, topic, replace(current, retention=wanted.retention))
+                    self.scope, topic,
+                    replace(current, retention=wanted.retention, scaling=wanted.scaling))
         except ControllerError as exc:  # the next start tries again
-            log.warning("topic %s: stream retention not reconciled: %s", topic, exc)
+            log.warning("topic %s: stream policies not reconciled: %s", topic, exc)
 
     async def create(
         self, name: str, partitions: int, configs: dict[str, str] | None = None
@@ -223,6 +228,7 @@ class TopicRegistry:
                 if entry is not None:
                     self._topics[name] = TopicInfo.decode(name, entry.value)
                 return None
+            failpoints.hit("create_topics.entry_stored")
             await self._ensure_stream(info)
             self._topics[name] = info
             return info

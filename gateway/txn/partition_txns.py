@@ -155,6 +155,9 @@ class PartitionTxns:
         write.commit()
         part.aborted = [t for t in part.aborted if t.last_offset >= log_start_offset]
 
+    def forget_partition(self, topic: str, partition: int) -> None:
+        self._parts.pop((topic, partition), None)
+
     @staticmethod
     def aborted_key(txn: AbortedTxnLike) -> tuple[bytes, bytes]:
         """The (kind, suffix) of ``txn``'s RocksDB key: the cleaner deletes it in the

@@ -30,6 +30,9 @@ class PlogServerProcess:
         self.root = root
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
+        #: ``--disk-bytes-max`` at the next start (None: the disk's free space).
+        self.disk_bytes_max: int | None = None
+        self.sweep_interval_ms: int | None = None
 
     def start(self) -> None:
         assert self.proc is None
@@ -41,7 +44,9 @@ class PlogServerProcess:
             [sys.executable, "-m", "tidegate.gateway.cli", "plog-server",
              "--data-dir", str(self.data_dir), "--listen", f"127.0.0.1:{self.port}",
              "--zookeeper", self.zookeeper, "--zookeeper-root", self.root,
-             "--server-id", self.server_id],
+             "--server-id", self.server_id,
+             *([] if self.disk_bytes_max is None else ["--disk-bytes-max", str(self.disk_bytes_max)]),
+             *([] if self.sweep_interval_ms is None else ["--sweep-interval-ms", str(self.sweep_interval_ms)])],
             stdout=log, stderr=subprocess.STDOUT,
         )
         log.close()

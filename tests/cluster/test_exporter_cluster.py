@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.clients.autoscale_load import metrics
 from tests.cluster.clients import QUIET, leaders
-from tests.cluster.nodes import Node
+from tests.cluster.nodes import Node, start_together
 from tests.cluster.zk import ZooKeeperServer
 from tests.conftest import free_port
 
@@ -28,7 +28,7 @@ def test_series_summed_over_nodes(tmp_path: Path, zookeeper: ZooKeeperServer) ->
     for node in nodes:
         node.rest_port = free_port()
         node.extra_args = ["--rest", f"127.0.0.1:{node.rest_port}"]
-        node.start()
+    start_together(nodes)
     try:
         everyone = ",".join(n.bootstrap for n in nodes)
         admin = AdminClient({"bootstrap.servers": everyone, **QUIET})

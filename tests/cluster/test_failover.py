@@ -1,4 +1,5 @@
-"""ZooKeeper and three ``tidegate serve`` nodes on loopback: partition leaders spread over
+"""ZooKeeper and three ``tidegate serve`` nodes on loopback, Tier-1 replicated on the
+plog server each node runs (cluster mode's default): partition leaders spread over
 the nodes; an idempotent acks=all producer and a consumer group keep running while one
 node is ``kill -9``ed, and again while a second node rejoins with its data directory
 deleted; every acknowledged record is then read back once, at dense offsets."""
@@ -82,6 +83,9 @@ def test_kill9_and_empty_rejoin_under_load_lose_nothing(tmp_path: Path, zookeepe
         assert not producing.errors, producing.errors[:5]
         assert set(after.values()) <= {n.node_id for n in nodes if n is not victim}
 
+        # Tier-1 was cluster mode's default: replicated on the nodes' own plog servers.
+        assert not (tmp_path / "shared" / "tier1").exists()
+        assert all(any((n.data_dir / "segmentstore" / "plog" / "plogs").iterdir()) for n in nodes if n is not victim)
         stored = read_back(survivors, "orders", PARTITIONS)
         counts = Counter(value for _, _, value in stored)
         duplicates = [v for v, c in counts.items() if c > 1]

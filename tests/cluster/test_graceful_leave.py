@@ -30,7 +30,7 @@ def _produce(bootstrap: str, values: range) -> list[tuple[int, int, bytes]]:
 
 
 def test_sigterm_hands_containers_over(tmp_path: Path, zookeeper: ZooKeeperServer) -> None:
-    nodes = start_nodes(tmp_path, zookeeper.hosts, 2, container_count=4)
+    nodes = start_nodes(tmp_path, zookeeper.hosts, 2, container_count=4, tier1="file")
     try:
         first, second = nodes
         bootstrap = f"{first.bootstrap},{second.bootstrap}"

@@ -35,7 +35,7 @@ def _leader_id(hosts: str) -> int:
 
 
 def test_retention_bytes_set_through_a_follower(tmp_path: Path, zookeeper: ZooKeeperServer) -> None:
-    nodes = start_nodes(tmp_path, zookeeper.hosts, 2, container_count=4)
+    nodes = start_nodes(tmp_path, zookeeper.hosts, 2, container_count=4, tier1="file")
     try:
         leader = _leader_id(zookeeper.hosts)
         follower = next(n for n in nodes if n.node_id != leader)

@@ -66,9 +66,9 @@ async def test_members_leader_and_map(zookeeper: ZooKeeperServer) -> None:
 def test_serve_refuses_a_container_count_the_cluster_does_not_have(
     tmp_path: Path, zookeeper: ZooKeeperServer
 ) -> None:
-    (first,) = start_nodes(tmp_path, zookeeper.hosts, 1, container_count=4)
+    (first,) = start_nodes(tmp_path, zookeeper.hosts, 1, container_count=4, tier1="file")
     try:
-        odd = Node(tmp_path, 2, zookeeper.hosts, container_count=6)
+        odd = Node(tmp_path, 2, zookeeper.hosts, container_count=6, tier1="file")
         with pytest.raises(AssertionError, match="exited with 1") as failure:
             odd.start()
         assert "--container-count must match" in str(failure.value)

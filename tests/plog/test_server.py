@@ -150,3 +150,31 @@ async def test_malformed_frames_close_only_their_connection(server: PlogServer, 
     evil = conn.request(Op.CREATE, b"\x03a/b", U64.pack(10))  # a path in the id
     with pytest.raises(ServerUnavailableError):
         await asyncio.wait_for(evil, 5)
+
+
+async def test_a_plog_reserves_its_capacity_on_the_disk(tmp_path: Path) -> None:
+    """The seed's capacity rule: a create is refused (NO_SPACE) when the plogs' written
+    and reserved bytes would pass the server's disk budget, or the disk's free space
+    cannot hold it; sealing gives the unused reservation back, deleting all of it."""
+    s = PlogServer(tmp_path / "srv", "127.0.0.1", 0, server_id="t", disk_bytes_max=10_000)
+    await s.start()
+    c = PlogConnection("t", "127.0.0.1", s.port)
+    try:
+        assert (await call(c, Op.CREATE, pack_id("a"), U64.pack(6000)))[0] == Status.OK
+        status, why = await call(c, Op.CREATE, pack_id("b"), U64.pack(6000))
+        assert status == Status.NO_SPACE and b"reserved" in why
+        assert (await call(c, Op.APPEND, *append("a", 0, b"x" * 1000)))[0] == Status.OK
+        assert (await call(c, Op.SEAL, pack_id("a"), U64U64.pack(1, OFFSET_MAX)))[0] == Status.OK
+        # "a" now holds ~1 KB: 6000 more fit, 9000 do not.
+        assert (await call(c, Op.CREATE, pack_id("b"), U64.pack(9000)))[0] == Status.NO_SPACE
+        assert (await call(c, Op.CREATE, pack_id("b"), U64.pack(6000)))[0] == Status.OK
+        assert (await call(c, Op.DELETE, pack_id("b")))[0] == Status.OK
+        assert (await call(c, Op.CREATE, pack_id("c"), U64.pack(8000)))[0] == Status.OK
+        # Past the free space of the disk itself: refused whatever the budget.
+        s.store.disk_bytes_max, s.store.capacity_bytes_max = None, 1 << 62
+        free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+        status, why = await call(c, Op.CREATE, pack_id("d"), U64.pack(free))
+        assert status == Status.NO_SPACE and b"kept free" in why
+    finally:
+        c.close()
+        await s.close()

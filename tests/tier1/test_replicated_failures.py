@@ -269,3 +269,164 @@ async def test_kill9_while_plogs_roll_constantly(make: Any, cluster: PlogCluster
     await check.open()
     check_read_back(await read_all(check), app.acked)
     await check.close()
+
+
+async def test_min_replicas_keeps_writing_when_one_of_three_servers_dies(
+    make: Any, cluster: PlogCluster
+) -> None:
+    """Three servers, replication factor 3, at least 2 (a cluster of three nodes, each
+    with its plog server): a ``kill -9`` leaves no full group, so the log goes on in a
+    plog on the two survivors instead of waiting for a third; nothing acknowledged is
+    lost. Without ``min_replicas`` the same log cannot fail over (the test above)."""
+    server(cluster, "s3").stop()
+    log = make(plog_bytes_max=64 << 20, min_replicas=2, failover_timeout_ms=60_000)
+    await log.open()
+    assert sorted(log._segs[-1].servers) == ["s0", "s1", "s2"]
+    app = Appender(log.append_future)
+    await app.wait_acked(300, 20)
+    index = log._segs[-1].index
+    killed_at = time.monotonic()
+    server(cluster, "s1").kill9()
+    await app.wait_acked(len(app.acked) + 500, 20)
+    assert resumed_after(app, index, killed_at) < RESUME_S
+    assert sorted(log._segs[-1].servers) == ["s0", "s2"]
+    await app.stop()
+    await log.close()
+    assert not app.errors
+    check = make(min_replicas=2)
+    await check.open()
+    check_read_back(await read_all(check), app.acked)
+    await check.close()
+    # One server left: fewer than the least group, a clear error at open.
+    server(cluster, "s2").kill9()
+    lonely = make(min_replicas=2)
+    with pytest.raises(TooFewServersError, match="at least 2 while servers are down"):
+        await lonely.open()
+
+
+async def test_a_server_without_disk_room_is_left_out_of_groups(make: Any, cluster: PlogCluster) -> None:
+    """A server whose disk budget cannot hold a plog refuses it (the seed's capacity
+    rule); the log makes its plogs on the servers that can, through many switches."""
+    small = server(cluster, "s3")
+    small.stop()
+    small.disk_bytes_max = 1 << 20  # below one plog's capacity
+    small.start()
+    log = make(plog_bytes_max=16 * 1024)
+    await log.open()
+    addrs = [await log.append(payload(i)) for i in range(200)]
+    assert addrs[-1].file_id - addrs[0].file_id >= 5
+    groups = {tuple(sorted(p.servers)) for p in log._chain.meta.plogs}
+    assert groups == {("s0", "s1", "s2")}, groups
+    assert not list((small.data_dir / "plogs").glob("*.plog"))
+    # With one of the others gone too, no group of three has room: a clear error.
+    server(cluster, "s0").kill9()
+    other = make("other")
+    with pytest.raises(TooFewServersError, match="1 more without disk room"):
+        await other.open()
+    await log.close()
+
+
+async def test_plogs_truncated_while_their_server_was_down_are_swept_when_it_returns(
+    make: Any, cluster: PlogCluster
+) -> None:
+    """Truncation deletes plogs on every server it reaches; a server that was down keeps
+    them, and its orphan sweep deletes them when it starts again. The plogs the log
+    still records stay."""
+    log = make(plog_bytes_max=16 * 1024)
+    await log.open()
+    addrs = [await log.append(payload(i)) for i in range(120)]
+    chain = {p.index: p for p in log._chain.meta.plogs}
+    cut = addrs[100]
+    dead = [p for i, p in chain.items() if i < cut.file_id]
+    down = server(cluster, dead[0].servers[0])
+
+    def plog_files() -> set[str]:
+        return {f.name[: -len(".plog")] for f in (down.data_dir / "plogs").glob("*.plog")}
+
+    down.stop()
+    await log.truncate(cut)
+    orphans = {p.id for p in dead if down.server_id in p.servers}
+    assert orphans and orphans <= plog_files()
+    kept = {p.id for i, p in chain.items() if i >= cut.file_id and down.server_id in p.servers}
+    down.sweep_interval_ms = 0  # at start only
+    down.start()
+    deadline = time.monotonic() + 15
+    while orphans & plog_files() and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert not orphans & plog_files(), "orphans not swept"
+    assert kept <= plog_files()
+    assert "orphan sweep deleted" in down.tail()
+    await log.close()
+    check = make()
+    await check.open()
+    assert await read_all(check) == [(a, payload(i)) for i, a in enumerate(addrs) if i >= 100]
+    await check.close()
+
+
+async def test_with_exactly_three_servers_a_restarted_one_is_used_at_once(
+    make: Any, cluster: PlogCluster
+) -> None:
+    """Three servers, groups of three and no fewer: a ``kill -9`` leaves no group, so
+    the failover waits; once the server is back it answers a probe and the failover
+    goes on at once, not after the server's suspicion lapses (``suspect_ms``, 10 s)."""
+    server(cluster, "s3").stop()
+    log = make(plog_bytes_max=64 << 20, failover_timeout_ms=60_000)
+    await log.open()
+    app = Appender(log.append_future)
+    await app.wait_acked(300, 20)
+    index = log._segs[-1].index
+    victim = server(cluster, "s2")
+    victim.kill9()
+    await asyncio.sleep(1.0)
+    assert log._failing
+    victim.start()
+    back_at = time.monotonic()
+    await app.wait_acked(len(app.acked) + 300, 20)
+    assert resumed_after(app, index, back_at) < RESUME_S
+    await app.stop()
+    await log.close()
+    assert not app.errors
+    check = make()
+    await check.open()
+    check_read_back(await read_all(check), app.acked)
+    await check.close()
+
+
+async def test_a_failover_outlasting_the_suspicion_still_switches_plogs(
+    make: Any, cluster: PlogCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exactly three servers, groups of three: a stalled server (SIGSTOP) is given up
+    on, the failover seals the plog on the other two and waits for a third server; the
+    server resumes but is not probed in time (here: never). Once its suspicion lapses
+    (``suspect_ms``) the failover must still switch to a new plog: the sealed plog takes
+    no more appends, so nothing would ever be acknowledged again."""
+    server(cluster, "s3").stop()
+    log = make(plog_bytes_max=64 << 20, failover_timeout_ms=60_000, suspect_ms=3000)
+
+    async def no_probe(sids: list[str]) -> bool:
+        return False
+
+    monkeypatch.setattr(log.replicas, "_probe", no_probe)
+    await log.open()
+    app = Appender(log.append_future)
+    await app.wait_acked(300, 20)
+    victim = server(cluster, log._segs[-1].servers[0])
+    victim.pause()
+    try:
+        deadline = time.monotonic() + 10
+        while not log._failing and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert log._failing, "the stalled server was not given up on"
+    finally:
+        victim.resume()
+    back_at = time.monotonic()
+    await app.wait_acked(len(app.acked) + 300, 20)
+    assert max(t for _, t in app.acked.values()) - back_at < 3 + RESUME_S
+    assert log.failovers >= 1
+    await app.stop()
+    await log.close()
+    assert not app.errors
+    check = make()
+    await check.open()
+    check_read_back(await read_all(check), app.acked)
+    await check.close()

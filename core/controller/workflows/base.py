@@ -4,6 +4,7 @@ forms of the segment-store calls it makes."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -67,13 +68,16 @@ async def each(calls: Iterable[Awaitable[T]]) -> list[T]:
     """Run independent segment-store calls concurrently, ``EACH_WAVE`` at a time (the
     store orders them by arrival and group-commits them); results in the order given.
     If one fails, the calls of later waves are not started."""
-    pending = list(calls)
+    # Taken from ``calls`` one wave at a time: a generator then makes each wave's
+    # coroutines only when it starts (ten thousand made at once are as many objects for
+    # every garbage collection meanwhile to scan).
+    pending = iter(calls)
     out: list[T] = []
     try:
-        for start in range(0, len(pending), EACH_WAVE):
-            out += await asyncio.gather(*pending[start : start + EACH_WAVE])
+        while wave := list(itertools.islice(pending, EACH_WAVE)):
+            out += await asyncio.gather(*wave)
     except BaseException:
-        for call in pending[len(out) + EACH_WAVE :]:
+        for call in pending:
             close = getattr(call, "close", None)
             if close is not None:
                 close()  # a coroutine never started: no "never awaited" warning

@@ -11,6 +11,7 @@ the remaining steps (every one idempotent) and completes the scale.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from tidegate.core.controller.api import (
@@ -79,21 +80,31 @@ def plan(
     return EpochRecord(epoch, time_ms, segments)
 
 
+def _planned(
+    h: History, sealed: Sequence[int], new_ranges: Sequence[KeyRange], time_ms: int
+) -> tuple[EpochRecord, Json]:
+    epoch = plan(h, sealed, new_ranges, time_ms)
+    return epoch, {"type": "scale", "epoch": epoch_to_json(epoch), "seal": list(sealed)}
+
+
 async def start(
     ctx: Context, meta: StreamMeta, sealed: Sequence[int], new_ranges: Sequence[KeyRange]
 ) -> EpochRecord:
     state, _ = await meta.state()
     if state != StreamState.ACTIVE:
         raise ConflictError(f"stream {meta.name} is {state.value}; it cannot scale")
-    epoch = plan(await history(meta), sealed, new_ranges, ctx.now_ms())
-    record = {"type": "scale", "epoch": epoch_to_json(epoch), "seal": list(sealed)}
+    h = await history(meta)
+    # Planned in a worker thread: thousands of segments take long enough on the event loop
+    # to stall every other request; the history is immutable and nothing else changes
+    # the stream meanwhile (its state is checked again by ``begin``'s versioned write).
+    epoch, record = await asyncio.to_thread(_planned, h, sealed, new_ranges, ctx.now_ms())
     await begin(meta, StreamState.SCALING, record)
     await steps(ctx, meta, record)
     return epoch
 
 
 async def steps(ctx: Context, meta: StreamMeta, record: Json) -> None:
-    epoch = epoch_from_json(record["epoch"])
+    epoch = await asyncio.to_thread(epoch_from_json, record["epoch"])
 
     def name(seg: int) -> str:
         return qualified_segment_name(meta.scope, meta.stream, seg)

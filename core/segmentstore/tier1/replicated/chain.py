@@ -19,6 +19,7 @@ from tidegate.core.segmentstore.tier1.replicated.meta import (
     MetadataConflictError,
     MetadataExistsError,
     PlogCoordinator,
+    PlogRecord,
     Spare,
 )
 from tidegate.core.segmentstore.tier1.replicated.replicas import Replicas
@@ -74,12 +75,12 @@ class Chain:
             raise DataLogError(f"log {self.name}: recording failed: {exc!r}") from exc
         self.meta = meta
 
-    async def new_plog(self, replicas: Replicas, count: int, capacity: int) -> Spare:
-        """A new empty plog on ``count`` healthy servers, recorded as a spare before it
-        is made (a crash leaves no plog unrecorded). Hold ``lock``.
-        ``TooFewServersError`` if there is no healthy group."""
+    async def new_plog(self, replicas: Replicas, count: int, least: int, capacity: int) -> Spare:
+        """A new empty plog on ``count`` healthy servers (as few as ``least`` while
+        fewer are healthy), recorded as a spare before it is made (a crash leaves no
+        plog unrecorded). Hold ``lock``. ``TooFewServersError`` if there is no group."""
         while True:
-            servers = await replicas.choose_group(count)
+            servers = await replicas.choose_group(count, least)
             spare = Spare(f"{self.name}-{self.epoch}-{uuid.uuid4().hex[:16]}", servers)
 
             def add(m: LogMeta, spare: Spare = spare) -> None:
@@ -96,3 +97,38 @@ class Chain:
                     m.spares = [s for s in m.spares if s.id != spare.id]
 
                 await self.update(drop)
+
+    async def take_over(self, replicas: Replicas, count: int, least: int, capacity: int) -> PlogRecord:
+        """Become the log's owner (fencing, then the start of recovery): claim the record,
+        seal the previous owner's active plog at the smallest end its servers hold and
+        record that end, drop its spares, and record a new active plog (returned). The
+        previous owner's next append meets a sealed plog, its next write a newer record."""
+        await self.claim()
+        await replicas.refresh()
+        async with self.lock:
+            last = self.meta.plogs[-1] if self.meta.plogs else None
+            if last is not None and last.end is None:
+                end = await replicas.seal_min(last.id, last.servers, self.epoch)
+
+                def sealed(m: LogMeta) -> None:
+                    m.plogs[-1].end = end
+
+                await self.update(sealed)
+            old_spares = list(self.meta.spares)
+            if old_spares:
+
+                def no_spares(m: LogMeta) -> None:
+                    m.spares = []
+
+                await self.update(no_spares)
+            for s in old_spares:
+                await replicas.delete(s.id, s.servers)
+            first = await self.new_plog(replicas, count, least, capacity)
+            active = PlogRecord(self.meta.next_index(), first.id, first.servers, None)
+
+            def promote(m: LogMeta) -> None:
+                m.spares = [s for s in m.spares if s.id != first.id]
+                m.plogs.append(active)
+
+            await self.update(promote)
+        return active

@@ -11,12 +11,12 @@ it)``. Behaviour, beyond the contract in ``api.py``:
   ``plog_bytes_max``, the log moves to a pre-allocated spare at once and keeps sending;
   the old plog is sealed, and the switch is recorded once the old plog is durable on
   all of its servers. Entries in the new plog are acknowledged only after that record.
-- Failover. When a server of a plog in use fails (an error, a closed connection, or no
-  answer within ``timeout_ms``), that plog is sealed at the smallest end its other
-  servers hold, the seal and a fresh plog on servers still healthy are recorded
-  together, the entries below the seal are acknowledged and every later one is sent
-  again to the fresh plog: nothing acknowledged is lost (it was on every server) or
-  acknowledged twice (an entry is acknowledged from exactly one plog).
+- Failover (``failover.py``). When a server of a plog in use fails (an error, a closed
+  connection, or no answer within ``timeout_ms``), that plog is sealed at the smallest
+  end its other servers hold, the seal and a fresh plog on servers still healthy are
+  recorded together, the entries below the seal are acknowledged and every later one
+  is sent again to the fresh plog: nothing acknowledged is lost (it was on every
+  server) or acknowledged twice (an entry is acknowledged from exactly one plog).
 - Fencing. ``open`` bumps the epoch in the record, seals the previous owner's active
   plog (servers refuse seals of an older epoch) and records its end before recovery
   reads; the previous owner's next append meets a sealed plog or its next record meets
@@ -48,6 +48,7 @@ from tidegate.core.segmentstore.tier1.api import (
 )
 from tidegate.core.segmentstore.tier1.replicated.chain import Chain
 from tidegate.core.segmentstore.tier1.replicated.conn import Answer, ServerUnavailableError
+from tidegate.core.segmentstore.tier1.replicated.failover import seal_and_switch
 from tidegate.core.segmentstore.tier1.replicated.meta import (
     LogMeta,
     PlogCoordinator,
@@ -57,44 +58,15 @@ from tidegate.core.segmentstore.tier1.replicated.meta import (
 from tidegate.core.segmentstore.tier1.replicated.reader import (
     ENTRY_HEADER_BYTES,
     entry_header,
-    plog_seed,
-    read_plog,
+    read_chain,
 )
 from tidegate.core.segmentstore.tier1.replicated.replicas import Replicas, TooFewServersError
+from tidegate.core.segmentstore.tier1.replicated.window import InFlight, WritePlog
 from tidegate.tier2.fileio import as_views, split_views
 
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
-
-
-class _Seg:
-    """A plog this owner writes: the active one, or one being switched away from."""
-
-    def __init__(self, index: int, plog_id: str, servers: list[str], *, recorded: bool) -> None:
-        self.index = index
-        self.id = plog_id
-        self.servers = servers
-        self.seed = plog_seed(plog_id)
-        self.recorded = recorded
-        self.sent = 0  # bytes assigned to entries
-        self.flushed = 0  # bytes handed to the connections
-        self.outbox: list[memoryview] = []
-        self.durable = dict.fromkeys(servers, 0)
-        self.final: int | None = None  # its recorded end, once sealed
-
-    def ack_end(self) -> int:
-        return self.final if self.final is not None else min(self.durable.values())
-
-
-class _Entry:
-    __slots__ = ("views", "size", "fut", "on_done", "seg", "start", "end")
-
-    def __init__(self, views: list[memoryview], size: int, fut: asyncio.Future[LogAddress],
-                 on_done: DoneCallback | None) -> None:
-        self.views, self.size, self.fut, self.on_done = views, size, fut, on_done
-        self.seg: _Seg | None = None
-        self.start = self.end = 0
 
 
 class ReplicatedDurableDataLog:
@@ -104,11 +76,13 @@ class ReplicatedDurableDataLog:
         coordinator: PlogCoordinator,
         *,
         replication_factor: int = 3,
+        min_replicas: int | None = None,
         plog_bytes_max: int = 64 * MiB,
         entry_bytes_max: int = 16 * MiB,
         in_flight_bytes_max: int = 64 * MiB,
         timeout_ms: int = 2000,
         failover_timeout_ms: int = 30_000,
+        suspect_ms: int = 10_000,
         seed: int | None = None,
         before_seal_recorded: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
@@ -118,6 +92,10 @@ class ReplicatedDurableDataLog:
             raise ValueError(f"log name {name!r}: letters, digits, '_' and '-' only")
         self.name = name
         self._rf = replication_factor
+        # Kafka's min.insync.replicas: while fewer than ``replication_factor`` servers
+        # are healthy, new plogs go on as few as this (default: no fewer).
+        least = replication_factor if min_replicas is None else min_replicas
+        self._min_rf = max(1, min(least, replication_factor))
         self._plog_bytes_max = plog_bytes_max
         self._entry_bytes_max = entry_bytes_max
         self._in_flight_bytes_max = in_flight_bytes_max
@@ -126,17 +104,18 @@ class ReplicatedDurableDataLog:
         self._failover_timeout_s = failover_timeout_ms / 1000
         self._before_seal_recorded = before_seal_recorded
         self.replicas = Replicas(
-            coordinator, timeout_ms=timeout_ms, rng=random.Random(seed), on_suspect=self._on_suspect
+            coordinator, timeout_ms=timeout_ms, suspect_ms=suspect_ms, rng=random.Random(seed),
+            on_suspect=self._on_suspect,
         )
         self._epoch = 0
         self._state = "new"  # new -> open -> closed
         self._failed: BaseException | None = None
         self._failure_reported = False  # an append has failed with ``_failed``
         self._chain = Chain(name, coordinator)
-        self._segs: list[_Seg] = []
+        self._segs: list[WritePlog] = []
         self._spares: list[Spare] = []
-        self._pending: deque[_Entry] = deque()
-        self._unacked: deque[_Entry] = deque()
+        self._pending: deque[InFlight] = deque()
+        self._unacked: deque[InFlight] = deque()
         self._in_flight_bytes = 0
         self._acked_to = LogAddress(0, 0)
         self._flush_scheduled = False
@@ -170,37 +149,10 @@ class ReplicatedDurableDataLog:
         self._want_spare()
 
     async def _open(self) -> None:
-        await self._chain.claim()
+        first = await self._chain.take_over(self.replicas, self._rf, self._min_rf, self._capacity)
         self._epoch = self._chain.epoch
-        await self.replicas.refresh()
-        async with self._chain.lock:
-            last = self._chain.meta.plogs[-1] if self._chain.meta.plogs else None
-            if last is not None and last.end is None:
-                end = await self.replicas.seal_min(last.id, last.servers, self._epoch)
-
-                def sealed(m: LogMeta) -> None:
-                    m.plogs[-1].end = end
-
-                await self._chain.update(sealed)
-            old_spares = list(self._chain.meta.spares)
-            if old_spares:
-
-                def no_spares(m: LogMeta) -> None:
-                    m.spares = []
-
-                await self._chain.update(no_spares)
-            for s in old_spares:
-                await self.replicas.delete(s.id, s.servers)
-            first = await self._chain.new_plog(self.replicas, self._rf, self._capacity)
-            index = self._chain.meta.next_index()
-
-            def promote(m: LogMeta) -> None:
-                m.spares = [s for s in m.spares if s.id != first.id]
-                m.plogs.append(PlogRecord(index, first.id, first.servers, None))
-
-            await self._chain.update(promote)
-        self._segs = [_Seg(index, first.id, first.servers, recorded=True)]
-        self._acked_to = LogAddress(index, 0)
+        self._segs = [WritePlog(first.index, first.id, first.servers, recorded=True)]
+        self._acked_to = LogAddress(first.index, 0)
 
     # ------------------------------------------------------------ append
 
@@ -230,7 +182,7 @@ class ReplicatedDurableDataLog:
             when_done(fut, on_done)
             return fut
         self._idle.clear()
-        self._pending.append(_Entry(views, size, fut, on_done))
+        self._pending.append(InFlight(views, size, fut, on_done))
         self._admit()
         return fut
 
@@ -256,7 +208,7 @@ class ReplicatedDurableDataLog:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
 
-    def _assign(self, e: _Entry, seg: _Seg) -> None:
+    def _assign(self, e: InFlight, seg: WritePlog) -> None:
         e.seg, e.start = seg, seg.sent
         e.end = seg.sent + ENTRY_HEADER_BYTES + e.size
         seg.outbox.append(memoryview(entry_header(e.views, e.size, seg.seed)))
@@ -278,7 +230,7 @@ class ReplicatedDurableDataLog:
                     self._send(seg, sid, Op.APPEND, *head, *part)
                 seg.flushed += n
 
-    def _send(self, seg: _Seg, sid: str, op: int, *parts: bytes | memoryview) -> None:
+    def _send(self, seg: WritePlog, sid: str, op: int, *parts: bytes | memoryview) -> None:
         try:
             fut = self.replicas.conn(sid).request(op, *parts)
         except ServerUnavailableError as exc:
@@ -286,7 +238,7 @@ class ReplicatedDurableDataLog:
             return
         fut.add_done_callback(partial(self._on_reply, seg, sid))
 
-    def _on_reply(self, seg: _Seg, sid: str, fut: asyncio.Future[Answer]) -> None:
+    def _on_reply(self, seg: WritePlog, sid: str, fut: asyncio.Future[Answer]) -> None:
         if self._failed is not None or seg.final is not None or fut.cancelled():
             return
         exc = fut.exception()
@@ -330,10 +282,10 @@ class ReplicatedDurableDataLog:
 
     # ------------------------------------------------------------ rolling
 
-    def _roll(self) -> _Seg:
+    def _roll(self) -> WritePlog:
         old = self._segs[-1]
         spare = self._spares.pop(0)
-        new = _Seg(old.index + 1, spare.id, spare.servers, recorded=False)
+        new = WritePlog(old.index + 1, spare.id, spare.servers, recorded=False)
         self._segs.append(new)
         self._flush()  # the old plog's last appends go before its seal on each connection
         for sid in old.servers:
@@ -356,7 +308,7 @@ class ReplicatedDurableDataLog:
                         break
                     end = old.sent
 
-                    def switch(m: LogMeta, old: _Seg = old, new: _Seg = new, end: int = end) -> None:
+                    def switch(m: LogMeta, old: WritePlog = old, new: WritePlog = new, end: int = end) -> None:
                         m.plogs[-1].end = end
                         m.spares = [s for s in m.spares if s.id != new.id]
                         m.plogs.append(PlogRecord(new.index, new.id, new.servers, None))
@@ -385,7 +337,7 @@ class ReplicatedDurableDataLog:
                 continue
             try:
                 async with self._chain.lock:
-                    spare = await self._chain.new_plog(self.replicas, self._rf, self._capacity)
+                    spare = await self._chain.new_plog(self.replicas, self._rf, self._min_rf, self._capacity)
             except TooFewServersError as exc:
                 if not self._pending:
                     deadline = loop.time() + self._failover_timeout_s
@@ -420,12 +372,16 @@ class ReplicatedDurableDataLog:
 
     async def _failover(self) -> None:
         deadline = asyncio.get_running_loop().time() + self._failover_timeout_s
+        # Done once, even if the server's suspicion lapses while it waits: what it was
+        # sent on the closed connection is lost to it, and nothing would send it again.
+        done = False
         try:
-            while self._needs_failover() and self._failed is None and self._state == "open":
+            while (not done or self._needs_failover()) and self._failed is None and self._state == "open":
                 try:
                     async with self._chain.lock:
                         await self._failover_once()
                     self.failovers += 1
+                    done = True
                 except TooFewServersError as exc:
                     if asyncio.get_running_loop().time() > deadline:
                         raise
@@ -439,52 +395,24 @@ class ReplicatedDurableDataLog:
         self._flush()
 
     async def _failover_once(self) -> None:
-        kept: list[tuple[_Seg, int]] = []
-        abandoned: list[_Seg] = []
-        for k, seg in enumerate(self._segs):
-            healthy = not any(self.replicas.is_suspect(s) for s in seg.servers)
-            if healthy and seg.ack_end() >= seg.sent:
-                end = seg.sent
-            else:
-                end = await self.replicas.seal_min(seg.id, seg.servers, self._epoch)
-            kept.append((seg, end))
-            if end < seg.sent:
-                abandoned = self._segs[k + 1 :]
-                break
-        if self._before_seal_recorded is not None:
-            await self._before_seal_recorded()
-        fresh = next((s for s in self._spares if not any(self.replicas.is_suspect(x) for x in s.servers)), None)
-        if fresh is not None:
-            self._spares.remove(fresh)
-        else:
-            fresh = await self._chain.new_plog(self.replicas, self._rf, self._capacity)
-        index = kept[-1][0].index + 1
-        dropped = {s.id for s in abandoned} | {fresh.id} | {seg.id for seg, _ in kept}
-
-        def record(m: LogMeta, fresh: Spare = fresh) -> None:
-            for seg, end in kept:
-                if seg.recorded:
-                    rec = next(p for p in m.plogs if p.index == seg.index)
-                    rec.end = end
-                else:
-                    m.plogs.append(PlogRecord(seg.index, seg.id, seg.servers, end))
-            m.spares = [s for s in m.spares if s.id not in dropped]
-            m.plogs.append(PlogRecord(index, fresh.id, fresh.servers, None))
-
-        await self._chain.update(record)
-        for seg, end in kept:
+        switch = await seal_and_switch(
+            self._segs, self._spares, self.replicas, self._chain, self._epoch,
+            partial(self._chain.new_plog, self.replicas, self._rf, self._min_rf, self._capacity),
+            self._before_seal_recorded,
+        )
+        for seg, end in switch.kept:
             seg.final, seg.recorded = end, True
         self._advance()
-        new = _Seg(index, fresh.id, fresh.servers, recorded=True)
+        new = WritePlog(switch.index, switch.fresh.id, switch.fresh.servers, recorded=True)
         self._segs = [new]
         resend = list(self._unacked)
         for e in resend:
             self._assign(e, new)
         log.warning(
-            "log %s: failover sealed %s, %d entries sent again to plog %s on %s",
-            self.name, [(s.id, end) for s, end in kept], len(resend), fresh.id, fresh.servers,
+            "log %s: failover sealed %s, %d entries sent again to plog %s on %s", self.name,
+            [(s.id, end) for s, end in switch.kept], len(resend), new.id, new.servers,
         )
-        for seg in abandoned:
+        for seg in switch.abandoned:
             self._spawn(self.replicas.delete(seg.id, seg.servers))
         self._flush_now()
 
@@ -534,18 +462,8 @@ class ReplicatedDurableDataLog:
     async def read(self, start: LogAddress | None = None) -> AsyncIterator[tuple[LogAddress, EntryData]]:
         if self._state == "new":
             raise DataLogClosedError("open the log before reading it")
-        meta = self._chain.meta
-        lower = max(a for a in (start, meta.start, LogAddress(0, 0)) if a is not None)
-        acked = self._acked_to
-        chain = [(p.index, p.id, p.servers, p.end) for p in meta.plogs]
-        for index, plog_id, servers, end in chain:
-            if end is None:
-                end = acked.position if index == acked.file_id else 0
-            if index < lower.file_id or end == 0:
-                continue
-            skip = lower.position if index == lower.file_id else 0
-            async for pos, payload in read_plog(self.replicas, plog_id, servers, end, skip):
-                yield LogAddress(index, pos), payload
+        async for address, payload in read_chain(self.replicas, self._chain.meta, self._acked_to, start):
+            yield address, payload
 
     async def truncate(self, upto: LogAddress) -> None:
         self._check_usable()

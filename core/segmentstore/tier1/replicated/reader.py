@@ -1,6 +1,6 @@
-"""Reading one plog of the replicated log back: its entries up to a known end, from
-one server of its group, falling back to the next on an error, a short answer or an
-entry that fails its CRC.
+"""Reading the replicated log back: one plog's entries up to a known end, from one
+server of its group, falling back to the next on an error, a short answer or an entry
+that fails its CRC; and a whole chain of them.
 
 Entry format inside a plog (the plog is a byte stream to its servers)::
 
@@ -17,8 +17,9 @@ import struct
 from collections.abc import AsyncIterator
 
 import crc32c
-from tidegate.core.segmentstore.tier1.api import DataLogCorruptError
+from tidegate.core.segmentstore.tier1.api import DataLogCorruptError, LogAddress
 from tidegate.core.segmentstore.tier1.replicated.conn import ServerUnavailableError
+from tidegate.core.segmentstore.tier1.replicated.meta import LogMeta
 from tidegate.core.segmentstore.tier1.replicated.replicas import NoReplicaError, Replicas
 
 ENTRY_HEADER = struct.Struct(">II")
@@ -91,3 +92,20 @@ async def read_plog(
             order = order[1:]
             continue
         buf += data
+
+
+async def read_chain(
+    replicas: Replicas, meta: LogMeta, acked: LogAddress, start: LogAddress | None
+) -> AsyncIterator[tuple[LogAddress, bytes]]:
+    """Every entry of the chain ``meta`` records from ``start`` (or its truncation
+    point), the unsealed plog up to ``acked`` (what its owner acknowledged)."""
+    lower = max(a for a in (start, meta.start, LogAddress(0, 0)) if a is not None)
+    chain = [(p.index, p.id, p.servers, p.end) for p in meta.plogs]
+    for index, plog_id, servers, end in chain:
+        if end is None:
+            end = acked.position if index == acked.file_id else 0
+        if index < lower.file_id or end == 0:
+            continue
+        skip = lower.position if index == lower.file_id else 0
+        async for pos, payload in read_plog(replicas, plog_id, servers, end, skip):
+            yield LogAddress(index, pos), payload

@@ -68,6 +68,9 @@ class Replicas:
         self.addresses: dict[str, tuple[str, int]] = {}
         self._conns: dict[str, PlogConnection] = {}
         self.suspects: dict[str, float] = {}  # server id -> when it became suspect
+        #: Servers that refused a plog for lack of disk -> when: new plogs avoid them
+        #: for ``suspect_ms``, but their connections (and plogs) are kept.
+        self.full: dict[str, float] = {}
         self._watchdog: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -142,15 +145,49 @@ class Replicas:
 
     # ------------------------------------------------------------ groups
 
-    async def choose_group(self, count: int) -> list[str]:
+    async def choose_group(self, count: int, least: int | None = None) -> list[str]:
+        """``count`` healthy servers at random; while fewer are healthy, all of them if
+        they are at least ``least`` (default ``count``)."""
+        least = count if least is None else min(least, count)
         live = await self.refresh()
-        healthy = sorted(s for s in live if not self.is_suspect(s))
-        if len(healthy) < count:
+        healthy = self._healthy(live)
+        if len(healthy) < least and await self._probe([s for s in live if self.is_suspect(s)]):
+            healthy = self._healthy(live)
+        if len(healthy) < least:
+            needs = f"the replication factor needs {count}"
+            if least < count:
+                needs += f" (at least {least} while servers are down)"
+            full = sorted(s for s in live if s not in healthy and not self.is_suspect(s))
+            room = f", {len(full)} more without disk room" if full else ""
             raise TooFewServersError(
-                f"{len(healthy)} live plog servers ({', '.join(healthy) or 'none'}), "
-                f"the replication factor needs {count}"
+                f"{len(healthy)} live plog servers ({', '.join(healthy) or 'none'}){room}, {needs}"
             )
-        return self._rng.sample(healthy, count)
+        return self._rng.sample(healthy, min(count, len(healthy)))
+
+    def _healthy(self, live: Iterable[str]) -> list[str]:
+        now = time.monotonic()
+        return sorted(
+            s for s in live if not self.is_suspect(s) and now - self.full.get(s, -1e9) > self._suspect_s
+        )
+
+    async def _probe(self, sids: list[str]) -> bool:
+        """Ask each suspect server, on a connection of its own, for any answer: one that
+        answers (restarted, resumed) is healthy again. Only when too few servers are
+        healthy: otherwise a suspect waits out ``suspect_ms``. Whether any answered."""
+
+        async def probe(sid: str) -> bool:
+            conn = PlogConnection(sid, *self.addresses[sid], connect_timeout_s=self.timeout_s)
+            try:
+                await asyncio.wait_for(conn.request(Op.INFO, pack_id("probe")), self.timeout_s)
+            except (ServerUnavailableError, TimeoutError):
+                return False
+            finally:
+                conn.close()
+            self.suspects.pop(sid, None)
+            log.info("plog server %s answers again", sid)
+            return True
+
+        return any(await asyncio.gather(*(probe(s) for s in sids if s in self.addresses)))
 
     async def create(self, plog_id: str, servers: list[str], capacity: int) -> None:
         """Create ``plog_id`` on every server of the group, or on none (what was made is
@@ -162,6 +199,10 @@ class Replicas:
         failed = []
         for sid, a in zip(servers, answers, strict=True):
             if isinstance(a, BaseException):
+                failed.append(sid)
+            elif a[0] == Status.NO_SPACE:
+                log.warning("plog server %s has no room for a plog: %s", sid, bytes(a[1]).decode(errors="replace"))
+                self.full[sid] = time.monotonic()
                 failed.append(sid)
             elif a[0] != Status.OK:
                 self.suspect(sid, f"create refused: {status_name(a[0])} {bytes(a[1])!r}")
