@@ -80,6 +80,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=2_000_000,
         help="records produced per small-record case (0: none)",
     )
+    p.add_argument(
+        "--security-mb", type=float, default=64.0,
+        help="MiB produced per listener and round through PLAINTEXT, SSL and SASL_SSL "
+        "(bench/security.py; 0: skipped)",
+    )
     p.add_argument("--partitions", default="1,16", help="partition counts to test")
     p.add_argument("--producers", type=int, default=2, help="producer processes per case")
     p.add_argument(
@@ -534,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = Bench(args, work_dir, out_dir)
     cache_bytes = bench.tidegate_cache_bytes() if report.TIDEGATE in args.system_list else None
     skipped: list[str] = []
+    security_doc: dict[str, Any] | None = None
     try:
         with tqdm(
             total=bench.steps_total(),
@@ -545,6 +551,7 @@ def main(argv: list[str] | None = None) -> int:
             bench.run(bar)
         exe = systems.tansu_binary(args.cache_dir)
         skipped.append("tansu-postgres: " + systems.tansu_postgres_skip_reason(exe))
+        security_doc = _security(args, work_dir)
     finally:
         if own_work_dir:
             shutil.rmtree(work_dir, ignore_errors=True)
@@ -584,8 +591,19 @@ def main(argv: list[str] | None = None) -> int:
         rss_limit_mb=rss_limit_mb,
         cpus=MACHINE_CPUS,
     )
+    if security_doc is not None:
+        doc["security"] = security_doc
     paths = report.write_outputs(doc, out_dir)
     print(report.markdown(doc))
+    security_failed = security_doc is not None and "error" in security_doc
+    if security_doc is not None:
+        from bench import security
+
+        text = (f"security bench failed: {security_doc['error']}" if security_failed
+                else security.markdown(security_doc))
+        with open(paths["markdown"], "a") as md:
+            md.write("\n" + text + "\n")
+        print(text)
     print(f"results: {paths['markdown']} {paths['json']} {paths['plot']}")
     result = {
         "ratios": {k: v for k, v in doc["ratios"].items() if k != "basis"},
@@ -593,12 +611,27 @@ def main(argv: list[str] | None = None) -> int:
         "runs": args.runs,
         "failures": len(bench.failures),
         "results_dir": str(out_dir),
+        "security_ratio_to_plaintext": (security_doc or {}).get("ratio_to_plaintext"),
     }
     if cluster_result is not None:
         print("cluster (one node, then three): " + json.dumps(cluster_result))
         result["cluster"] = cluster_result
     print("RESULT " + json.dumps(result, sort_keys=True), flush=True)
-    return 1 if bench.failures else 0
+    return 1 if bench.failures or security_failed else 0
+
+
+def _security(args: argparse.Namespace, work_dir: Path) -> dict[str, Any] | None:
+    """Produce through PLAINTEXT, SSL and SASL_SSL listeners (``bench.security``)."""
+    if args.security_mb <= 0 or report.TIDEGATE not in args.system_list:
+        return None
+    from bench import security
+
+    sec_dir = work_dir / "security"
+    sec_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return security.run(args.security_mb, args.runs, args.large_bytes, sec_dir)
+    except Exception as e:  # reported beside the other results, the run goes on
+        return {"error": f"{type(e).__name__}: {e}"}
 
 
 def _cluster(args: argparse.Namespace, bench: Bench) -> dict[str, Any] | None:

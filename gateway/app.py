@@ -29,6 +29,11 @@ from tidegate.gateway.log.topic_io import TopicIO
 from tidegate.gateway.log.topics import TopicRegistry
 from tidegate.gateway.log.traffic import PartitionTraffic
 from tidegate.gateway.net.server import KafkaServer
+from tidegate.gateway.security.acls import AclStore
+from tidegate.gateway.security.authorizer import Authorizer, parse_super_users
+from tidegate.gateway.security.credentials import CredentialStore
+from tidegate.gateway.security.sasl import SUPPORTED
+from tidegate.gateway.security.session import LoginLog, Security
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +160,7 @@ class Gateway:
             txns=partition_txns, switch_entries_max=self.config.log_cleaner_switch_entries_max,
         )
         self.cleaner.start()
+        self.ctx.security = await _security(self.config, self.store)
         self.server = KafkaServer(self.ctx, self.metrics)
         try:
             self.address = await self.server.start()
@@ -162,8 +168,11 @@ class Gateway:
             self.server = None
             await self.close()
             raise
-        if self.config.advertised_listener is None:
-            self.config.advertised_listener = f"{self.address[0]}:{self.address[1]}"
+        if self.config.advertised_listener is None or self.config.listeners:
+            # What one address stands for (cluster mode, the ready line): the first listener's.
+            first = self.config.kafka_listeners()[0].name
+            host, port = self.config.advertised_by_listener().get(first, self.address)
+            self.config.advertised_listener = f"{host}:{port}"
         self.exporter = KafkaExporterMetrics(
             self.ctx, self.config.node_id, self.config.advertised_address, io
         )
@@ -193,6 +202,9 @@ class Gateway:
             await cleaner.close()
         if self.server is not None:
             await self.server.close(timeout_s)
+        security, self.ctx.security = self.ctx.security, None
+        if security is not None and security.authorizer is not None:
+            await security.authorizer.close()
         await self.ctx.logs.drain(timeout_s)
         self.ctx.logs.close()
         groups, self.ctx.group_coordinator = self.ctx.group_coordinator, None
@@ -200,3 +212,30 @@ class Gateway:
             await groups.close()
         self.ctx.index.close()
         self.ctx = None
+
+
+async def _security(config: GatewayConfig, store: SegmentStore) -> Security:
+    """SCRAM credentials (``[sasl.users]`` stored when absent), ACLs and the authorizer."""
+    mechanisms = [m.strip().upper() for m in config.sasl_enabled_mechanisms.split(",") if m.strip()]
+    unknown = [m for m in mechanisms if m not in SUPPORTED]
+    if unknown:
+        raise ValueError(f"sasl.enabled.mechanisms: {', '.join(unknown)} not supported")
+    credentials = CredentialStore(store)
+    users = config.sasl.get("users", {})
+    if not isinstance(users, dict):
+        raise ValueError("[sasl.users] must be a table of name = password")
+    added = await credentials.start({str(k): str(v) for k, v in users.items()})
+    if added:
+        log.info("security: %d SCRAM credentials stored from [sasl.users]", added)
+    acls = AclStore(store)
+    await acls.start()
+    authorizer = None
+    if config.authorizer_class_name:
+        authorizer = Authorizer(
+            acls, parse_super_users(config.super_users), config.allow_everyone_if_no_acl_found
+        )
+        authorizer.start()
+    return Security(
+        mechanisms, credentials, acls, config.connections_max_reauth_ms,
+        LoginLog(config.sasl_failed_login_log_per_minute), authorizer,
+    )

@@ -152,7 +152,9 @@ async def serve(config: GatewayConfig) -> None:
         await controller.md.ensure_table(controller.md.scopes_table)
         from tidegate.gateway.cluster.forwarding import LeaderForwarding
 
-        front: Any = LeaderForwarding(controller, cluster.leader_grpc)
+        front: Any = LeaderForwarding(
+            controller, cluster.leader_grpc, authorization=_forward_authorization(config)
+        )
     else:
         store = local = StreamSegmentStore(
             config.data_dir / "segmentstore", store_config
@@ -181,23 +183,38 @@ async def serve(config: GatewayConfig) -> None:
         host, port = await gateway.start()
         if cluster is not None:
             await cluster.announce()
+        admin_auth = None
+        if config.admin_authentication and gateway.ctx and gateway.ctx.security:
+            from tidegate.gateway.security.admin_auth import AdminAuth
+
+            security = gateway.ctx.security
+            admin_auth = AdminAuth(security.credentials, security.authorizer, config.scope)
         if _enabled(config.rest):
             from tidegate.gateway.admin.rest import create_app, serve_rest
 
             rhost, rport = parse_host_port(config.rest)
             app = create_app(
-                admin, metrics=gateway.metrics, kafka_overview=gateway.kafka_overview
+                admin, metrics=gateway.metrics, kafka_overview=gateway.kafka_overview,
+                auth=admin_auth,
             )
-            rest = await serve_rest(app, rhost, rport)
+            rest = await serve_rest(app, rhost, rport, tls=_rest_tls(config))
         if _enabled(config.grpc):
             from tidegate.gateway.admin.grpc_service import start_grpc_server
 
             ghost, gport = parse_host_port(config.grpc)
-            grpc_server = await start_grpc_server(grpc_admin, ghost, gport, forwarded=controller)
+            from tidegate.gateway.admin.grpc_auth import AuthInterceptor
+
+            grpc_server = await start_grpc_server(
+                grpc_admin, ghost, gport, forwarded=controller,
+                interceptors=[AuthInterceptor(admin_auth)] if admin_auth else [],
+                tls=_grpc_tls(config),
+            )
         log.info(
-            "tidegate ready: kafka=%s:%d advertised=%s rest=%s grpc=%s data-dir=%s",
+            "tidegate ready: kafka=%s:%d listeners=%s advertised=%s rest=%s grpc=%s data-dir=%s",
             host,
             port,
+            ",".join(f"{n}://{h}:{p}" for n, (h, p) in gateway.server.bound.items())
+            if gateway.server else "",
             config.advertised_listener,
             config.rest,
             config.grpc,
@@ -226,6 +243,46 @@ async def serve(config: GatewayConfig) -> None:
         if cluster is not None:
             await cluster.close()
         log.info("tidegate stopped")
+
+
+def _check_security(config: GatewayConfig) -> None:
+    """Security keys that cannot work stop the start (exit status 2)."""
+    from tidegate.gateway.security.sasl import SUPPORTED
+
+    extra = set(config.sasl) - {"users"}
+    if extra:
+        raise ValueError(
+            f"[sasl] takes only the users table, not {', '.join(sorted(extra))} "
+            '(quote dotted keys: "sasl.enabled.mechanisms" = ...)'
+        )
+    mechanisms = [m.strip().upper() for m in config.sasl_enabled_mechanisms.split(",") if m.strip()]
+    unknown = [m for m in mechanisms if m not in SUPPORTED]
+    if unknown:
+        raise ValueError(f"sasl.enabled.mechanisms: {', '.join(unknown)} not supported")
+
+
+def _forward_authorization(config: GatewayConfig) -> str | None:
+    if not config.admin_forward_user:
+        return None
+    import base64
+
+    pair = f"{config.admin_forward_user}:{config.admin_forward_password}".encode()
+    return "Basic " + base64.b64encode(pair).decode()
+
+
+def _rest_tls(config: GatewayConfig) -> tuple[str, str, str | None] | None:
+    if not config.admin_tls:
+        return None
+    chain = config.ssl_keystore_certificate_chain or config.ssl_keystore_location
+    return chain, config.ssl_keystore_location, config.ssl_key_password or None
+
+
+def _grpc_tls(config: GatewayConfig) -> tuple[bytes, bytes] | None:
+    if not config.admin_tls:
+        return None
+    chain = config.ssl_keystore_certificate_chain or config.ssl_keystore_location
+    with open(config.ssl_keystore_location, "rb") as key, open(chain, "rb") as certs:
+        return key.read(), certs.read()
 
 
 def _set_malloc_mmap_threshold(threshold_bytes: int) -> None:
@@ -284,13 +341,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, overrides, env=os.environ, sets=args.set)
         _ = (config.listen_address, config.advertised_address)  # validate early
+        listeners = config.kafka_listeners()
+        config.advertised_by_listener()
+        _check_security(config)
+        if any(listener.tls for listener in listeners):
+            from tidegate.gateway.security.tls import server_context
+
+            server_context(config)  # unreadable key material fails here, not later
         parse_ip_overrides(config.max_connections_per_ip_overrides)
     except (ValueError, OSError) as exc:
         print(f"tidegate: {exc}", file=sys.stderr)
         return 2
     try:
         lock = lock_data_dir(config.data_dir)
-        check_address_free("Kafka listener", *config.listen_address)
+        for listener in listeners:
+            what = f"Kafka listener {listener.name}" if config.listeners else "Kafka listener"
+            check_address_free(what, listener.host, listener.port)
         for what, address in (("REST", config.rest), ("gRPC", config.grpc)):
             if _enabled(address):
                 check_address_free(what, *parse_host_port(address))

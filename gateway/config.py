@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tidegate.gateway.security.listeners import Listener, parse_advertised, parse_listeners
+
 #: The prefix of the environment variables that set config keys.
 ENV_PREFIX = "TIDEGATE_"
 #: Config keys that are tables of settings (``[store]`` in the file).
@@ -113,6 +115,40 @@ class GatewayConfig:
     #: Index entries a cleaner pass holds at most before switching them (tidegate's own:
     #: with the key map, what bounds a pass's memory).
     log_cleaner_switch_entries_max: int = 50_000
+    #: Security (``docs/security.md``), Kafka's names. ``listeners`` (``NAME://HOST:PORT,...``)
+    #: replaces ``listen`` when set; ``listen`` is the one-PLAINTEXT-listener shorthand.
+    listeners: str = ""
+    advertised_listeners: str = ""
+    listener_security_protocol_map: str = ""
+    #: TLS from PEM files: the key and certificate chain (one file, or the chain in
+    #: ``ssl.keystore.certificate.chain``), the CA bundle trusted for client certificates,
+    #: and whether a client certificate is ``required``, ``requested`` or ``none``.
+    ssl_keystore_location: str = ""
+    ssl_keystore_certificate_chain: str = ""
+    ssl_key_password: str = ""
+    ssl_truststore_location: str = ""
+    ssl_client_auth: str = "none"
+    sasl_enabled_mechanisms: str = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+    #: KIP-368: a SASL session's lifetime, after which the client re-authenticates (0: none).
+    connections_max_reauth_ms: int = 0
+    #: ``[sasl.users]``: name = password, stored as SCRAM credentials when absent at start.
+    sasl: dict[str, Any] = field(default_factory=dict)
+    #: Any non-empty value turns on the ACL authorizer (Kafka's class names work).
+    authorizer_class_name: str = ""
+    #: ``User:alice;User:bob``: principals every operation is allowed to.
+    super_users: str = ""
+    allow_everyone_if_no_acl_found: bool = False
+    #: Admin REST and gRPC: Basic credentials of a SASL user required (ACLs apply when the
+    #: authorizer is on), TLS with the ``ssl.keystore`` files, and the super user a cluster
+    #: node forwards gRPC writes to the controller leader as.
+    admin_authentication: bool = False
+    admin_tls: bool = False
+    admin_forward_user: str = ""
+    admin_forward_password: str = ""
+    #: A connection whose login failed closes this long after the answer (Kafka's name).
+    connection_failed_authentication_delay_ms: int = 100
+    #: Most failed-login log lines per minute (the rest are counted in the next line).
+    sasl_failed_login_log_per_minute: int = 20
     #: Extra store configuration passed through to the segment store and controller.
     store: dict[str, Any] = field(default_factory=dict)
     controller: dict[str, Any] = field(default_factory=dict)
@@ -137,6 +173,22 @@ class GatewayConfig:
     @property
     def advertised_address(self) -> tuple[str, int]:
         return parse_host_port(self.advertised_listener or self.listen)
+
+    def kafka_listeners(self) -> list[Listener]:
+        """``listeners``, or one PLAINTEXT listener at ``listen``."""
+        if self.listeners:
+            return parse_listeners(self.listeners, self.listener_security_protocol_map)
+        host, port = self.listen_address
+        return [Listener("PLAINTEXT", "PLAINTEXT", host, port)]
+
+    def advertised_by_listener(self) -> dict[str, tuple[str, int]]:
+        """What each listener advertises where configured (others: their bound address)."""
+        listeners = self.kafka_listeners()
+        if self.advertised_listeners:
+            return parse_advertised(self.advertised_listeners, listeners)
+        if not self.listeners and self.advertised_listener:
+            return {listeners[0].name: self.advertised_address}
+        return {}
 
     def apply(self, values: dict[str, Any]) -> None:
         """Set fields from config keys (``data-dir``, ``num.partitions``, ...)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -307,10 +307,14 @@ class ControllerServicer(_ServicerBase):  # type: ignore[misc]  # the generated 
 
 
 async def start_grpc_server(
-    controller: Controller, host: str, port: int, *, forwarded: Controller | None = None
+    controller: Controller, host: str, port: int, *, forwarded: Controller | None = None,
+    interceptors: Sequence[Any] = (), tls: tuple[bytes, bytes] | None = None,
 ) -> grpc.aio.Server:
     """Serve ``ControllerService`` on ``host:port`` (plaintext); started on return.
     Calls marked as forwarded by a cluster node's gateway run on ``forwarded``.
+
+    ``interceptors`` authenticate (``gateway.admin.grpc_auth``); ``tls`` is a PEM key and
+    certificate chain to serve TLS with.
 
     Raises ``OSError`` when the address cannot be bound. Stop with
     ``await server.stop(grace_s)``."""
@@ -319,11 +323,14 @@ async def start_grpc_server(
         ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
         ("grpc.so_reuseport", 0),
     ]
-    server = grpc.aio.server(options=options)
+    server = grpc.aio.server(options=options, interceptors=list(interceptors))
     pb2_grpc.add_ControllerServiceServicer_to_server(ControllerServicer(controller, forwarded), server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
-        bound = server.add_insecure_port(address)
+        if tls is not None:
+            bound = server.add_secure_port(address, grpc.ssl_server_credentials([tls]))
+        else:
+            bound = server.add_insecure_port(address)
     except RuntimeError as e:
         raise OSError(f"cannot bind the gRPC controller API to {address}: {e}") from e
     if bound == 0:

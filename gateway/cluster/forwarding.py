@@ -41,8 +41,12 @@ LeaderTarget = Callable[[], str | None]
 
 class LeaderForwarding:
     def __init__(self, local: api.Controller, leader_target: LeaderTarget, *, retry_ms: int = 20_000,
-                 call_timeout_ms: int = 60_000) -> None:
+                 call_timeout_ms: int = 60_000, authorization: str | None = None) -> None:
         self._local = local
+        #: The node's own credentials (a super user) when the admin APIs authenticate.
+        self._metadata: tuple[tuple[str, str], ...] = ((FORWARDED_METADATA_KEY, "1"),) + (
+            (("authorization", authorization),) if authorization else ()
+        )
         self._leader_target = leader_target
         self.retry_ms = retry_ms
         self.call_timeout_ms = call_timeout_ms
@@ -71,7 +75,7 @@ class LeaderForwarding:
             try:
                 await getattr(stub, method)(
                     request, timeout=self.call_timeout_ms / 1000,
-                    metadata=((FORWARDED_METADATA_KEY, "1"),),
+                    metadata=self._metadata,
                 )  # fmt: skip
                 return None
             except grpc.aio.AioRpcError as exc:

@@ -52,6 +52,7 @@ from tidegate.gateway.log.partitions import PartitionLogs
 from tidegate.gateway.log.producer_ids import ProducerIdAllocator
 from tidegate.gateway.log.producer_state import ProducerStates
 from tidegate.gateway.log.topics import TopicRegistry
+from tidegate.gateway.security.session import Security, Session
 from tidegate.gateway.txn.coordinator import TransactionCoordinator
 from tidegate.gateway.txn.partition_txns import PartitionTxns
 from tidegate.gateway.txn.wiring import LogMarkerWriter
@@ -69,6 +70,8 @@ class RequestContext:
     peer: str = ""
     #: ``time.monotonic()`` when its whole frame had been read (request metrics).
     received: float = 0.0
+    #: The connection's listener, principal and SASL state (``gateway.security``).
+    session: Session | None = None
 
     def release(self) -> None:
         self.released.set()
@@ -128,7 +131,14 @@ HANDLER_MODULES = [
     "incremental_alter_configs",
     "delete_records",
     "describe_cluster",
+    # Security (gateway/security).
     "sasl_handshake",
+    "sasl_authenticate",
+    "describe_acls",
+    "create_acls",
+    "delete_acls",
+    "describe_user_scram_credentials",
+    "alter_user_scram_credentials",
     # What admin UIs read (docs/kafka-apis.md).
     "describe_log_dirs",
     "list_partition_reassignments",
@@ -216,6 +226,8 @@ class HandlerContext:
     transactions: TransactionCoordinator | None = None
     partition_txns: PartitionTxns | None = None
     txn_markers: LogMarkerWriter | None = None
+    #: SASL mechanisms, SCRAM credentials, ACLs and the authorizer (``gateway/security``).
+    security: Security | None = None
     #: Incremental fetch sessions (KIP-227); None: every fetch is sessionless.
     fetch_sessions: FetchSessionCache | None = None
     #: Each partition's leader epoch and its history; None: epochs are not checked.

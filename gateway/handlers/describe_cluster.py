@@ -32,7 +32,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             endpoint_type=endpoint_type, cluster_id=ctx.config.cluster_id, controller_id=-1,
             brokers=[], authorized_operations=_AUTHORIZED_OPERATIONS_UNKNOWN,
         )
-    host, port = ctx.config.advertised_address
+    host, port = req.session.advertised if req.session else ctx.config.advertised_address
     broker = DescribeClusterResponse.DescribeClusterBroker(
         broker_id=node, host=host, port=port, rack=None, is_fenced=False
     )

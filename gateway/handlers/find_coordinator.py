@@ -19,7 +19,7 @@ _SERVED_KEY_TYPES = (0, 1)
 
 
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
-    host, port = ctx.config.advertised_address
+    host, port = req.session.advertised if req.session else ctx.config.advertised_address
     node = ctx.config.node_id
     key_type = request.key_type if req.api_version >= 1 else 0
     error = ErrorCode.NONE if key_type in _SERVED_KEY_TYPES else ErrorCode.INVALID_REQUEST

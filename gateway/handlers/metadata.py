@@ -109,7 +109,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         ]
         controller_id = cluster.controller_id()
     else:
-        host, port = ctx.config.advertised_address
+        host, port = req.session.advertised if req.session else ctx.config.advertised_address
         brokers = [MetadataResponse.MetadataResponseBroker(
             node_id=ctx.config.node_id, host=host, port=port, rack=None
         )]

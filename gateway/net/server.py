@@ -24,12 +24,13 @@ import asyncio
 import contextlib
 import logging
 import resource
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any
 
 from tidegate.gateway.admin.metrics import Metrics
-from tidegate.gateway.handlers import EncodedBody, HandlerContext, RequestContext
+from tidegate.gateway.handlers import EncodedBody, HandlerContext, RequestContext, sasl_authenticate
 from tidegate.gateway.handlers import api_versions as api_versions_handler
 from tidegate.gateway.net.framepool import FramePool
 from tidegate.gateway.net.limits import (
@@ -39,6 +40,10 @@ from tidegate.gateway.net.limits import (
 )
 from tidegate.gateway.net.request_budget import RequestBudget
 from tidegate.gateway.net.wire import Frame, FrameTooLargeError, KafkaWire
+from tidegate.gateway.security.api_acls import guarded, guarded_metadata
+from tidegate.gateway.security.listeners import Listener
+from tidegate.gateway.security.session import RawToken, Session
+from tidegate.gateway.security.tls import certificate_principal, server_context
 from tidegate.protocol.apis import API_VERSIONS_KEY, ApiSpec
 from tidegate.protocol.errors import ErrorCode, KafkaProtocolError
 from tidegate.protocol.framing import (
@@ -52,14 +57,27 @@ log = logging.getLogger(__name__)
 
 _Item = tuple["asyncio.Future[Any]", RequestContext, ApiSpec]
 
+SASL_AUTHENTICATE_KEY = 36
+#: The api key of a bare SASL token's request context: its answer is written bare.
+_RAW_TOKEN_KEY = -1
+
 
 class Connection:
-    def __init__(self, server: KafkaServer, wire: KafkaWire) -> None:
+    def __init__(
+        self, server: KafkaServer, wire: KafkaWire, listener: Listener,
+        advertised: tuple[str, int],
+    ) -> None:
         self._server = server
         self._ctx = server.ctx
         self._wire = wire
         peer = wire.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        host = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        self.session = Session(listener, advertised, host)
+        if listener.tls:
+            self.session.principal = certificate_principal(wire.get_extra_info("peercert"))
+        if listener.sasl:
+            self.session.gated, self.session.authenticated = True, False
         self._queue: asyncio.Queue[_Item | None] = asyncio.Queue()
         self._slots = asyncio.Semaphore(self._ctx.config.max_in_flight_requests_per_connection)
         self._read_task: asyncio.Task[None] | None = None
@@ -122,15 +140,22 @@ class Connection:
             self._queue.put_nowait(None)
 
     def _accept(self, frame: Frame, previous: asyncio.Event) -> _Item:
+        if self.session.raw_tokens:
+            return self._raw_token(frame, previous)
         key, version, correlation_id = peek_request_header(frame)
         api = self._ctx.registry.get(key)
         if api is None:
             raise KafkaProtocolError(f"unknown API key {key}")
         spec = api.spec
         header = parse_request_header(frame, spec.request_header_flexible(version))
+        session = self.session
+        if session.gated and not session.admits(key):
+            raise KafkaProtocolError(
+                f"{spec.name} before SASL authentication (or after the session expired)"
+            )
         req = RequestContext(
             key, version, correlation_id, header.client_id, peer=self.peer,
-            received=time.monotonic(),
+            received=time.monotonic(), session=session,
         )
         if not spec.supports(version):
             if key != API_VERSIONS_KEY:
@@ -140,7 +165,39 @@ class Connection:
             answer = api_versions_handler.response(self._ctx, ErrorCode.UNSUPPORTED_VERSION)
             return self._start(_answer(answer), req, spec, previous)
         request = spec.decode_request(memoryview(frame), header.body_offset, version)
+        security = self._ctx.security
+        if security is not None and security.authorizer is not None:
+            return self._start(self._guarded(api, req, request), req, spec, previous)
         return self._start(api.handle(self._ctx, req, request), req, spec, previous)
+
+    def _raw_token(self, frame: Frame, previous: asyncio.Event) -> _Item:
+        """A bare SASL token after SaslHandshake v0 (answered bare, see ``_framed``)."""
+        api = self._ctx.registry.get(SASL_AUTHENTICATE_KEY)
+        if api is None:
+            raise KafkaProtocolError("SASL token without SaslAuthenticate")
+        req = RequestContext(
+            _RAW_TOKEN_KEY, 0, 0, None, peer=self.peer, received=time.monotonic(),
+            session=self.session,
+        )
+        coro = sasl_authenticate.raw_token(self._ctx, req, bytes(frame))
+        return self._start(coro, req, api.spec, previous)
+
+    def _guarded(self, api: Any, req: RequestContext, request: Any) -> Any:
+        """The handler's coroutine behind the authorizer (``gateway.security.api_acls``)."""
+        security = self._ctx.security
+        assert security is not None and security.authorizer is not None
+        decider = security.authorizer
+        ctx = self._ctx
+
+        def handle() -> Any:
+            return api.handle(ctx, req, request)
+
+        if req.api_key == 3:
+            return guarded_metadata(decider, self.session, request, handle)
+        return guarded(
+            decider, self.session, api.spec, request, req.api_version, handle,
+            ctx.topics.name_of,
+        )
 
     def _start(
         self, coro: Any, req: RequestContext, spec: ApiSpec, previous: asyncio.Event
@@ -198,6 +255,9 @@ class Connection:
                 self._slots.release()
                 self.pending -= 1
                 self.last_active = time.monotonic()
+            if self.session.closing:  # a failed login: its answer, then nothing more
+                await self._close_failed_login(result, req, spec)
+                return
             if result is None:
                 continue
             try:
@@ -220,6 +280,18 @@ class Connection:
             except ConnectionError:
                 self._abort()
                 return
+
+    async def _close_failed_login(self, result: Any, req: RequestContext, spec: ApiSpec) -> None:
+        """Write the refusal, stop reading, and close after Kafka's
+        ``connection.failed.authentication.delay.ms`` (slows password guessing; the
+        client reads the answer before the close)."""
+        self.stop_reading()
+        with contextlib.suppress(Exception):
+            if result is not None:
+                await _write_buffers(self._wire, _framed(_encode_body(result, req, spec), req, spec))
+            await self._wire.drain()
+        await asyncio.sleep(self._ctx.config.connection_failed_authentication_delay_ms / 1000)
+        self._abort()
 
     def _abort(self) -> None:
         self.stop_reading()
@@ -272,6 +344,8 @@ async def _answer(value: Any) -> Any:
 
 
 def _encode_body(result: Any, req: RequestContext, spec: ApiSpec) -> list[bytes | memoryview]:
+    if isinstance(result, RawToken):
+        return [result.token]
     if isinstance(result, EncodedBody):
         return list(result.buffers)
     return [spec.encode_response(result, req.api_version)]
@@ -280,7 +354,10 @@ def _encode_body(result: Any, req: RequestContext, spec: ApiSpec) -> list[bytes 
 def _framed(
     body: list[bytes | memoryview], req: RequestContext, spec: ApiSpec
 ) -> list[bytes | memoryview]:
-    """The answer's buffers on the wire: size prefix, response header, body."""
+    """The answer's buffers on the wire: size prefix, response header, body (a bare
+    SASL token after SaslHandshake v0: no header)."""
+    if req.api_key == _RAW_TOKEN_KEY:
+        return [size_prefix(sum(len(b) for b in body)), *body]
     header = encode_response_header(
         req.correlation_id, spec.response_header_flexible(req.api_version)
     )
@@ -291,7 +368,9 @@ class KafkaServer:
     def __init__(self, ctx: HandlerContext, metrics: Metrics) -> None:
         self.ctx = ctx
         self.metrics = metrics
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
+        #: Each listener's bound address, by listener name (configuration order).
+        self.bound: dict[str, tuple[str, int]] = {}
         self._connections: dict[Connection, asyncio.Task[None]] = {}
         #: Large request frames' buffers, shared by every connection.
         self.frame_pool = FramePool()
@@ -310,27 +389,38 @@ class KafkaServer:
         self._idle_sweep: asyncio.TimerHandle | None = None
 
     async def start(self) -> tuple[str, int]:
-        host, port = self.ctx.config.listen_address
+        """Listen on every configured listener; the first one's bound address."""
         loop = asyncio.get_running_loop()
         config = self.ctx.config
-        self._server = await loop.create_server(
-            lambda: KafkaWire(
-                lambda: config.socket_request_max_bytes, self._on_connection, pool=self.frame_pool
-            ),
-            host,
-            port,
-        )
-        sock = self._server.sockets[0].getsockname()
+        advertised = config.advertised_by_listener()
+        contexts: dict[bool, ssl.SSLContext] = {}
+        for listener in config.kafka_listeners():
+            tls = None
+            if listener.tls:
+                tls = contexts.get(listener.sasl)
+                if tls is None:
+                    tls = contexts[listener.sasl] = server_context(config, sasl=listener.sasl)
+            server = await loop.create_server(
+                _wire_factory(self, listener, advertised),
+                listener.host or None, listener.port, ssl=tls,
+            )
+            self._servers.append(server)
+            sock = server.sockets[0].getsockname()
+            bound = (str(sock[0]), int(sock[1]))
+            self.bound[listener.name] = bound
+            advertised.setdefault(listener.name, bound)
         self._schedule_idle_sweep()
-        return str(sock[0]), int(sock[1])
+        return next(iter(self.bound.values()))
 
-    def _on_connection(self, wire: KafkaWire) -> None:
+    def _on_connection(
+        self, wire: KafkaWire, listener: Listener, advertised: dict[str, tuple[str, int]]
+    ) -> None:
         peer = wire.get_extra_info("peername")
         ip = str(peer[0]) if isinstance(peer, tuple) else str(peer)
         if not self.limits.admit(ip):
             wire.close()
             return
-        conn = Connection(self, wire)
+        conn = Connection(self, wire, listener, advertised[listener.name])
         self._connections[conn] = asyncio.get_running_loop().create_task(self._serve(conn, ip))
 
     async def _serve(self, conn: Connection, ip: str) -> None:
@@ -360,8 +450,8 @@ class KafkaServer:
         """Stop accepting, stop reading, answer what was accepted (bounded), close."""
         if self._idle_sweep is not None:
             self._idle_sweep.cancel()
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for conn in list(self._connections):
             conn.stop_reading()
         tasks = list(self._connections.values())
@@ -369,8 +459,23 @@ class KafkaServer:
             _, late = await asyncio.wait(tasks, timeout=timeout_s)
             for task in late:
                 task.cancel()
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
+
+
+def _wire_factory(
+    server: KafkaServer, listener: Listener, advertised: dict[str, tuple[str, int]]
+) -> Callable[[], KafkaWire]:
+    config = server.ctx.config
+
+    def make() -> KafkaWire:
+        return KafkaWire(
+            lambda: config.socket_request_max_bytes,
+            lambda wire: server._on_connection(wire, listener, advertised),
+            pool=server.frame_pool,
+        )
+
+    return make
 
 
 def _releasing(budget: RequestBudget, size: int) -> Callable[[object], None]:

@@ -108,6 +108,8 @@ class KafkaWire(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool | None:
         self._stop(asyncio.IncompleteReadError(b"", None))
+        if self.transport is not None and self.transport.get_extra_info("sslcontext"):
+            return None  # TLS cannot stay half-open (asyncio warns if asked to)
         return True  # half-closed: the answers to what was read are still written
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -36,6 +36,7 @@ TINY = [
     "--compaction-records", "3000",
     "--compaction-keys", "300",
     "--compaction-settle-s", "2",
+    "--security-mb", "2",
 ]  # fmt: skip
 
 
@@ -102,6 +103,10 @@ def test_bench_runs_both_systems(tmp_path: Path) -> None:
     assert med["baseline"]["disk-fdatasync-1MiB"]["mb_per_s"] > 0
     assert med["baseline"]["loopback-tcp"]["mb_per_s"] > 0
     assert any("tansu-postgres" in note for note in doc["skipped"])
+    # Produce through TLS and SASL_SSL listeners beside PLAINTEXT (bench/security.py).
+    assert "### Produce by listener" in markdown
+    assert set(doc["security"]["median_mb_per_s"]) == {"PLAINTEXT", "SSL", "SASL_SSL"}
+    assert result["security_ratio_to_plaintext"]["SASL_SSL"] > 0
 
 
 @pytest.mark.timeout(120)

@@ -18,7 +18,7 @@ READY_TIMEOUT_S = 60.0
 class Tidegate:
     def __init__(
         self, data_dir: Path, log_path: Path, config: Path | None = None,
-        advertised: str | None = None, rest: bool = False,
+        advertised: str | None = None, rest: bool = False, grpc: bool = False,
     ) -> None:
         self.data_dir = data_dir
         self.log_path = log_path
@@ -27,6 +27,8 @@ class Tidegate:
         self.port = free_port()
         #: The admin REST port, when ``rest`` asked for it.
         self.rest_port = free_port() if rest else None
+        #: The controller gRPC port, when ``grpc`` asked for it.
+        self.grpc_port = free_port() if grpc else None
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -45,7 +47,7 @@ class Tidegate:
             sys.executable, "-m", "tidegate.gateway.cli", "serve",
             "--data-dir", str(self.data_dir), "--listen", self.bootstrap,
             "--rest", f"127.0.0.1:{self.rest_port}" if self.rest_port else "off",
-            "--grpc", "off",
+            "--grpc", f"127.0.0.1:{self.grpc_port}" if self.grpc_port else "off",
         ]
         if self.config is not None:
             cmd += ["--config", str(self.config)]

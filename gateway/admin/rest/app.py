@@ -23,6 +23,7 @@ from tidegate.core.controller.api import (
 )
 from tidegate.gateway.admin.metrics import CONTENT_TYPE, Metrics
 from tidegate.gateway.admin.rest import errors
+from tidegate.gateway.admin.rest.auth import Auth, RestAuthentication
 from tidegate.gateway.admin.rest.errors import BadRequest, NotReady
 from tidegate.gateway.admin.rest.models import (
     INT64_MAX,
@@ -75,6 +76,7 @@ def create_app(
     limits: RestLimits = RestLimits(),
     metrics: Metrics | None = None,
     kafka_overview: KafkaOverview | None = None,
+    auth: Auth | None = None,
 ) -> FastAPI:
     """The admin REST app over ``controller``. ``ready()`` is false until the controller
     has started: ``/health`` answers 503 and every ``/v1`` call 503 until then. With
@@ -86,6 +88,8 @@ def create_app(
     )
     errors.install(app)
     app.add_middleware(_BodyLimit, bytes_max=limits.request_bytes_max)
+    if auth is not None:  # outermost: nothing runs for an unauthenticated call
+        app.add_middleware(RestAuthentication, auth=auth)
 
     @app.get(
         "/health",

@@ -30,6 +30,7 @@ async def serve_rest(
     *,
     log_level: str = "warning",
     graceful_shutdown_ms: int = GRACEFUL_SHUTDOWN_MS,
+    tls: tuple[str, str, str | None] | None = None,
 ) -> tuple[uvicorn.Server, asyncio.Task[None]]:
     """Start serving ``app`` on ``host:port`` in the running loop; return once it accepts.
 
@@ -51,6 +52,9 @@ async def serve_rest(
         access_log=False,
         lifespan="off",
         timeout_graceful_shutdown=max(1, graceful_shutdown_ms // 1000),
+        # HTTPS with the Kafka listeners' PEM key material (certificate chain, key, password).
+        ssl_certfile=tls[0] if tls else None, ssl_keyfile=tls[1] if tls else None,
+        ssl_keyfile_password=tls[2] if tls else None,
     )
     server = _EmbeddedServer(config)
     task = asyncio.create_task(server.serve(sockets=[sock]), name=f"rest-{host}:{port}")

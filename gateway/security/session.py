@@ -1,0 +1,99 @@
+"""A connection's security state, and the node's security services handlers reach.
+
+A connection on a SASL listener is *gated*: until it authenticated, and again once its
+session expired (KIP-368, ``connections.max.reauth.ms``), only ApiVersions, SaslHandshake
+and SaslAuthenticate are served; anything else closes it, as Kafka does.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tidegate.gateway.security.listeners import Listener
+from tidegate.gateway.security.tls import ANONYMOUS
+
+if TYPE_CHECKING:
+    from tidegate.gateway.security.acls import AclStore
+    from tidegate.gateway.security.authorizer import Authorizer
+    from tidegate.gateway.security.credentials import CredentialStore
+    from tidegate.gateway.security.sasl import Exchange
+
+log = logging.getLogger(__name__)
+
+#: ApiVersions, SaslHandshake, SaslAuthenticate: served before authentication.
+PRE_AUTH_KEYS = frozenset((18, 17, 36))
+
+
+@dataclass(eq=False)
+class Session:
+    listener: Listener
+    #: Where Metadata, FindCoordinator and DescribeCluster send this client.
+    advertised: tuple[str, int]
+    client_host: str
+    principal: str = ANONYMOUS
+    gated: bool = False
+    authenticated: bool = True
+    exchange: Exchange | None = None
+    #: ``time.monotonic()`` when the SASL session ends (KIP-368), or None.
+    expires_at: float | None = None
+    #: Set after a failed login: the connection closes once the answer is written.
+    closing: bool = False
+    #: After SaslHandshake v0: the next frames are bare SASL tokens, not requests.
+    raw_tokens: bool = False
+
+    def admits(self, api_key: int) -> bool:
+        if api_key in PRE_AUTH_KEYS:
+            return True
+        if not self.authenticated:
+            return False
+        return self.expires_at is None or time.monotonic() < self.expires_at
+
+
+@dataclass(frozen=True, slots=True)
+class RawToken:
+    """A SASL token answered as a bare size-prefixed frame (SaslHandshake v0)."""
+
+    token: bytes
+
+
+@dataclass
+class LoginLog:
+    """Failed logins at warning level, at most ``per_minute`` lines a minute; the lines
+    left out are counted in the next one written."""
+
+    per_minute: int
+    _window_start: float = 0.0
+    _written: int = 0
+    _skipped: int = field(default=0)
+
+    def failed(self, principal: str, client: str, mechanism: str, reason: str) -> None:
+        now = time.monotonic()
+        if now - self._window_start >= 60.0:
+            self._window_start, self._written = now, 0
+        if self._written >= self.per_minute:
+            self._skipped += 1
+            return
+        self._written += 1
+        skipped, self._skipped = self._skipped, 0
+        log.warning(
+            "failed authentication of %s from %s with %s: %s%s",
+            principal or "(no user)", client, mechanism, reason,
+            f" ({skipped} more failed logins not logged)" if skipped else "",
+        )
+
+
+@dataclass
+class Security:
+    """What the SASL and ACL handlers work with (``HandlerContext.security``)."""
+
+    mechanisms: list[str]
+    credentials: CredentialStore
+    acls: AclStore
+    reauth_ms: int
+    login_log: LoginLog
+    #: None: no authorizer configured (everything allowed, DescribeAcls answers
+    #: SECURITY_DISABLED).
+    authorizer: Authorizer | None = None
