@@ -9,12 +9,9 @@ committed offsets are the log ends."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
 
 import pytest
 from confluent_kafka import Producer
@@ -22,9 +19,9 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
 from tests.clients.server import Tidegate
+from tests.groups.member_process import Member, wait_for
 from tests.java.conftest import Java, java  # noqa: F401 (fixture)
 
-REPO = Path(__file__).resolve().parents[2]
 TOPIC = "kip848"
 GROUP = "kip848-group"
 PARTITIONS = 6
@@ -46,61 +43,12 @@ def server(tmp_path: Path) -> Iterator[Tidegate]:
         s.close()
 
 
-class Member:
-    def __init__(self, name: str, client: str, jvm: Java, server: Tidegate, tmp: Path,
-                 assignor: str = ASSIGNOR, *extra: str) -> None:
-        self.name = name
-        self.client = client
-        self.stop_file = tmp / f"{name}.stop"
-        self.log = tmp / f"{name}.out"
-        self._out: IO[str] = open(self.log, "w")
-        args = [server.bootstrap, TOPIC, GROUP, str(self.stop_file), assignor, *extra]
-        self.proc: subprocess.Popen[str]
-        if client == "java":
-            self.proc = jvm.popen("GroupConsumer", *args, stdout=self._out)
-        else:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.groups.member", client, *args],
-                cwd=REPO, stdout=self._out, stderr=subprocess.STDOUT, text=True,
-            )
-        self.killed = False
-
-    def lines(self, kind: str) -> list[tuple[int, int]]:
-        out = []
-        for line in self.log.read_text().splitlines():
-            parts = line.split()
-            if len(parts) >= 3 and parts[0] == kind:
-                out.append((int(parts[1]), int(parts[2])))
-        return out
-
-    def assignment(self) -> set[int] | None:
-        last = [ln for ln in self.log.read_text().splitlines() if ln.startswith("A ")]
-        return None if not last else {int(x) for x in last[-1][2:].split(",") if x}
-
-    def kill9(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-        self.killed = True
-
-    def finish(self, timeout_s: float = 60) -> str:
-        if not self.killed:
-            self.stop_file.write_text("stop")
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._out.close()
-        return self.log.read_text()
+def _member(name: str, client: str, jvm: Java, server: Tidegate, tmp: Path, *args: str) -> Member:
+    return Member(name, client, jvm, server, tmp, TOPIC, GROUP, *(args or (ASSIGNOR,)))
 
 
 def _wait(cond: Callable[[], bool], what: str, detail: Callable[[], object]) -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < PHASE_TIMEOUT_S:
-        if cond():
-            return time.monotonic() - start
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}: {detail()}")
+    return wait_for(cond, what, detail, PHASE_TIMEOUT_S)
 
 
 def test_consumer_protocol_group_exactly_once(java: Java, server: Tidegate, tmp_path: Path) -> None:  # noqa: F811
@@ -128,7 +76,7 @@ def test_consumer_protocol_group_exactly_once(java: Java, server: Tidegate, tmp_
     members: list[Member] = []
 
     def start(name: str, client: str) -> Member:
-        m = Member(name, client, java, server, tmp_path)
+        m = _member(name, client, java, server, tmp_path)
         members.append(m)
         return m
 
@@ -228,7 +176,7 @@ def test_java_static_members_with_the_range_assignor(java: Java, server: Tidegat
     def describe() -> str:
         return java.run("ConsumerGroupAdmin", server.bootstrap, GROUP, TOPIC, "4")
 
-    members = [Member(f"s{i}", "java", java, server, tmp_path, "consumer:range", f"inst-{i}") for i in (1, 2)]
+    members = [_member(f"s{i}", "java", java, server, tmp_path, "consumer:range", f"inst-{i}") for i in (1, 2)]
     try:
         def settled() -> bool:
             got = [m.assignment() for m in members]
@@ -241,7 +189,7 @@ def test_java_static_members_with_the_range_assignor(java: Java, server: Tidegat
         before = members[0].assignment()
         other_changes = len([ln for ln in members[1].log.read_text().splitlines() if ln.startswith("A ")])
         members[0].finish()  # closes: a static leave (epoch -2)
-        members.append(Member("s1-again", "java", java, server, tmp_path, "consumer:range", "inst-1"))
+        members.append(_member("s1-again", "java", java, server, tmp_path, "consumer:range", "inst-1"))
         _wait(lambda: members[2].assignment() == before, "the same partitions back", describe)
         again = describe()
         assert _describe_line(again).endswith(f" epoch={epoch}"), (first, again)  # no rebalance

@@ -13,71 +13,22 @@ are then covered by the group's committed offsets, checked at the end).
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
 
 from confluent_kafka import Producer
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
 from tests.clients.server import Tidegate
+from tests.groups.member_process import Member, wait_for
 from tests.java.conftest import Java, java, tidegate_groups  # noqa: F401 (fixtures)
 
-REPO = Path(__file__).resolve().parents[2]
 TOPIC = "mixed"
 GROUP = "mixed-group"
 PARTITIONS = 6
 PHASE_TIMEOUT_S = 75
-
-
-class Member:
-    def __init__(self, name: str, client: str, jvm: Java, server: Tidegate, tmp: Path) -> None:
-        self.name = name
-        self.client = client
-        self.stop_file = tmp / f"{name}.stop"
-        self.log = tmp / f"{name}.out"
-        self._out: IO[str] = open(self.log, "w")
-        args = [server.bootstrap, TOPIC, GROUP, str(self.stop_file), "range"]
-        self.proc: subprocess.Popen[str]
-        if client == "java":
-            self.proc = jvm.popen("GroupConsumer", *args, stdout=self._out)
-        else:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.groups.member", client, *args],
-                cwd=REPO, stdout=self._out, stderr=subprocess.STDOUT, text=True,
-            )
-        self.killed = False
-
-    def lines(self, kind: str) -> list[tuple[int, int]]:
-        out = []
-        for line in self.log.read_text().splitlines():
-            parts = line.split()
-            if len(parts) >= 3 and parts[0] == kind:
-                out.append((int(parts[1]), int(parts[2])))
-        return out
-
-    def stop(self) -> None:
-        self.stop_file.write_text("stop")
-
-    def kill9(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-        self.killed = True
-
-    def finish(self, timeout_s: float = 60) -> str:
-        if not self.killed:
-            self.stop()
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._out.close()
-        return self.log.read_text()
 
 
 def _member_count(server: Tidegate) -> int:
@@ -86,13 +37,12 @@ def _member_count(server: Tidegate) -> int:
     return int(lines[-1].split(": ")[-1].split()[0]) if lines else 0
 
 
+def _member(name: str, client: str, jvm: Java, server: Tidegate, tmp: Path, *args: str) -> Member:
+    return Member(name, client, jvm, server, tmp, TOPIC, GROUP, *(args or ("range",)))
+
+
 def _wait(cond: Callable[[], bool], what: str, detail: Callable[[], object]) -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < PHASE_TIMEOUT_S:
-        if cond():
-            return time.monotonic() - start
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}: {detail()}")
+    return wait_for(cond, what, detail, PHASE_TIMEOUT_S)
 
 
 def test_mixed_client_group_exactly_once(java: Java, tidegate_groups: Tidegate, tmp_path: Path) -> None:  # noqa: F811
@@ -122,7 +72,7 @@ def test_mixed_client_group_exactly_once(java: Java, tidegate_groups: Tidegate, 
     members: list[Member] = []
 
     def start(name: str, client: str) -> Member:
-        m = Member(name, client, java, server, tmp_path)
+        m = _member(name, client, java, server, tmp_path)
         members.append(m)
         return m
 

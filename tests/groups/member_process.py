@@ -1,0 +1,82 @@
+"""A consumer-group member running as a process (``member.py`` or the Java
+``GroupConsumer``), read back through the lines it prints, for the end-to-end group
+tests (``test_mixed_clients.py``, ``test_consumer_protocol.py``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+from tests.clients.server import Tidegate
+from tests.java.conftest import Java
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Member:
+    def __init__(
+        self, name: str, client: str, jvm: Java, server: Tidegate, tmp: Path, topic: str,
+        group: str, assignor: str, *extra: str,
+    ) -> None:
+        self.name = name
+        self.client = client
+        self.stop_file = tmp / f"{name}.stop"
+        self.log = tmp / f"{name}.out"
+        self._out: IO[str] = open(self.log, "w")
+        args = [server.bootstrap, topic, group, str(self.stop_file), assignor, *extra]
+        self.proc: subprocess.Popen[str]
+        if client == "java":
+            self.proc = jvm.popen("GroupConsumer", *args, stdout=self._out)
+        else:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.groups.member", client, *args],
+                cwd=REPO, stdout=self._out, stderr=subprocess.STDOUT, text=True,
+            )
+        self.killed = False
+
+    def lines(self, kind: str) -> list[tuple[int, int]]:
+        out = []
+        for line in self.log.read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and parts[0] == kind:
+                out.append((int(parts[1]), int(parts[2])))
+        return out
+
+    def assignment(self) -> set[int] | None:
+        last = [ln for ln in self.log.read_text().splitlines() if ln.startswith("A ")]
+        return None if not last else {int(x) for x in last[-1][2:].split(",") if x}
+
+    def stop(self) -> None:
+        self.stop_file.write_text("stop")
+
+    def kill9(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self.killed = True
+
+    def finish(self, timeout_s: float = 60) -> str:
+        if not self.killed:
+            self.stop()
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._out.close()
+        return self.log.read_text()
+
+
+def wait_for(
+    cond: Callable[[], bool], what: str, detail: Callable[[], object], timeout_s: float
+) -> float:
+    """Seconds until ``cond()``; fails with ``detail()`` after ``timeout_s``."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if cond():
+            return time.monotonic() - start
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}: {detail()}")
