@@ -1,4 +1,5 @@
-"""A coordinator over the in-memory segment store with a clock the test moves."""
+"""A coordinator over the in-memory segment store with a clock the test moves; an
+in-process gateway (``node``) and a raw connection to it (``client``) for the handler tests."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 import random
 import warnings
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -16,8 +18,11 @@ with warnings.catch_warnings():
     import kafka  # noqa: F401
     import kafka.protocol.consumer.metadata  # noqa: F401
 
+from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
 from tidegate.gateway.groups import GroupConfig, GroupCoordinator, JoinRequest, JoinResult
+
+from tests.gateway.conftest import Node, RawClient
 
 
 class FakeClock:
@@ -113,3 +118,31 @@ async def join_all(coord: GroupCoordinator, reqs: list[JoinRequest]) -> list[Joi
             )
         )
     )
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[Node]:
+    """An in-process gateway whose groups rebalance at once."""
+    n = Node(tmp_path / "data", groups={"initial_rebalance_delay_ms": 0})
+    await n.start()
+    try:
+        yield n
+    finally:
+        await n.close()
+
+
+@pytest.fixture
+async def client(node: Node) -> AsyncIterator[RawClient]:
+    """A raw Kafka connection to ``node``, with topic ``t`` of two partitions."""
+    c = await node.client()
+    topic = CreateTopicsRequest.CreatableTopic(
+        name="t", num_partitions=2, replication_factor=1, assignments=[], configs=[]
+    )
+    res = await c.call(
+        CreateTopicsRequest(topics=[topic], timeout_ms=5000, validate_only=False), 5, CreateTopicsResponse
+    )
+    assert res.topics[0].error_code == 0
+    try:
+        yield c
+    finally:
+        await c.close()

@@ -6,14 +6,9 @@ v9, Metadata by topic id) answer for a consumer group."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from kafka.protocol.admin import (
-    CreateTopicsRequest,
-    CreateTopicsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     ListGroupsRequest,
@@ -41,35 +36,10 @@ from tidegate.protocol.consumer_group import (
 )
 from tidegate.protocol.errors import ErrorCode as E
 
-from tests.gateway.conftest import Node, RawClient
+from tests.gateway.conftest import RawClient
 
 _Owned = ConsumerGroupHeartbeatRequest.TopicPartitions
 
-
-@pytest.fixture
-async def node(tmp_path: Path) -> AsyncIterator[Node]:
-    n = Node(tmp_path / "data", groups={"initial_rebalance_delay_ms": 0})
-    await n.start()
-    try:
-        yield n
-    finally:
-        await n.close()
-
-
-@pytest.fixture
-async def client(node: Node) -> AsyncIterator[RawClient]:
-    c = await node.client()
-    topic = CreateTopicsRequest.CreatableTopic(
-        name="t", num_partitions=2, replication_factor=1, assignments=[], configs=[]
-    )
-    res = await c.call(
-        CreateTopicsRequest(topics=[topic], timeout_ms=5000, validate_only=False), 5, CreateTopicsResponse
-    )
-    assert res.topics[0].error_code == 0
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 def _hb(member: str, epoch: int, owned: list[Any] | None = None, **kw: Any) -> Any:

@@ -4,13 +4,8 @@ kafka-python's message classes, against an in-process gateway."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
-import pytest
 from kafka.protocol.admin import (
-    CreateTopicsRequest,
-    CreateTopicsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DescribeGroupsRequest,
@@ -47,31 +42,6 @@ from tests.gateway.conftest import Node, RawClient
 
 GROUP_KEYS = {8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47}
 
-
-@pytest.fixture
-async def node(tmp_path: Path) -> AsyncIterator[Node]:
-    n = Node(tmp_path / "data", groups={"initial_rebalance_delay_ms": 0})
-    await n.start()
-    try:
-        yield n
-    finally:
-        await n.close()
-
-
-@pytest.fixture
-async def client(node: Node) -> AsyncIterator[RawClient]:
-    c = await node.client()
-    topic = CreateTopicsRequest.CreatableTopic(
-        name="t", num_partitions=2, replication_factor=1, assignments=[], configs=[]
-    )
-    res = await c.call(
-        CreateTopicsRequest(topics=[topic], timeout_ms=5000, validate_only=False), 5, CreateTopicsResponse
-    )
-    assert res.topics[0].error_code == 0
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 def _join(group: str, member_id: str = "", instance: str | None = None) -> JoinGroupRequest:
