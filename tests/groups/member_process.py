@@ -80,3 +80,47 @@ def wait_for(
             return time.monotonic() - start
         time.sleep(0.25)
     raise AssertionError(f"timed out waiting for {what}: {detail()}")
+
+
+class GroupRun:
+    """What a group test produced (acknowledged (partition, offset)s) and its members'
+    deliveries: exactly once means every produced record delivered, except those a
+    member read and was killed before printing its acknowledged commit."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.produced: set[tuple[int, int]] = set()
+        self.members: list[Member] = []
+
+    def produce(self, count: int, seconds: float) -> None:
+        """``count`` records spread over ``seconds``, every one acknowledged."""
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True})
+        errors: list[object] = []
+
+        def report(err: object, msg: object) -> None:
+            if err is not None:
+                errors.append(err)
+            else:
+                self.produced.add((msg.partition(), msg.offset()))  # type: ignore[attr-defined]
+
+        for i in range(count):
+            key = f"k{len(self.produced)}-{i}".encode()
+            producer.produce(self.topic, key=key, value=b"v", on_delivery=report)
+            producer.poll(0)
+            time.sleep(seconds / count)
+        assert producer.flush(30) == 0 and not errors, errors
+
+    def add(self, member: Member) -> Member:
+        self.members.append(member)
+        return member
+
+    def delivered(self) -> list[tuple[int, int]]:
+        return [r for m in self.members for r in m.lines("D")]
+
+    def all_delivered(self) -> bool:
+        missing = self.produced - set(self.delivered())
+        read_by_killed = {r for m in self.members if m.killed for r in m.lines("R")}
+        return not (missing - read_by_killed)

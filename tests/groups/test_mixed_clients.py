@@ -13,16 +13,14 @@ are then covered by the group's committed offsets, checked at the end).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from confluent_kafka import Producer
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
 from tests.clients.server import Tidegate
-from tests.groups.member_process import Member, wait_for
+from tests.groups.member_process import GroupRun, Member, wait_for
 from tests.java.conftest import Java, java, tidegate_groups  # noqa: F401 (fixtures)
 
 TOPIC = "mixed"
@@ -50,39 +48,12 @@ def test_mixed_client_group_exactly_once(java: Java, tidegate_groups: Tidegate, 
     admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
     admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1)])
     admin.close()
-    produced: set[tuple[int, int]] = set()
-
-    def produce(count: int, seconds: float) -> None:
-        """``count`` records spread over ``seconds``, every one acknowledged."""
-        producer = Producer({"bootstrap.servers": server.bootstrap, "enable.idempotence": True})
-        errors: list[object] = []
-
-        def report(err: object, msg: object) -> None:
-            if err is not None:
-                errors.append(err)
-            else:
-                produced.add((msg.partition(), msg.offset()))  # type: ignore[attr-defined]
-
-        for i in range(count):
-            producer.produce(TOPIC, key=f"k{len(produced)}-{i}".encode(), value=b"v", on_delivery=report)
-            producer.poll(0)
-            time.sleep(seconds / count)
-        assert producer.flush(30) == 0 and not errors, errors
-
-    members: list[Member] = []
+    run = GroupRun(server.bootstrap, TOPIC)
+    produced, members = run.produced, run.members
+    produce, delivered, all_delivered = run.produce, run.delivered, run.all_delivered
 
     def start(name: str, client: str) -> Member:
-        m = _member(name, client, java, server, tmp_path)
-        members.append(m)
-        return m
-
-    def delivered() -> list[tuple[int, int]]:
-        return [r for m in members for r in m.lines("D")]
-
-    def all_delivered() -> bool:
-        missing = produced - set(delivered())
-        read_by_killed = {r for m in members if m.killed for r in m.lines("R")}
-        return not (missing - read_by_killed)
+        return run.add(_member(name, client, java, server, tmp_path))
 
     def progress() -> object:
         return {
