@@ -203,11 +203,14 @@ async def serve(config: GatewayConfig) -> None:
 
             ghost, gport = parse_host_port(config.grpc)
             from tidegate.gateway.admin.grpc_auth import AuthInterceptor
+            from tidegate.gateway.admin.grpc_segments import segment_service
 
             grpc_server = await start_grpc_server(
                 grpc_admin, ghost, gport, forwarded=controller,
                 interceptors=[AuthInterceptor(admin_auth)] if admin_auth else [],
                 tls=_grpc_tls(config),
+                # Reads are routed to each segment's owner: every node answers.
+                services=[segment_service(front, store, config.scope)],
             )
         log.info(
             "tidegate ready: kafka=%s:%d listeners=%s advertised=%s rest=%s grpc=%s data-dir=%s",
