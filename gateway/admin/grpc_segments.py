@@ -12,7 +12,7 @@ import functools
 import hashlib
 import random
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import grpc
 from tidegate.core.controller.api import (
@@ -45,6 +45,13 @@ _APPEND_ATTEMPTS = 8
 class Streams(Protocol):
     async def get_current_segments(self, scope: str, stream: str) -> list[SegmentRecord]: ...
     async def get_head_segments(self, scope: str, stream: str) -> dict[int, int]: ...
+
+
+@runtime_checkable
+class OwnerAppends(Protocol):
+    """The cluster's routing store: appends reach a container owned by another node."""
+
+    async def append_at_owner(self, name: str, data: bytes | memoryview, *, event_count: int = 1) -> int: ...
 
 
 def key_of(routing_key: str) -> float:
@@ -182,6 +189,11 @@ class SegmentServicer(_ServicerBase):  # type: ignore[misc]  # the generated bas
             raise InvalidArgumentError(f"transaction {txn_id} is {info.state}, not open")
         return [(s, t.transaction_segment_name(scope, stream, s.id, txn_id)) for s in info.segments]
 
+    async def _append_one(self, name: str, data: bytes, count: int) -> int:
+        if isinstance(self._store, OwnerAppends):
+            return await self._store.append_at_owner(name, data, event_count=count)
+        return await self._store.append(name, data, event_count=count)
+
     async def _append(
         self, framed: Sequence[tuple[float, bytes]], left: list[int],
         targets: Sequence[tuple[SegmentRecord, str]], positions: list[Any],
@@ -200,7 +212,7 @@ class SegmentServicer(_ServicerBase):  # type: ignore[misc]  # the generated bas
         for seg_id, members in groups.items():
             data = b"".join(framed[i][1] for i in members)
             try:
-                offset = await self._store.append(by_id[seg_id][1], data, event_count=len(members))
+                offset = await self._append_one(by_id[seg_id][1], data, len(members))
             except SegmentSealedError:
                 sealed += members
                 continue
