@@ -149,3 +149,58 @@ def test_streaming_read_while_the_stream_splits_and_merges(spark: Any, tidegate:
     assert len(w.current("sensors", "scaled")) == 2  # three splits, three merges
     for k in keys:
         assert [seq for _b, key, seq in seen if key == k] == list(range(rounds * per_round)), k
+
+
+def _run_copy(spark: Any, tidegate: Tidegate, checkpoint: Path) -> None:
+    query = (
+        _reader(spark, tidegate, "eos-in", streaming=True).option("start_stream_cut", "earliest").load()
+        .selectExpr("event", "routing_key")
+        .writeStream.format("tidegate").option("controller", f"127.0.0.1:{tidegate.grpc_port}")
+        .option("scope", "sensors").option("stream", "eos-out").option("exactly_once", "true")
+        .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    )
+    assert query.awaitTermination(180), "the availableNow query did not finish"
+    assert query.exception() is None, query.exception()
+
+
+def _events(spark: Any, tidegate: Tidegate, stream: str) -> list[str]:
+    return sorted(r.event.decode() for r in _reader(spark, tidegate, stream).load().collect())
+
+
+def test_exactly_once_stream_sink_across_a_replayed_batch(spark: Any, tidegate: Tidegate, tmp_path: Path) -> None:
+    from pyspark.sql.functions import udf
+
+    w = Writer(tidegate)
+    w.create("sensors", "eos-in", 2)
+    w.create("sensors", "eos-out", 2)
+    w.write("sensors", "eos-in", [(f"k{i % 3}", f"e{i:03}") for i in range(60)])
+    checkpoint = tmp_path / "checkpoint"
+    _run_copy(spark, tidegate, checkpoint)
+    assert _events(spark, tidegate, "eos-out") == [f"e{i:03}" for i in range(60)]
+    # The query dies after the sink committed its last batch, before Spark recorded it.
+    commits = sorted((p for p in (checkpoint / "commits").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    last = commits[-1]
+    last.unlink()
+    (checkpoint / "commits" / f".{last.name}.crc").unlink(missing_ok=True)
+    w.write("sensors", "eos-in", [(f"k{i % 3}", f"e{i:03}") for i in range(60, 70)])
+    _run_copy(spark, tidegate, checkpoint)
+    assert last.exists(), "the restarted query did not run the batch again"
+    assert _events(spark, tidegate, "eos-out") == [f"e{i:03}" for i in range(70)]
+
+    # A failing exactly-once batch write leaves nothing behind (its transaction aborted).
+    w.create("sensors", "eos-fail", 1)
+
+    def fail_at_40(v: str) -> str:
+        if v == "v040":
+            raise ValueError("a task fails on purpose")
+        return v
+
+    rows = spark.createDataFrame(spark.sparkContext.parallelize([(f"v{i:03}",) for i in range(50)], 1), ["event"])
+    with pytest.raises(Exception, match="a task fails on purpose"):
+        (rows.withColumn("event", udf(fail_at_40, "string", useArrow=False)("event"))
+         .write.mode("append").format("tidegate").option("controller", f"127.0.0.1:{tidegate.grpc_port}")
+         .option("scope", "sensors").option("stream", "eos-fail").option("exactly_once", "true")
+         .option("transactionalIdPrefix", "fail-test").save())
+    (rows.write.mode("append").format("tidegate").option("controller", f"127.0.0.1:{tidegate.grpc_port}")
+     .option("scope", "sensors").option("stream", "eos-fail").save())  # at-least-once
+    assert _events(spark, tidegate, "eos-fail") == [f"v{i:03}" for i in range(50)]

@@ -35,7 +35,12 @@ from tidegate.spark.kafka_meta import (
 from tidegate.spark.kafka_read import OffsetRange, read_range
 from tidegate.spark.options import Offsets, OptionError, ReadOptions, read_options, write_options
 from tidegate.spark.planning import ranges, rate_limit
-from tidegate.spark.stream_options import STREAM_SCHEMA, is_stream_read, stream_read_options
+from tidegate.spark.stream_options import (
+    STREAM_SCHEMA,
+    is_stream_read,
+    stream_read_options,
+    stream_write_options,
+)
 from tidegate.spark.stream_source import StreamBatchReader, StreamStreamReader
 
 #: Spark's Kafka source schema; ``headers`` only with includeHeaders=true.
@@ -70,14 +75,20 @@ class TidegateDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from tidegate.spark.sink import KafkaBatchWriter
+        from tidegate.spark.stream_sink import StreamBatchWriter
 
         if overwrite:
-            raise OptionError("a topic cannot be overwritten: write with mode append")
+            raise OptionError("a topic or stream cannot be overwritten: write with mode append")
+        if is_stream_read(self.options):
+            return StreamBatchWriter(stream_write_options(self.options), schema)
         return KafkaBatchWriter(write_options(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from tidegate.spark.sink import KafkaStreamWriter
+        from tidegate.spark.stream_sink import StreamStreamWriter
 
+        if is_stream_read(self.options):
+            return StreamStreamWriter(stream_write_options(self.options), schema)
         return KafkaStreamWriter(write_options(self.options), schema)
 
 

@@ -108,3 +108,36 @@ class StreamClient:
         req = pb2.ReadSegmentRequest(segment_id=segment_id, offset=offset, max_bytes=max_bytes,
                                      **self._names())
         return self._call(self._seg.ReadSegment, req)
+
+    # -- writes (the stream sink) --------------------------------------------------------
+
+    def append(self, batch: list[Any], txn: str | None) -> None:
+        req = pb2.AppendEventsRequest(events=batch, txn_id=txn or "", **self._names())
+        self._call(self._seg.AppendEvents, req)
+
+    def create_transaction(self, lease_ms: int) -> str:
+        req = pb2.CreateTransactionRequest(lease_ms=lease_ms, **self._names())
+        return str(self._call(self._ctl.CreateTransaction, req).id)
+
+    def end_transaction(self, txn: str, commit: bool) -> None:
+        req = pb2.TransactionRequest(id=txn, **self._names())
+        try:
+            self._call(self._ctl.CommitTransaction if commit else self._ctl.AbortTransaction, req)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                raise
+            raise StreamSourceError(
+                f"transaction {txn} of {self.opts.scope}/{self.opts.stream} could not be "
+                f"{'committed' if commit else 'aborted'}: {exc.details()} (a lease that ran out "
+                "aborts it: transactionTimeoutMs)") from None
+
+    def ensure_stream(self) -> None:
+        req = pb2.CreateStreamRequest(**self._names())
+        try:
+            self._call(self._ctl.CreateStream, req)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.ALREADY_EXISTS:
+                raise
+
+    def truncate(self, cut: dict[int, int]) -> None:
+        self._call(self._ctl.Truncate, pb2.TruncateRequest(cut=pb2.StreamCut(cut=cut), **self._names()))

@@ -85,3 +85,30 @@ def stream_read_options(options: Mapping[str, str], streaming: bool) -> StreamRe
         password=options.get("controller.password") or None,
         tls_ca=options.get("controller.tls.ca.location") or None,
     )
+
+
+@dataclass(frozen=True)
+class StreamWriteOptions:
+    #: The stream and how to reach it (the cut fields are unused).
+    read: StreamReadOptions
+    exactly_once: bool
+    #: Names the decision stream (default: Spark's query id).
+    prefix: str | None
+    #: The stream transactions' lease: at most the controller's ``txn_lease_ms_max``.
+    transaction_timeout_ms: int
+
+
+def stream_write_options(options: Mapping[str, str]) -> StreamWriteOptions:
+    for kafka_only in ("topic", "kafka.bootstrap.servers"):
+        if options.get(kafka_only) is not None:
+            raise OptionError(f"option {kafka_only} is for Kafka topics; a stream sink takes controller, "
+                              "scope and stream")
+    read = stream_read_options({k: v for k, v in options.items() if "stream_cut" not in k.lower()},
+                               streaming=True)
+    prefix = options.get("transactionalIdPrefix") or None
+    if prefix is not None and not all(c.isalnum() or c in "._-" for c in prefix):
+        raise OptionError("option transactionalIdPrefix must be of [A-Za-z0-9._-] for a stream sink")
+    return StreamWriteOptions(
+        read=read, exactly_once=_bool(options, "exactly_once", False), prefix=prefix,
+        transaction_timeout_ms=_positive(options, "transactionTimeoutMs") or 600_000,
+    )

@@ -78,3 +78,14 @@ def test_truncated_ranges_fail_or_shrink() -> None:
     with pytest.raises(StreamSourceError, match="before the start"):
         _plan({0: 50, 1: 0}, {0: 10, 1: 50})
     assert SegmentRange(3, 1, 2).segment_id == 3
+
+
+def test_stream_write_options() -> None:
+    from tidegate.spark.stream_options import stream_write_options
+
+    w = stream_write_options({**OPTS, "exactly_once": "true", "transactionalIdPrefix": "job-1"})
+    assert (w.exactly_once, w.prefix, w.transaction_timeout_ms, w.read.stream) == (True, "job-1", 600_000, "temps")
+    with pytest.raises(OptionError, match="option topic is for Kafka topics"):
+        stream_write_options({**OPTS, "topic": "t"})
+    with pytest.raises(OptionError, match="transactionalIdPrefix must be of"):
+        stream_write_options({**OPTS, "transactionalIdPrefix": "a/b"})
