@@ -73,7 +73,8 @@ def _reader(spark: Any, tidegate: Tidegate, stream: str, streaming: bool = False
             .option("scope", "sensors").option("stream", stream))
 
 
-def test_batch_reads_between_stream_cuts(spark: Any, tidegate: Tidegate) -> None:
+def test_batch_reads_between_stream_cuts(spark: Any, tidegate: Tidegate, tmp_path: Path) -> None:
+    checkpoint = tmp_path / "cp"
     w = Writer(tidegate)
     w.create("sensors", "temps", 3)
     first = [(f"dev{i % 7}", f"a{i}") for i in range(60)]
@@ -106,6 +107,15 @@ def test_batch_reads_between_stream_cuts(spark: Any, tidegate: Tidegate) -> None
     assert events(start_stream_cut=midway, end_stream_cut=midway) == []
     with pytest.raises(Exception, match="serialized stream cut"):
         events(start_stream_cut="{0: 5}")
+
+    # A streaming query with an end cut reads up to it and no further.
+    got: list[str] = []
+    query = (_reader(spark, tidegate, "temps", streaming=True).option("start_stream_cut", "earliest")
+             .option("end_stream_cut", midway).load()
+             .writeStream.foreachBatch(lambda df, _b: got.extend(r.event.decode() for r in df.collect()))
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    assert query.awaitTermination(120)
+    assert sorted(got) == sorted(v for _k, v in first)
 
 
 def test_streaming_read_while_the_stream_splits_and_merges(spark: Any, tidegate: Tidegate, tmp_path: Path) -> None:

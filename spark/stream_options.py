@@ -25,7 +25,8 @@ class StreamReadOptions:
     scope: str
     stream: str
     start: CutSpec
-    end: CutSpec
+    #: None: a streaming query without an end (it follows the tail).
+    end: CutSpec | None
     fail_on_data_loss: bool = True
     batch_rows: int = 8_192
     read_bytes: int = 1 << 20
@@ -71,7 +72,9 @@ def stream_read_options(options: Mapping[str, str], streaming: bool) -> StreamRe
             raise OptionError(f"option {kafka_only} is for Kafka topics; a stream takes "
                               "start_stream_cut and end_stream_cut")
     start = _cut(options, "start_stream_cut", LATEST_CUT if streaming else EARLIEST_CUT, scope, stream)
-    end = _cut(options, "end_stream_cut", LATEST_CUT, scope, stream)
+    end: CutSpec | None = None
+    if options.get("end_stream_cut") is not None or not streaming:
+        end = _cut(options, "end_stream_cut", LATEST_CUT, scope, stream)
     if end == EARLIEST_CUT:
         raise OptionError("option end_stream_cut must be latest or a serialized stream cut")
     if start == LATEST_CUT and not streaming:

@@ -41,12 +41,13 @@ class _Planner:
         self.opts = opts
         self.client = StreamClient(opts)
 
-    def resolve(self, spec: CutSpec) -> dict[int, int]:
+    def resolve(self, spec: CutSpec | None) -> dict[int, int]:
         if spec == EARLIEST_CUT:
             return self.client.cut(tail=False)
         if spec == LATEST_CUT:
             return self.client.cut(tail=True)
-        assert isinstance(spec, dict)
+        if not isinstance(spec, dict):
+            raise StreamSourceError(f"no stream cut: {spec!r}")
         return dict(spec)
 
     def ranges(self, start: dict[int, int], end: dict[int, int]) -> list[SegmentRange]:
@@ -82,6 +83,7 @@ class StreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         self._planner: _Planner | None = None
         self._available_now: dict[int, int] | None = None
+        self._end: dict[int, int] | None = None
 
     def _plan(self) -> _Planner:
         if self._planner is None:
@@ -95,13 +97,15 @@ class StreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = self._frontier()
 
     def _frontier(self) -> dict[int, int]:
-        """Where the next micro-batch may end: the tail, or the end cut once it is reached."""
+        """Where the next micro-batch may end: the tail, or the end cut once it is reached
+        (``latest``: the tail when this run of the query first asks, as Pravega's)."""
         planner = self._plan()
         tail = planner.resolve(LATEST_CUT)
-        if isinstance(self.opts.end, dict):
-            end = self.opts.end
+        if self._end is None and self.opts.end is not None:
+            self._end = tail if self.opts.end == LATEST_CUT else planner.resolve(self.opts.end)
+        if self._end is not None:
             # A cut not yet reached in every segment waits: reading to the tail could pass it.
-            return dict(end) if planner.client.at_or_after(tail, end) else {}
+            return dict(self._end) if planner.client.at_or_after(tail, self._end) else {}
         return tail
 
     def latestOffset(self, start: CutOffset, limit: ReadLimit) -> CutOffset:

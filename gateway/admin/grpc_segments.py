@@ -8,6 +8,7 @@ events: they are refused here (read and write topics over Kafka).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import random
@@ -16,8 +17,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import grpc
 from tidegate.core.controller.api import (
+    ConflictError,
     InvalidArgumentError,
     SegmentRecord,
+    StreamInfo,
+    StreamState,
     qualified_segment_name,
 )
 from tidegate.core.segmentstore.api import (
@@ -43,6 +47,7 @@ _APPEND_ATTEMPTS = 8
 
 
 class Streams(Protocol):
+    async def get_stream(self, scope: str, stream: str) -> StreamInfo: ...
     async def get_current_segments(self, scope: str, stream: str) -> list[SegmentRecord]: ...
     async def get_head_segments(self, scope: str, stream: str) -> dict[int, int]: ...
 
@@ -169,6 +174,7 @@ class SegmentServicer(_ServicerBase):  # type: ignore[misc]  # the generated bas
             raise InvalidArgumentError(str(e)) from None
         positions: list[Any] = [None] * len(framed)
         left = list(range(len(framed)))
+        delay_s = 0.01
         for _attempt in range(_APPEND_ATTEMPTS):
             if request.txn_id:
                 targets = await self._txn_segments(scope, stream, request.txn_id)
@@ -178,7 +184,13 @@ class SegmentServicer(_ServicerBase):  # type: ignore[misc]  # the generated bas
             left = await self._append(framed, left, targets, positions)
             if not left:
                 return pb2.AppendEventsResponse(positions=positions)
-        raise SegmentSealedError(f"{scope}/{stream}", "the stream kept scaling under the append")
+            state = (await self._streams.get_stream(scope, stream)).state
+            if state in (StreamState.SEALING, StreamState.SEALED) or request.txn_id:
+                raise ConflictError(f"{scope}/{stream} is sealed" if not request.txn_id
+                                    else f"transaction {request.txn_id}'s segments are sealed")
+            await asyncio.sleep(delay_s)  # a scale between sealing and its new epoch
+            delay_s = min(delay_s * 2, 0.5)
+        raise ConflictError(f"{scope}/{stream} kept scaling under the append: try again")
 
     async def _txn_segments(self, scope: str, stream: str, txn_id: str) -> list[tuple[SegmentRecord, str]]:
         t = self._streams

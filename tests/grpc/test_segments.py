@@ -132,6 +132,10 @@ async def test_refusals(rpc: Rpc) -> None:
                  grpc.StatusCode.INVALID_ARGUMENT)
     await _fails(rpc.seg.AppendEvents(pb2.AppendEventsRequest(scope="sc", stream="nope")),
                  grpc.StatusCode.NOT_FOUND)
+    await rpc.ctl.CreateStream(pb2.CreateStreamRequest(scope="sc", stream="sealed"))
+    await rpc.ctl.SealStream(pb2.StreamRequest(scope="sc", stream="sealed"))
+    assert "is sealed" in await _fails(rpc.seg.AppendEvents(pb2.AppendEventsRequest(
+        scope="sc", stream="sealed", events=[pb2.Event(data=b"x")])), grpc.StatusCode.FAILED_PRECONDITION)
     second = (await _append(rpc, [("a", b"2")])).positions[0]
     await rpc.store.truncate(f"sc/s/{second.segment_id}.#epoch.0", second.offset)
     await _fails(rpc.seg.ReadSegment(read(scope="sc", stream="s", segment_id=second.segment_id, offset=0,
@@ -147,3 +151,38 @@ async def test_events_in_a_transaction_appear_at_commit(rpc: Rpc) -> None:
     found = [e.data for seg in (0, 1) for e in (await _read_all(rpc, seg))[0]]
     assert found == [b"t1", b"t2"]
     await _fails(_append(rpc, [("a", b"late")], txn=txn.id), grpc.StatusCode.INVALID_ARGUMENT)
+
+
+async def test_appends_racing_scales_keep_every_key_in_order(rpc: Rpc) -> None:
+    import asyncio
+
+    keys = [f"key{i}" for i in range(10)]
+
+    async def writer() -> None:
+        for i in range(30):
+            await _append(rpc, [(k, f"{i}".encode()) for k in keys])
+
+    async def scaler() -> None:
+        for round_ in range(6):
+            current = sorted((await rpc.ctl.GetCurrentSegments(pb2.StreamRequest(scope="sc", stream="s"))).segments,
+                             key=lambda s: s.key_start)
+            if round_ % 2 == 0:
+                w = max(current, key=lambda s: s.key_end - s.key_start)
+                mid = (w.key_start + w.key_end) / 2
+                ranges = [pb2.KeyRange(start=w.key_start, end=mid), pb2.KeyRange(start=mid, end=w.key_end)]
+                await rpc.ctl.Scale(pb2.ScaleRequest(scope="sc", stream="s", sealed_segments=[w.id], new_ranges=ranges))
+            else:
+                a, b = current[0], current[1]
+                await rpc.ctl.Scale(pb2.ScaleRequest(scope="sc", stream="s", sealed_segments=[a.id, b.id],
+                                                     new_ranges=[pb2.KeyRange(start=a.key_start, end=b.key_end)]))
+            await asyncio.sleep(0.005)
+
+    await asyncio.gather(writer(), scaler())
+    epochs = (await rpc.ctl.GetEpochs(pb2.StreamRequest(scope="sc", stream="s"))).epochs
+    seen: list[tuple[int, int, str | None, bytes]] = []
+    for seg_id in sorted({s.id for e in epochs for s in e.segments}):
+        for e in (await _read_all(rpc, seg_id, max_bytes=4096))[0]:
+            seen.append((seg_id >> 32, e.offset, e.routing_key, e.data))
+    seen.sort()
+    for k in keys:
+        assert [d for _ep, _o, key, d in seen if key == k] == [f"{i}".encode() for i in range(30)], k

@@ -16,7 +16,8 @@ def test_stream_options() -> None:
     assert is_stream_read(OPTS) and not is_stream_read({"scope": "kafka", "stream": "t"})
     batch = stream_read_options(OPTS, streaming=False)
     assert (batch.controller, batch.start, batch.end) == ("127.0.0.1:9090", "earliest", "latest")
-    assert stream_read_options(OPTS, streaming=True).start == "latest"
+    streaming = stream_read_options(OPTS, streaming=True)
+    assert (streaming.start, streaming.end) == ("latest", None)  # follows the tail
     text = stream_cut.to_text("sensors", "temps", {0: 10, 1 << 32: 0})
     cut = stream_read_options({**OPTS, "start_stream_cut": text}, streaming=True).start
     assert cut == {0: 10, 1 << 32: 0}
