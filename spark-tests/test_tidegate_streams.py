@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 import pytest
 from native import spark_session, wait_for  # type: ignore[import-not-found]
+from tidegate.protocol import stream_cut
 from tidegate.protocol.controller_grpc import pb2, pb2_grpc
 
 from tests.clients.server import Tidegate
@@ -55,9 +56,13 @@ class Writer:
             scope=scope, stream=stream,
             events=[pb2.Event(routing_key=k, data=v.encode()) for k, v in pairs]), timeout=30)
 
-    def tail(self, scope: str, stream: str) -> str:
+    def tail(self, scope: str, stream: str, position: int = pb2.TAIL) -> str:
         return str(self.seg.GetStreamCut(
-            pb2.StreamCutRequest(scope=scope, stream=stream, position=pb2.TAIL), timeout=30).text)
+            pb2.StreamCutRequest(scope=scope, stream=stream, position=position), timeout=30).text)
+
+    def truncate(self, scope: str, stream: str, text: str) -> None:
+        cut = stream_cut.from_text(text)[2]
+        self.ctl.Truncate(pb2.TruncateRequest(scope=scope, stream=stream, cut=pb2.StreamCut(cut=cut)), timeout=30)
 
     def current(self, scope: str, stream: str) -> list[Any]:
         return list(self.ctl.GetCurrentSegments(pb2.StreamRequest(scope=scope, stream=stream), timeout=30).segments)
@@ -77,6 +82,7 @@ def test_batch_reads_between_stream_cuts(spark: Any, tidegate: Tidegate, tmp_pat
     checkpoint = tmp_path / "cp"
     w = Writer(tidegate)
     w.create("sensors", "temps", 3)
+    head = w.tail("sensors", "temps", pb2.HEAD)
     first = [(f"dev{i % 7}", f"a{i}") for i in range(60)]
     w.write("sensors", "temps", first)
     midway = w.tail("sensors", "temps")
@@ -116,6 +122,13 @@ def test_batch_reads_between_stream_cuts(spark: Any, tidegate: Tidegate, tmp_pat
              .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
     assert query.awaitTermination(120)
     assert sorted(got) == sorted(v for _k, v in first)
+
+    # Truncated at the midway cut: a read from the old head lost the first events.
+    w.truncate("sensors", "temps", midway)
+    with pytest.raises(Exception, match="were truncated before they were read"):
+        events(start_stream_cut=head)
+    assert events(start_stream_cut=head, failOnDataLoss="false") == sorted(v for _k, v in second)
+    assert events() == sorted(v for _k, v in second)  # earliest is the new head
 
 
 def test_streaming_read_while_the_stream_splits_and_merges(spark: Any, tidegate: Tidegate, tmp_path: Path) -> None:
