@@ -24,6 +24,8 @@ from tidegate.gateway.fetch.sessions import (
 )
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.gateway.log.leader_epochs import epoch_error
+from tidegate.gateway.security.acls import Operation, ResourceType
+from tidegate.gateway.security.item_acls import refusal
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
 
@@ -59,13 +61,20 @@ def _forgotten(request: Any, ids: bool) -> Iterable[PartKey]:
             yield (t.topic_id if ids else t.topic, p)
 
 
-async def _resolve(ctx: HandlerContext, parts: list[FetchPart], ids: bool) -> None:
-    """Each partition's log for this fetch, or its error."""
+async def _resolve(ctx: HandlerContext, req: RequestContext, parts: list[FetchPart],
+                   ids: bool) -> None:
+    """Each partition's log for this fetch, or its error. READ is checked on every fetch,
+    a session's cached partitions too (Kafka's rule: a removed ACL stops the consumer)."""
     cluster = ctx.cluster
     epochs = ctx.leader_epochs
     current = epochs.current() if epochs is not None else -1
     for part in parts:
         part.plog, part.error, part.leader_hint = None, ErrorCode.NONE, -1
+        if part.topic is not None and refusal(
+            ctx.security, req.session, Operation.READ, ResourceType.TOPIC, part.topic
+        ) is not None:
+            part.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            continue
         info = ctx.topics.get(part.topic) if part.topic is not None else None
         if info is None or (ids and info.topic_id != part.topic_id):
             part.error = ErrorCode.UNKNOWN_TOPIC_ID if ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -145,7 +154,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             cache.touch(session, ctx.clock_ms())
             session.epoch = next_epoch(session.epoch)
             parts = list(session.parts.values())
-    await _resolve(ctx, parts, ids)
+    await _resolve(ctx, req, parts, ids)
     await _poll(ctx, request, parts)
     answered, body, tokens = _answer(ctx, request, parts, session, create)
     session_id = 0

@@ -23,6 +23,8 @@ from tidegate.gateway.log.partition_log import PartitionLog, PendingAppend, Stor
 from tidegate.gateway.log.producer_state import BatchRecord, Duplicate
 from tidegate.gateway.log.topics import topic_name_error
 from tidegate.gateway.log.validate import RecordsError, validate_records
+from tidegate.gateway.security.acls import Operation, ResourceType
+from tidegate.gateway.security.item_acls import refusal
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
 from tidegate.protocol.produce import (
@@ -240,7 +242,16 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         for work in works:
             work.error = ErrorCode.INVALID_REQUIRED_ACKS
     else:
+        refused: dict[str, str | None] = {}
         for work in works:
+            # Kafka checks WRITE per topic: the allowed topics are appended all the same.
+            if work.topic not in refused:
+                refused[work.topic] = refusal(
+                    ctx.security, req.session, Operation.WRITE, ResourceType.TOPIC, work.topic)
+            why = refused[work.topic]
+            if why is not None:
+                work.error, work.message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, why
+                continue
             _validate(ctx, work)
         cluster = ctx.cluster
         for work in works:
