@@ -98,11 +98,12 @@ async def _resolve(ctx: HandlerContext, req: RequestContext, parts: list[FetchPa
         part.plog = ctx.logs.get(info.name, part.partition)
 
 
-def _endpoints(ctx: HandlerContext, nodes: set[int]) -> list[Any]:
+def _endpoints(ctx: HandlerContext, req: RequestContext, nodes: set[int]) -> list[Any]:
     out = []
     for node in sorted(nodes):
         if ctx.cluster is not None:
-            address = ctx.cluster.kafka_address(node)
+            address = ctx.cluster.kafka_address(
+                node, req.session.listener.name if req.session else None)
         else:
             address = ctx.config.advertised_address if node == ctx.config.node_id else None
         if address is not None:
@@ -165,7 +166,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         session_id = cache.maybe_create(False, dict(asked), ids)
     body.session_id = session_id
     if version >= NODE_ENDPOINTS_VERSION:
-        body.node_endpoints = _endpoints(ctx, {p.leader_hint for p in answered if p.leader_hint >= 0})
+        body.node_endpoints = _endpoints(ctx, req, {p.leader_hint for p in answered if p.leader_hint >= 0})
     encoded = reading.splice(body, version, answered, tokens)
     if session is not None or session_id:
         for part in parts:  # a cached session must not hold the answer's buffers or logs

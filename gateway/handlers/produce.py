@@ -286,7 +286,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         start = work.plog.log_start_offset if work.plog is not None else -1
         current = None
         if error == ErrorCode.NOT_LEADER_OR_FOLLOWER and ctx.cluster is not None:
-            current = await _current_leader(ctx, work.topic, work.partition, leaders)
+            current = await _current_leader(ctx, req, work.topic, work.partition, leaders)
         by_topic.setdefault(work.topic, []).append(
             PartitionProduceResult(
                 work.partition, error, base, start,
@@ -300,7 +300,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     ])
 
 
-async def _current_leader(ctx: HandlerContext, topic: str, partition: int,
+async def _current_leader(ctx: HandlerContext, req: RequestContext, topic: str, partition: int,
                           addresses: dict[int, tuple[str, int]]) -> tuple[int, int] | None:
     """The partition's leader and epoch for a NOT_LEADER_OR_FOLLOWER answer (KIP-951),
     its address noted in ``addresses``; None when no leader is known."""
@@ -311,7 +311,8 @@ async def _current_leader(ctx: HandlerContext, topic: str, partition: int,
         leader = await cluster.leader(topic, partition)
     except Exception:  # noqa: BLE001 - metadata unreachable: the client asks Metadata
         return None
-    address = None if leader is None else cluster.kafka_address(leader)
+    listener = req.session.listener.name if req.session else None
+    address = None if leader is None else cluster.kafka_address(leader, listener)
     if leader is None or address is None:
         return None
     addresses[leader] = address
