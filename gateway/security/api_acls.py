@@ -193,6 +193,9 @@ async def guarded(
     refusal = denied(decider, session, request, key, version, name_of)
     if refusal is not None:
         error, message = refusal
+        if key == 24 and error == TOPIC_DENIED:
+            return _add_partitions(request, lambda t: not decider.allowed(
+                session.principal, session.client_host, Op.WRITE, T, t))
         build = DENIALS.get(key)
         if build is not None:
             return build(request, version, error, message)
@@ -248,6 +251,33 @@ def _offset_fetch(request: Any, version: int, error: ErrorCode, message: str) ->
     return OffsetFetchResponse(throttle_time_ms=0, topics=[], error_code=error, groups=groups)
 
 
+def _add_partitions(request: Any, refused: Callable[[str], bool]) -> Any:
+    """Kafka adds none of the partitions when a topic is denied: the denied topics'
+    answer TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED (v3 and below;
+    v4+ brokers' batches need CLUSTER_ACTION, refused whole)."""
+    from kafka.protocol.producer import AddPartitionsToTxnResponse as R
+
+    R3 = R.AddPartitionsToTxnTopicResult
+    return R(throttle_time_ms=0, error_code=0, results_by_transaction=[],
+             results_by_topic_v3_and_below=[
+        R3(name=t.name, results_by_partition=[R3.AddPartitionsToTxnPartitionResult(
+            partition_index=p,
+            partition_error_code=TOPIC_DENIED if refused(t.name) else ErrorCode.OPERATION_NOT_ATTEMPTED,
+        ) for p in t.partitions]) for t in request.v3_and_below_topics])
+
+
+def _write_txn_markers(request: Any, version: int, error: ErrorCode, message: str) -> Any:
+    """Every partition of every marker answers the error, as Kafka's."""
+    from kafka.protocol.producer import WriteTxnMarkersResponse as R
+
+    M = R.WritableTxnMarkerResult
+    return R(markers=[M(producer_id=m.producer_id, topics=[
+        M.WritableTxnMarkerTopicResult(name=t.name, partitions=[
+            M.WritableTxnMarkerTopicResult.WritableTxnMarkerPartitionResult(
+                partition_index=p, error_code=error) for p in t.partition_indexes])
+        for t in m.topics]) for m in request.markers])
+
+
 def _create_acls(request: Any, version: int, error: ErrorCode, message: str) -> Any:
     from kafka.protocol.admin import CreateAclsResponse
 
@@ -291,7 +321,7 @@ def _find_coordinator(request: Any, version: int, error: ErrorCode, message: str
 
 DENIALS: dict[int, Denial] = {
     10: _find_coordinator,
-    0: _produce, 9: _offset_fetch, 30: _create_acls, 31: _delete_acls, 51: _alter_scram,
+    0: _produce, 9: _offset_fetch, 27: _write_txn_markers, 30: _create_acls, 31: _delete_acls, 51: _alter_scram,
 }
 
 

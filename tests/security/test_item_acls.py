@@ -6,7 +6,7 @@ partitions are checked again on every fetch.
 
 Raw requests go over the PLAINTEXT listener, whose principal is ``User:ANONYMOUS``: it
 may do anything to topics starting ``it-ok``, DESCRIBE ``it-ro``, READ groups starting
-``it-g-``, DESCRIBE transactional ids starting ``it-x-``. alice (SASL) may write and
+``it-g-``, DESCRIBE transactional ids starting ``it-x-`` and WRITE ``it-x-w``. alice (SASL) may write and
 read ``it-ok`` and DESCRIBE ``it-ro``.
 """
 
@@ -116,6 +116,7 @@ def granted(secure: Secure) -> Secure:
         _acl(R.TOPIC, RO, P.LITERAL, ANON, O.DESCRIBE),
         _acl(R.GROUP, "it-g-", P.PREFIXED, ANON, O.ALL),
         _acl(R.TRANSACTIONAL_ID, "it-x-", P.PREFIXED, ANON, O.DESCRIBE),
+        _acl(R.TRANSACTIONAL_ID, "it-x-w", P.LITERAL, ANON, O.WRITE),
         _acl(R.TOPIC, OK, P.LITERAL, "User:alice", O.WRITE),
         _acl(R.TOPIC, OK, P.LITERAL, "User:alice", O.READ),
         _acl(R.TOPIC, RO, P.LITERAL, "User:alice", O.DESCRIBE),
@@ -364,5 +365,35 @@ def test_a_fetch_session_stops_serving_a_partition_whose_acl_is_removed(
                 break
         assert [(t.topic, t.partitions[0].error_code) for t in answer.responses] == [
             (topic, DENIED)]
+    finally:
+        conn.close()
+
+
+def test_transaction_apis_refuse_as_kafka_does(granted: Secure) -> None:
+    """AddPartitionsToTxn adds nothing when a topic is denied (the others: not
+    attempted); WriteTxnMarkers without CLUSTER_ACTION answers each partition."""
+    from kafka.protocol.producer import (
+        AddPartitionsToTxnRequest,
+        AddPartitionsToTxnResponse,
+        WriteTxnMarkersRequest,
+        WriteTxnMarkersResponse,
+    )
+
+    conn = Conn(granted.ports["PLAINTEXT"])
+    try:
+        added = conn.call(AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id="it-x-w", v3_and_below_producer_id=7,
+            v3_and_below_producer_epoch=0, v3_and_below_topics=[
+                AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=n, partitions=[0])
+                for n in (OK, NO)]), 3, AddPartitionsToTxnResponse)
+        assert {t.name: [p.partition_error_code for p in t.results_by_partition]
+                for t in added.results_by_topic_v3_and_below} == {OK: [55], NO: [DENIED]}
+        m = WriteTxnMarkersRequest.WritableTxnMarker
+        marked = conn.call(WriteTxnMarkersRequest(markers=[m(
+            producer_id=7, producer_epoch=0, transaction_result=True, coordinator_epoch=0,
+            topics=[m.WritableTxnMarkerTopic(name=OK, partition_indexes=[0])])]),
+            1, WriteTxnMarkersResponse)
+        assert [(t.name, [p.error_code for p in t.partitions])
+                for r in marked.markers for t in r.topics] == [(OK, [31])]
     finally:
         conn.close()
