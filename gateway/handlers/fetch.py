@@ -68,13 +68,18 @@ async def _resolve(ctx: HandlerContext, req: RequestContext, parts: list[FetchPa
     cluster = ctx.cluster
     epochs = ctx.leader_epochs
     current = epochs.current() if epochs is not None else -1
+    authorizing = ctx.security is not None and ctx.security.authorizer is not None
+    refused: dict[str, bool] = {}
     for part in parts:
         part.plog, part.error, part.leader_hint = None, ErrorCode.NONE, -1
-        if part.topic is not None and refusal(
-            ctx.security, req.session, Operation.READ, ResourceType.TOPIC, part.topic
-        ) is not None:
-            part.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            continue
+        if authorizing and part.topic is not None:
+            if part.topic not in refused:  # once per topic and fetch
+                refused[part.topic] = refusal(
+                    ctx.security, req.session, Operation.READ, ResourceType.TOPIC, part.topic
+                ) is not None
+            if refused[part.topic]:
+                part.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
         info = ctx.topics.get(part.topic) if part.topic is not None else None
         if info is None or (ids and info.topic_id != part.topic_id):
             part.error = ErrorCode.UNKNOWN_TOPIC_ID if ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
