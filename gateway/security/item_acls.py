@@ -124,6 +124,9 @@ def _same(name: str) -> Callable[[int], str]:
     return lambda version: name
 
 
+#: Stands for the refusal's message in ``_per_partition``'s extra fields.
+_MESSAGE = object()
+
 def _per_partition(topic_cls: Any, part_cls: Any, name: str = "name", index: str = "partition_index",
                    asked: str = "partitions", asked_index: str = "partition_index",
                    error_field: str = "error_code", **extra: Any) -> Answer:
@@ -139,9 +142,6 @@ def _per_partition(topic_cls: Any, part_cls: Any, name: str = "name", index: str
 
     return answer
 
-
-#: Stands for the refusal's message in ``_per_partition``'s extra fields.
-_MESSAGE = object()
 
 _LO = ListOffsetsResponse.ListOffsetsTopicResponse
 _OC = OffsetCommitResponse.OffsetCommitResponseTopic
