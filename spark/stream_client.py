@@ -119,6 +119,10 @@ class StreamClient:
         req = pb2.CreateTransactionRequest(lease_ms=lease_ms, **self._names())
         return str(self._call(self._ctl.CreateTransaction, req).id)
 
+    def ping_transaction(self, txn: str, lease_ms: int) -> None:
+        req = pb2.PingTransactionRequest(id=txn, lease_ms=lease_ms, **self._names())
+        self._call(self._ctl.PingTransaction, req)
+
     def end_transaction(self, txn: str, commit: bool) -> None:
         req = pb2.TransactionRequest(id=txn, **self._names())
         try:

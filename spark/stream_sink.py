@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -88,10 +89,15 @@ def _write(opts: StreamWriteOptions, schema: StructType, rows: Iterator[Row], ex
                 raise OptionError("exactly_once=true needs transactionalIdPrefix outside a streaming query")
             txn = client.create_transaction(opts.transaction_timeout_ms)
         count = 0
+        pinged = time.monotonic()
         try:
             for request in _requests(rows, schema):
                 client.append(request, txn)
                 count += len(request)
+                if txn is not None and time.monotonic() - pinged > opts.transaction_timeout_ms / 3000:
+                    # A long task renews its transaction's lease as it writes.
+                    client.ping_transaction(txn, opts.transaction_timeout_ms)
+                    pinged = time.monotonic()
         except BaseException:
             if txn is not None:
                 client.end_transaction(txn, commit=False)
