@@ -5,7 +5,7 @@ client certificates (one expired, one from a foreign CA)."""
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,7 +68,8 @@ def make_certs(tmp: Path) -> Certs:
     return Certs(tmp / "ca.pem", "User:" + subject.rfc4514_string(), keys, certs)
 
 
-def start_secure(tmp: Path, *, authorizer: bool = True, extra: str = "") -> Secure:
+def start_secure(tmp: Path, *, authorizer: bool = True,
+                 extra: str | Callable[[dict[str, int]], str] = "") -> Secure:
     certs = make_certs(tmp)
     server = Tidegate(tmp / "data", tmp / "tidegate.log", tmp / "tidegate.toml", rest=True,
                       grpc=True)
@@ -77,6 +78,8 @@ def start_secure(tmp: Path, *, authorizer: bool = True, extra: str = "") -> Secu
         "SSL": free_port(),
     }
     listeners = ",".join(f"{p}://127.0.0.1:{port}" for p, port in ports.items())
+    if callable(extra):
+        extra = extra(ports)
     users = "\n".join(f'{u} = "{p}"' for u, p in USERS.items())
     authz = (
         '"authorizer.class.name" = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"\n'
