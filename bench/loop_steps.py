@@ -1,0 +1,105 @@
+"""Where a long event-loop step went: every step (``asyncio.Handle._run``) longer than a
+threshold is recorded with its wall time, the loop thread's CPU time and the whole
+process's (the difference: our other threads ran meanwhile, so the loop may have waited
+for the GIL; wall time beyond both: the process waited for a CPU), and a sampler thread
+takes the loop thread's stack whenever the current step has run past the threshold.
+``worst_cpu`` is the step that used the most loop-thread CPU, whatever its wall time:
+the part of a stall that does not depend on the machine's other load.
+
+    with LoopSteps(threshold_s=0.04) as steps: ...
+    steps.report()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Step:
+    what: str
+    wall_ms: float
+    cpu_ms: float
+    process_cpu_ms: float
+    samples: list[str] = field(default_factory=list)
+
+
+class LoopSteps:
+    def __init__(self, threshold_s: float = 0.04, sample_every_s: float = 0.005) -> None:
+        self.threshold_s = threshold_s
+        self.sample_every_s = sample_every_s
+        self.steps: list[Step] = []
+        self.worst_cpu: Step | None = None
+        self._original: Any = None
+        self._started = 0.0  # 0: no step running
+        self._samples: list[str] = []
+        self._thread_id = 0
+        self._stop = threading.Event()
+        self._sampler: threading.Thread | None = None
+
+    def __enter__(self) -> LoopSteps:
+        self._thread_id = threading.get_ident()
+        self._original = asyncio.Handle._run
+        original = self._original
+        meter = self
+
+        def _run(handle: asyncio.Handle) -> None:
+            meter._samples = []
+            cpu, process_cpu = time.thread_time(), time.process_time()
+            meter._started = time.monotonic()
+            try:
+                original(handle)
+            finally:
+                wall = time.monotonic() - meter._started
+                meter._started = 0.0
+                cpu = time.thread_time() - cpu
+                worst = meter.worst_cpu
+                if wall > meter.threshold_s or worst is None or cpu * 1000 > worst.cpu_ms:
+                    step = Step(repr(handle)[:200], round(wall * 1000, 1), round(cpu * 1000, 1),
+                                round((time.process_time() - process_cpu) * 1000, 1),
+                                meter._samples)
+                    if wall > meter.threshold_s:
+                        meter.steps.append(step)
+                    if worst is None or step.cpu_ms > worst.cpu_ms:
+                        meter.worst_cpu = step
+
+        asyncio.Handle._run = _run  # type: ignore[method-assign]
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        asyncio.Handle._run = self._original  # type: ignore[method-assign]
+        self._stop.set()
+        assert self._sampler is not None
+        self._sampler.join()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.sample_every_s):
+            started = self._started
+            if started and time.monotonic() - started > self.threshold_s:
+                frame = sys._current_frames().get(self._thread_id)
+                if frame is not None:
+                    stack = traceback.extract_stack(frame)[-6:]
+                    self._samples.append(" < ".join(
+                        f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno}:{f.name}"
+                        for f in reversed(stack)))
+
+    def report(self) -> str:
+        lines = []
+        for s in sorted(self.steps, key=lambda s: -s.wall_ms):
+            lines.append(f"{s.wall_ms} ms wall, {s.cpu_ms} ms CPU ({s.process_cpu_ms} ms "
+                         f"process): {s.what}")
+            for sample, n in collections.Counter(s.samples).most_common(4):
+                lines.append(f"    {n}x {sample}")
+        if self.worst_cpu is not None:
+            w = self.worst_cpu
+            lines.append(f"most CPU in one step: {w.cpu_ms} ms ({w.wall_ms} ms wall): {w.what}")
+        return "\n".join(lines)
