@@ -2,11 +2,13 @@
 in-process node (real segment store on disk, controller, gateway) and a ticker that
 wakes every ``TICK_S``; each admin request's stall is the longest a tick came late
 while it ran, beside the same figure over 2 s with nothing to do (on a shared machine
-that floor is not zero). Topic ``t`` is created with ``--partitions``, grown to
+that floor is not zero), and over as long as all requests took once they are done
+(``idle_after_*``). Topic ``t`` is created with ``--partitions``, grown to
 ``--to`` and deleted; topic ``u`` is created with ``--to`` partitions, gets a record in
 each, then DeleteRecords over all of them, AlterConfigs and IncrementalAlterConfigs,
-and is deleted. ``*_worst_step_cpu_ms``: the most CPU the loop thread used in one step
-(the part of a stall the machine's other load does not add to). ``--steps-over-ms N``
+and is deleted. ``*_worst_step_cpu_ms`` and ``*_worst_iteration_cpu_ms``: the most CPU
+the loop thread used in one step and in one loop iteration (the part of a stall the
+machine's other load does not add to). ``--steps-over-ms N``
 prints every loop step longer than N ms with stack samples (``bench.loop_steps``).
 Last line: ``RESULT {json}``.
 
@@ -169,8 +171,14 @@ async def run(partitions: int, to: int, data_dir: Path, freeze: bool = True,
                 raise SystemExit(f"{name}: {str(response)[:2000]}")
             out[f"{name}_s"] = round(time.monotonic() - started, 3)
             out[f"{name}_worst_stall_ms"] = round(meter.worst_s * 1000, 1)
-            if steps.worst_cpu is not None:
+            if steps.worst_cpu is not None and steps.worst_iteration is not None:
                 out[f"{name}_worst_step_cpu_ms"] = steps.worst_cpu.cpu_ms
+                out[f"{name}_worst_iteration_cpu_ms"] = steps.worst_iteration.cpu_ms
+        busy_s = sum(v for k, v in out.items() if k.endswith("_s"))
+        with meter:  # the floor again, over as long as all the requests took
+            await asyncio.sleep(busy_s)
+        out["idle_after_worst_stall_ms"] = round(meter.worst_s * 1000, 1)
+        out["idle_after_s"] = round(busy_s, 3)
     finally:
         await gateway.close()
         await controller.close()

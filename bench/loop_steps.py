@@ -4,7 +4,9 @@ process's (the difference: our other threads ran meanwhile, so the loop may have
 for the GIL; wall time beyond both: the process waited for a CPU), and a sampler thread
 takes the loop thread's stack whenever the current step has run past the threshold.
 ``worst_cpu`` is the step that used the most loop-thread CPU, whatever its wall time:
-the part of a stall that does not depend on the machine's other load.
+the part of a stall that does not depend on the machine's other load. One loop iteration
+runs every step ready at its start (a wave of tasks): ``worst_iteration`` is the
+iteration whose steps used the most loop-thread CPU together.
 
     with LoopSteps(threshold_s=0.04) as steps: ...
     steps.report()
@@ -37,6 +39,10 @@ class LoopSteps:
         self.sample_every_s = sample_every_s
         self.steps: list[Step] = []
         self.worst_cpu: Step | None = None
+        self.worst_iteration: Step | None = None
+        self._iteration = [0.0, 0.0, 0]  # this iteration's steps: wall, CPU, count
+        self._iteration_what: collections.Counter[str] = collections.Counter()
+        self._selector: Any = None
         self._original: Any = None
         self._started = 0.0  # 0: no step running
         self._samples: list[str] = []
@@ -60,6 +66,10 @@ class LoopSteps:
                 wall = time.monotonic() - meter._started
                 meter._started = 0.0
                 cpu = time.thread_time() - cpu
+                meter._iteration[0] += wall
+                meter._iteration[1] += cpu
+                meter._iteration[2] += 1
+                meter._iteration_what[repr(handle)[:60]] += 1
                 worst = meter.worst_cpu
                 if wall > meter.threshold_s or worst is None or cpu * 1000 > worst.cpu_ms:
                     step = Step(repr(handle)[:200], round(wall * 1000, 1), round(cpu * 1000, 1),
@@ -71,12 +81,32 @@ class LoopSteps:
                         meter.worst_cpu = step
 
         asyncio.Handle._run = _run  # type: ignore[method-assign]
+        self._selector = asyncio.get_running_loop()._selector  # type: ignore[attr-defined]
+        select = self._selector.select
+
+        def _select(timeout: float | None = None) -> Any:
+            meter._end_iteration()
+            return select(timeout)
+
+        self._selector.select = _select
         self._sampler = threading.Thread(target=self._sample, daemon=True)
         self._sampler.start()
         return self
 
+    def _end_iteration(self) -> None:
+        wall, cpu, count = self._iteration
+        worst = self.worst_iteration
+        if count and (worst is None or cpu * 1000 > worst.cpu_ms):
+            what = ", ".join(f"{n}x {w}" for w, n in self._iteration_what.most_common(3))
+            self.worst_iteration = Step(f"{count} steps: {what}", round(wall * 1000, 1),
+                                        round(cpu * 1000, 1), 0.0)
+        self._iteration = [0.0, 0.0, 0]
+        self._iteration_what = collections.Counter()
+
     def __exit__(self, *_: object) -> None:
         asyncio.Handle._run = self._original  # type: ignore[method-assign]
+        del self._selector.select
+        self._end_iteration()
         self._stop.set()
         assert self._sampler is not None
         self._sampler.join()
@@ -102,4 +132,8 @@ class LoopSteps:
         if self.worst_cpu is not None:
             w = self.worst_cpu
             lines.append(f"most CPU in one step: {w.cpu_ms} ms ({w.wall_ms} ms wall): {w.what}")
+        if self.worst_iteration is not None:
+            w = self.worst_iteration
+            lines.append(f"most CPU in one iteration: {w.cpu_ms} ms ({w.wall_ms} ms wall): "
+                         f"{w.what}")
         return "\n".join(lines)

@@ -20,6 +20,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from tidegate.gateway.handlers import EncodedBody, HandlerContext, RequestContext
 from tidegate.gateway.log.batch_policy import check_batch
 from tidegate.gateway.log.partition_log import PartitionLog, PendingAppend, StorageFailure
+from tidegate.gateway.log.partitions import PARTITIONS_PER_STEP
 from tidegate.gateway.log.producer_state import BatchRecord, Duplicate
 from tidegate.gateway.log.topics import topic_name_error
 from tidegate.gateway.log.validate import RecordsError, validate_records
@@ -240,10 +241,16 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         for work in works:
             work.error = ErrorCode.INVALID_REQUIRED_ACKS
     else:
-        for work in works:
+        for n, work in enumerate(works):
+            if n % PARTITIONS_PER_STEP == PARTITIONS_PER_STEP - 1:
+                # Later requests of this connection wait for ``req.release()``, so this
+                # keeps their order; a loop step per slice of a request to many partitions.
+                await asyncio.sleep(0)
             _validate(ctx, work)
         cluster = ctx.cluster
-        for work in works:
+        for n, work in enumerate(works):
+            if n % PARTITIONS_PER_STEP == PARTITIONS_PER_STEP - 1:
+                await asyncio.sleep(0)
             if work.plog is not None and cluster is not None:
                 work.error = await cluster.partition_error(work.topic, work.partition)
                 if work.error != ErrorCode.NONE:
