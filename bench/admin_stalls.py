@@ -8,7 +8,9 @@ that floor is not zero), and over as long as all requests took once they are don
 each, then DeleteRecords over all of them, AlterConfigs and IncrementalAlterConfigs,
 and is deleted. ``*_worst_step_cpu_ms`` and ``*_worst_iteration_cpu_ms``: the most CPU
 the loop thread used in one step and in one loop iteration (the part of a stall the
-machine's other load does not add to). ``--steps-over-ms N``
+machine's other load does not add to); ``*_latest_wake_ms``: the longest the loop thread
+woke late from waiting for I/O or a timer (not run by the OS, or waiting for the GIL);
+``*_longest_busy_ms``: the longest wall time between two such waits. ``--steps-over-ms N``
 prints every loop step longer than N ms with stack samples (``bench.loop_steps``).
 Last line: ``RESULT {json}``.
 
@@ -174,6 +176,10 @@ async def run(partitions: int, to: int, data_dir: Path, freeze: bool = True,
             if steps.worst_cpu is not None and steps.worst_iteration is not None:
                 out[f"{name}_worst_step_cpu_ms"] = steps.worst_cpu.cpu_ms
                 out[f"{name}_worst_iteration_cpu_ms"] = steps.worst_iteration.cpu_ms
+            out[f"{name}_latest_wake_ms"] = round(steps.worst_wake[0] * 1000, 1)
+            out[f"{name}_longest_busy_ms"] = round(steps.worst_busy[0] * 1000, 1)
+            out[f"{name}_longest_gc_ms"] = round(steps.worst_gc[0] * 1000, 1)
+            out[f"{name}_gc_cpu_ms"] = round(steps.worst_gc_cpu * 1000, 1)
         busy_s = sum(v for k, v in out.items() if k.endswith("_s"))
         with meter:  # the floor again, over as long as all the requests took
             await asyncio.sleep(busy_s)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import sys
 import threading
 import time
@@ -43,6 +44,20 @@ class LoopSteps:
         self._iteration = [0.0, 0.0, 0]  # this iteration's steps: wall, CPU, count
         self._iteration_what: collections.Counter[str] = collections.Counter()
         self._selector: Any = None
+        #: The latest wake-up from the selector past its timeout (the OS did not run the
+        #: loop thread, or another thread held the GIL), and our other threads' CPU meanwhile.
+        self.worst_wake = (0.0, 0.0)
+        #: The longest the loop ran between two waits in the selector: wall, loop-thread
+        #: CPU, and the wall time of the steps it ran (the rest: the loop's own work).
+        self.worst_busy = (0.0, 0.0, 0.0)
+        self._woke = 0.0
+        self._woke_cpu = 0.0
+        #: The longest garbage collection on the loop thread: (seconds, generation), and
+        #: the most CPU one took (seconds).
+        self.worst_gc = (0.0, -1)
+        self.worst_gc_cpu = 0.0
+        self._gc_started = 0.0
+        self._gc_cpu = 0.0
         self._original: Any = None
         self._started = 0.0  # 0: no step running
         self._samples: list[str] = []
@@ -85,10 +100,23 @@ class LoopSteps:
         select = self._selector.select
 
         def _select(timeout: float | None = None) -> Any:
+            started, cpu, process_cpu = time.monotonic(), time.thread_time(), time.process_time()
+            if meter._woke:
+                busy = (started - meter._woke, cpu - meter._woke_cpu, meter._iteration[0])
+                if busy[0] > meter.worst_busy[0]:
+                    meter.worst_busy = busy
             meter._end_iteration()
-            return select(timeout)
+            try:
+                return select(timeout)
+            finally:
+                meter._woke, meter._woke_cpu = time.monotonic(), time.thread_time()
+                late = meter._woke - started - (timeout or 0.0)
+                if timeout is not None and late > meter.worst_wake[0]:
+                    others = time.process_time() - process_cpu - (time.thread_time() - cpu)
+                    meter.worst_wake = (late, others)
 
         self._selector.select = _select
+        gc.callbacks.append(self._on_gc)
         self._sampler = threading.Thread(target=self._sample, daemon=True)
         self._sampler.start()
         return self
@@ -103,7 +131,19 @@ class LoopSteps:
         self._iteration = [0.0, 0.0, 0]
         self._iteration_what = collections.Counter()
 
+    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        if threading.get_ident() != self._thread_id:
+            return
+        if phase == "start":
+            self._gc_started, self._gc_cpu = time.monotonic(), time.thread_time()
+        elif self._gc_started:
+            took = time.monotonic() - self._gc_started
+            if took > self.worst_gc[0]:
+                self.worst_gc = (took, int(info["generation"]))
+            self.worst_gc_cpu = max(self.worst_gc_cpu, time.thread_time() - self._gc_cpu)
+
     def __exit__(self, *_: object) -> None:
+        gc.callbacks.remove(self._on_gc)
         asyncio.Handle._run = self._original  # type: ignore[method-assign]
         del self._selector.select
         self._end_iteration()
@@ -132,6 +172,15 @@ class LoopSteps:
         if self.worst_cpu is not None:
             w = self.worst_cpu
             lines.append(f"most CPU in one step: {w.cpu_ms} ms ({w.wall_ms} ms wall): {w.what}")
+        late, others = self.worst_wake
+        lines.append(f"latest wake-up past the selector's timeout: {late * 1000:.1f} ms "
+                     f"(our other threads' CPU meanwhile: {others * 1000:.1f} ms)")
+        took, generation = self.worst_gc
+        lines.append(f"longest garbage collection: {took * 1000:.1f} ms (generation {generation}"
+                     f"), most CPU in one: {self.worst_gc_cpu * 1000:.1f} ms")
+        wall, cpu, steps = self.worst_busy
+        lines.append(f"longest between two waits: {wall * 1000:.1f} ms wall, {cpu * 1000:.1f} "
+                     f"ms CPU, {steps * 1000:.1f} ms in steps")
         if self.worst_iteration is not None:
             w = self.worst_iteration
             lines.append(f"most CPU in one iteration: {w.cpu_ms} ms ({w.wall_ms} ms wall): "

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 #: Partitions one event-loop step handles in operations over a whole topic (DeleteRecords,
 #: truncation): each takes index reads and writes, so 10,000 in one step stall the loop.
-PARTITIONS_PER_STEP = 256
+PARTITIONS_PER_STEP = 128
 
 
 @dataclass
