@@ -263,8 +263,13 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                     await work.plog.ensure_segment()
                 except Exception as exc:  # controller unreachable or stream gone
                     work.error, work.message = ErrorCode.NOT_LEADER_OR_FOLLOWER, repr(exc)
-        # No await from here until every partition is submitted (offset order).
-        for work in works:
+        # Each partition's check, offset assignment and submission is one synchronous
+        # step (``_assign``); later requests of this connection wait for the release, and
+        # a request to many partitions submits a slice per loop step (each slice then
+        # reaches Tier-1, and its completions come back, as a frame of its own).
+        for n, work in enumerate(works):
+            if n % PARTITIONS_PER_STEP == PARTITIONS_PER_STEP - 1:
+                await asyncio.sleep(0)
             if cluster is not None and work.plog is not None and work.plog.retired:
                 # Leadership moved meanwhile (gateway/cluster/leadership.py).
                 work.error, work.batch, work.plog = ErrorCode.NOT_LEADER_OR_FOLLOWER, None, None
