@@ -15,6 +15,7 @@ epoch replaces some segments by new ones covering exactly their key space):
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Mapping
 
 from tidegate.core.controller.api import (
@@ -50,6 +51,8 @@ class History:
             for gone in prev - ids:
                 self.sealed_epoch[gone] = e.epoch
             prev = ids
+        #: The current epoch's segments by key start, built at the first lookup.
+        self._by_start: tuple[list[float], list[SegmentRecord]] | None = None
 
     @property
     def current(self) -> EpochRecord:
@@ -109,9 +112,13 @@ class History:
     def segment_for_key(self, key: float) -> SegmentRecord:
         if not 0.0 <= key < 1.0:
             raise InvalidArgumentError(f"routing key {key!r} outside [0, 1)")
-        for s in self.current.segments:
-            if s.key_start <= key < s.key_end:
-                return s
+        if self._by_start is None:  # a bisection: a Produce to 10,000 partitions asks 10,000 times
+            ordered = sorted(self.current.segments, key=lambda x: x.key_start)
+            self._by_start = ([x.key_start for x in ordered], ordered)
+        starts, ordered = self._by_start
+        i = bisect.bisect_right(starts, key) - 1
+        if i >= 0 and ordered[i].key_start <= key < ordered[i].key_end:
+            return ordered[i]
         raise AssertionError(f"epoch {self.current.epoch} does not cover key {key!r}")
 
     # -- StreamCuts --------------------------------------------------------------------------

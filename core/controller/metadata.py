@@ -231,18 +231,21 @@ LARGE_ITEMS = 256
 
 
 def _large(values: Mapping[str, Json]) -> bool:
-    """Whether encoding ``values`` is long: many keys, or a list of many items at the top
-    or second level of a value (an epoch's segments, a workflow record's epoch)."""
+    """Whether encoding ``values`` is long: many keys, or a list or mapping of many items
+    at the top or second level of a value (an epoch's segments, a workflow record's
+    epoch, a truncation's stream cut)."""
     if len(values) > LARGE_ITEMS:
         return True
     for v in values.values():
         if not isinstance(v, dict):
             continue
+        if len(v) > LARGE_ITEMS:
+            return True
         for inner in v.values():
-            if isinstance(inner, list) and len(inner) > LARGE_ITEMS:
+            if isinstance(inner, (list, dict)) and len(inner) > LARGE_ITEMS:
                 return True
             if isinstance(inner, dict) and any(
-                isinstance(x, list) and len(x) > LARGE_ITEMS for x in inner.values()
+                isinstance(x, (list, dict)) and len(x) > LARGE_ITEMS for x in inner.values()
             ):
                 return True
     return False

@@ -45,7 +45,7 @@ async def delete_topic(ctx: HandlerContext, info: TopicInfo) -> None:
         ctx.topics, ctx.index, ctx.store, info.name, info.partitions)
     # Appends in flight fail on the sealed segments; those still settling write nothing
     # to the index once the logs are dropped (``PartitionLog.retired``).
-    ctx.logs.delete_topic(info.name)
+    await ctx.logs.retire_topic(info.name)
     await delete_clean()
     try:
         await ctx.controller.delete_stream(scope, info.name)

@@ -20,6 +20,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from tidegate.gateway.handlers import EncodedBody, HandlerContext, RequestContext
 from tidegate.gateway.log.batch_policy import check_batch
 from tidegate.gateway.log.partition_log import PartitionLog, PendingAppend, StorageFailure
+from tidegate.gateway.log.partitions import PARTITIONS_PER_STEP
 from tidegate.gateway.log.producer_state import BatchRecord, Duplicate
 from tidegate.gateway.log.topics import topic_name_error
 from tidegate.gateway.log.validate import RecordsError, validate_records
@@ -243,7 +244,11 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             work.error = ErrorCode.INVALID_REQUIRED_ACKS
     else:
         refused: dict[str, str | None] = {}
-        for work in works:
+        for n, work in enumerate(works):
+            if n % PARTITIONS_PER_STEP == PARTITIONS_PER_STEP - 1:
+                # Later requests of this connection wait for ``req.release()``, so this
+                # keeps their order; a loop step per slice of a request to many partitions.
+                await asyncio.sleep(0)
             # Kafka checks WRITE per topic: the allowed topics are appended all the same.
             if work.topic not in refused:
                 refused[work.topic] = refusal(
@@ -254,7 +259,9 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                 continue
             _validate(ctx, work)
         cluster = ctx.cluster
-        for work in works:
+        for n, work in enumerate(works):
+            if n % PARTITIONS_PER_STEP == PARTITIONS_PER_STEP - 1:
+                await asyncio.sleep(0)
             if work.plog is not None and cluster is not None:
                 work.error = await cluster.partition_error(work.topic, work.partition)
                 if work.error != ErrorCode.NONE:
@@ -267,8 +274,13 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                     await work.plog.ensure_segment()
                 except Exception as exc:  # controller unreachable or stream gone
                     work.error, work.message = ErrorCode.NOT_LEADER_OR_FOLLOWER, repr(exc)
-        # No await from here until every partition is submitted (offset order).
-        for work in works:
+        # Each partition's check, offset assignment and submission is one synchronous
+        # step (``_assign``); later requests of this connection wait for the release, and
+        # a request to many partitions submits a slice per loop step (each slice then
+        # reaches Tier-1, and its completions come back, as a frame of its own).
+        for n, work in enumerate(works):
+            if n % PARTITIONS_PER_STEP == PARTITIONS_PER_STEP - 1:
+                await asyncio.sleep(0)
             if cluster is not None and work.plog is not None and work.plog.retired:
                 # Leadership moved meanwhile (gateway/cluster/leadership.py).
                 work.error, work.batch, work.plog = ErrorCode.NOT_LEADER_OR_FOLLOWER, None, None

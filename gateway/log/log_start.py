@@ -38,7 +38,7 @@ from tidegate.gateway.config import GatewayConfig
 from tidegate.gateway.log.compaction.checkpoint import clean_end_offset
 from tidegate.gateway.log.envelope import ENVELOPE_BYTES
 from tidegate.gateway.log.offset_index import IndexEntry, OffsetIndex
-from tidegate.gateway.log.partitions import PartitionLogs
+from tidegate.gateway.log.partitions import PARTITIONS_PER_STEP, PartitionLogs
 from tidegate.gateway.log.topics import TopicRegistry
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,13 @@ async def truncate_to_log_starts(
         return None
     scope = ctx.topics.scope
     head = await ctx.controller.get_head_segments(scope, topic)
-    retained = {p: _retained_starts(ctx, topic, p, scan_entries_max) for p in range(info.partitions)}
+    # segment id → the least envelope start of any partition's retained batches there
+    retained: dict[int, int] = {}
+    for p in range(info.partitions):
+        if p % PARTITIONS_PER_STEP == PARTITIONS_PER_STEP - 1:
+            await asyncio.sleep(0)  # index scans of a slice of partitions per loop step
+        for seg_id, start in _retained_starts(ctx, topic, p, scan_entries_max).items():
+            retained[seg_id] = min(start, retained.get(seg_id, start))
     segments = _Segments(ctx, topic)
 
     async def limit(seg_id: int) -> tuple[int, bool]:
@@ -132,10 +138,7 @@ async def truncate_to_log_starts(
         if props is None:
             return 0, False
         end = min(ctx.index.marker(ctx.topics.segment_name(topic, seg_id)), props.length)
-        for p in range(info.partitions):
-            if seg_id in retained[p]:
-                end = min(end, retained[p][seg_id])
-        end = max(end, props.start_offset)
+        end = max(min(end, retained.get(seg_id, end)), props.start_offset)
         return end, props.sealed and end == props.length
 
     succ_cache: dict[int, dict[SegmentRecord, list[int]]] = {}
@@ -150,7 +153,9 @@ async def truncate_to_log_starts(
     changed = True
     while changed:
         changed = False
-        for seg_id in list(cut):
+        for n, seg_id in enumerate(list(cut)):
+            if n % PARTITIONS_PER_STEP == PARTITIONS_PER_STEP - 1:
+                await asyncio.sleep(0)  # thousands of segments: a loop step per slice
             if seg_id not in done:
                 cut[seg_id], done[seg_id] = await limit(seg_id)
         for seg_id in list(cut):
@@ -191,9 +196,18 @@ async def follow_truncation(ctx: LogStartContext, topic: str) -> dict[int, int]:
         return {}
     segments = _Segments(ctx, topic)
     moved: dict[int, int] = {}
-    for p in range(info.partitions):
-        if ctx.topics.get(topic) is not info:
-            break  # deleted or changed meanwhile: a later round catches up
+    pending: dict[int, int] = {}  # moved, not stored yet: one synced write per slice
+    for p in range(info.partitions + 1):
+        changed = ctx.topics.get(topic) is not info
+        if changed or p == info.partitions or p % PARTITIONS_PER_STEP == PARTITIONS_PER_STEP - 1:
+            current = ctx.topics.get(topic)
+            if pending and current is not None and not current.deleting:
+                ctx.logs.set_log_starts(topic, pending)
+                moved.update(pending)
+                pending = {}
+            if changed or p == info.partitions:
+                break  # deleted or changed meanwhile: a later round catches up
+            await asyncio.sleep(0)  # index scans of a slice of partitions per loop step
         plog = ctx.logs.get(topic, p)
         start = plog.log_start_offset
         for e in ctx.index.entries_from(topic, p, start):
@@ -205,8 +219,7 @@ async def follow_truncation(ctx: LogStartContext, topic: str) -> dict[int, int]:
                 break  # a gap before it is not truncation (a compacted topic's cleaning)
             start = e.last_offset + 1
         if start > plog.log_start_offset:
-            plog.set_log_start(start)
-            moved[p] = start
+            pending[p] = start
     return moved
 
 

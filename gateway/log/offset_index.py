@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,29 +118,36 @@ class OffsetIndex:
         return IndexWrite(self)
 
     def set_log_start(self, topic: str, partition: int, offset: int) -> None:
-        """Record the log start durably, then drop the entries wholly below it: the one
-        holding ``offset`` stays (it is where reads and truncation start)."""
-        self._write(lambda db: db.put(_tp(b"s", topic, partition), _U64.pack(offset), self._sync))
-        holder = self.floor(topic, partition, offset)
-        if holder is None:
-            return
-        prefix = _tp(b"o", topic, partition)
-        self._write(lambda db: db.delete_range(prefix, prefix + _U64.pack(holder.base_offset)))
-        # Time entries are recorded only for a new maximum timestamp, so their base
-        # offsets rise with their keys: the ones below the holder form a prefix.
-        times = _tp(b"t", topic, partition)
-        it = self._db.iter()
-        it.seek(times)
-        end: bytes | None = None
-        while it.valid():
-            key = bytes(it.key())
-            if not key.startswith(times) or int(_U64.unpack(it.value())[0]) >= holder.base_offset:
-                break
-            end = key
-            it.next()
-        if end is not None:
-            last = end + b"\x00"
-            self._write(lambda db: db.delete_range(times, last))
+        self.set_log_starts(topic, {partition: offset})
+
+    def set_log_starts(self, topic: str, starts: Mapping[int, int]) -> None:
+        """Record the log starts (partition → offset) in one synced write batch with the
+        removal of the entries wholly below each: the one holding the offset stays (it
+        is where reads and truncation start). One sync for many partitions
+        (DeleteRecords over a whole topic)."""
+        wb = WriteBatch(raw_mode=True)
+        for partition, offset in starts.items():
+            wb.put(_tp(b"s", topic, partition), _U64.pack(offset))
+            holder = self.floor(topic, partition, offset)
+            if holder is None:
+                continue
+            prefix = _tp(b"o", topic, partition)
+            wb.delete_range(prefix, prefix + _U64.pack(holder.base_offset))
+            # Time entries are recorded only for a new maximum timestamp, so their base
+            # offsets rise with their keys: the ones below the holder form a prefix.
+            times = _tp(b"t", topic, partition)
+            it = self._db.iter()
+            it.seek(times)
+            end: bytes | None = None
+            while it.valid():
+                key = bytes(it.key())
+                if not key.startswith(times) or int(_U64.unpack(it.value())[0]) >= holder.base_offset:
+                    break
+                end = key
+                it.next()
+            if end is not None:
+                wb.delete_range(times, end + b"\x00")
+        self._write(lambda db: db.write(wb, self._sync))
 
     def delete_topic(self, topic: str, segment_prefix: str) -> None:
         """Drop every key of ``topic`` and the markers of segments named

@@ -408,6 +408,11 @@ class PartitionLog:
         """Raise the log start offset durably (DeleteRecords, retention)."""
         if offset > self.log_start_offset:
             self._logs.index.set_log_start(self.topic, self.partition, offset)
+            self.log_start_stored(offset)
+
+    def log_start_stored(self, offset: int) -> None:
+        """Follow a log start already stored in the index (``PartitionLogs.set_log_starts``)."""
+        if offset > self.log_start_offset:
             self.log_start_offset = offset
             if self._logs.index_hook is not None:
                 self._logs.index_hook.trim(self.topic, self.partition, offset)

@@ -28,6 +28,10 @@ from tidegate.protocol.record_batch import InvalidBatchError, iter_batches
 
 log = logging.getLogger(__name__)
 
+#: Partitions one event-loop step handles in operations over a whole topic (DeleteRecords,
+#: truncation): each takes index reads and writes, so 10,000 in one step stall the loop.
+PARTITIONS_PER_STEP = 128
+
 
 @dataclass
 class _Marker:
@@ -144,6 +148,31 @@ class PartitionLogs:
             )
             self._logs[key] = plog
         return plog
+
+    def set_log_starts(self, topic: str, starts: dict[int, int]) -> dict[int, int]:
+        """Raise the log starts (partition → offset) of ``topic`` durably in one synced
+        index write (raises as ``OffsetIndex`` does, nothing moved); lower or equal ones
+        are left. Return each partition's log start after it. Keep ``starts`` to a few
+        hundred partitions: the write runs on the event loop."""
+        logs = {p: self.get(topic, p) for p in starts}
+        raised = {p: o for p, o in starts.items() if o > logs[p].log_start_offset}
+        if raised:
+            self.index.set_log_starts(topic, raised)
+        for p, offset in raised.items():
+            logs[p].log_start_stored(offset)
+        return {p: plog.log_start_offset for p, plog in logs.items()}
+
+    async def retire_topic(self, topic: str) -> None:
+        """``delete_topic`` in loop steps: the topic's logs are retired a slice at a time,
+        then the rest is dropped at once (a topic of thousands of partitions)."""
+        keys = [k for k in self._logs if k[0] == topic]
+        for i in range(0, len(keys), PARTITIONS_PER_STEP):
+            for key in keys[i : i + PARTITIONS_PER_STEP]:
+                plog = self._logs.pop(key, None)
+                if plog is not None:
+                    plog.retired = True
+            await asyncio.sleep(0)
+        self.delete_topic(topic)
 
     def delete_topic(self, topic: str) -> None:
         """Forget a deleted topic's logs, index entries, markers and producer state

@@ -59,6 +59,10 @@ def partition_point(partition: int) -> float:
     return reversed_bits / (1 << bits) if bits else 0.0
 
 
+#: Topics of more partitions have their initial key ranges computed in a worker thread.
+LOOP_PARTITIONS_MAX = 1000
+
+
 def initial_key_ranges(partitions: int, segments: int | None = None) -> list[KeyRange]:
     """``segments`` ranges (default and at most one per partition), each holding a run of
     about equally many neighbouring partition points, cut halfway between the last point
@@ -187,7 +191,11 @@ class TopicRegistry:
 
     async def _ensure_stream(self, info: TopicInfo) -> None:
         wanted = stream_config(info.configs, info.partitions)
-        ranges = initial_key_ranges(info.partitions, initial_segments(wanted, info.partitions))
+        segments = initial_segments(wanted, info.partitions)
+        if info.partitions > LOOP_PARTITIONS_MAX:  # sorting thousands of points: off the loop
+            ranges = await asyncio.to_thread(initial_key_ranges, info.partitions, segments)
+        else:
+            ranges = initial_key_ranges(info.partitions, segments)
         try:
             await self.controller.create_stream(self.scope, info.name, wanted, ranges)
         except StreamExistsError:

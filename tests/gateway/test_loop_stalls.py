@@ -58,10 +58,12 @@ async def test_split_plan_and_large_records_run_off_the_loop(
 
 @pytest.fixture
 def frozen_heap() -> Iterator[None]:
+    threshold = gc.get_threshold()
     heap.freeze_long_lived()
     try:
         yield
     finally:
+        gc.set_threshold(*threshold)
         gc.callbacks.remove(heap._freeze_survivors)
         gc.unfreeze()
         gc.collect()
@@ -73,13 +75,15 @@ class _Cyclic:
 
 
 def test_full_collections_leave_only_new_objects_to_scan(frozen_heap: None) -> None:
+    frozen = gc.get_freeze_count()  # (full collections may come while these are made)
     long_lived = [[i] for i in range(50_000)]
-    frozen = gc.get_freeze_count()
     gc.collect()
     # The survivors (``long_lived`` among them) are frozen: the next full collection
     # does not scan them again.
     assert gc.get_freeze_count() >= frozen + len(long_lived)
     assert len(gc.get_objects(2)) < 1000
+    # Full collections come every FULL_EVERY middle ones: each scans less.
+    assert gc.get_threshold()[2] == heap.FULL_EVERY
     # Cycles made since are still collected.
     c = _Cyclic()
     ref = weakref.ref(c)

@@ -10,6 +10,7 @@ idempotent, so ``start()`` completes an interrupted truncate.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 
 from tidegate.core.controller.api import (
@@ -22,6 +23,7 @@ from tidegate.core.controller.api import (
 from tidegate.core.controller.metadata import StreamMeta
 from tidegate.core.controller.records import Json, TruncationRecord, cut_from_json, cut_to_json
 from tidegate.core.controller.workflows.base import (
+    EACH_WAVE,
     Context,
     begin,
     delete_segment,
@@ -42,7 +44,9 @@ async def start(ctx: Context, meta: StreamMeta, cut: StreamCut) -> None:
     if old is not None and not h.cut_ge(cut, old.cut):
         raise ConflictError("StreamCut is before the stream's current truncation point")
     sealed = await meta.sealed()
-    for seg, offset in cut.items():
+    for n, (seg, offset) in enumerate(cut.items()):
+        if n % EACH_WAVE == EACH_WAVE - 1:
+            await asyncio.sleep(0)  # a cut of thousands of segments: a loop step per wave
         if seg in sealed:
             length = sealed[seg].size
         else:

@@ -35,6 +35,7 @@ from tidegate.gateway.log.compaction.stepped import SteppedRewrite
 from tidegate.gateway.log.compaction.txns import CleanedTxns, TxnIndex
 from tidegate.gateway.log.offset_index import IndexEntry, OffsetIndex
 from tidegate.gateway.log.partition_log import PartitionLog
+from tidegate.gateway.log.partitions import PARTITIONS_PER_STEP
 from tidegate.gateway.log.topics import TopicInfo
 from tidegate.gateway.txn.markers import marker_type
 from tidegate.protocol.record_batch import read_header
@@ -395,6 +396,8 @@ async def delete_clean_segments(
     (the generations around each checkpoint: a delayed deletion, a pass in flight)."""
     names = []
     for p in range(partitions):
+        if p % PARTITIONS_PER_STEP == PARTITIONS_PER_STEP - 1:
+            await asyncio.sleep(0)  # an index read per partition: a loop step per slice
         raw = index.clean_checkpoint(topic, p)
         if raw is not None:
             live = Checkpoint.decode(raw).generations
