@@ -322,6 +322,22 @@ class StreamController:
         h = await self.history(await self.stream_meta(scope, stream))
         return list(h.current.segments)
 
+    async def current_segments(self, scope: str, stream: str) -> list[SegmentRecord]:
+        """``get_current_segments`` for a stream known to exist (the gateway's topics), in
+        one metadata read: the stream's current epoch number, as fresh as the full call
+        (a scale writes it with its epoch in one update; epochs never change, so they
+        come from the cache). ``StreamNotFoundError`` if the stream has no epochs."""
+        meta = StreamMeta(self.md, scope, stream)
+        try:
+            n = await meta.current_epoch_no()
+        except (KeyError, SegmentNotFoundError) as e:
+            raise StreamNotFoundError(f"stream {scope}/{stream} not found") from e
+        h = self._histories.get(meta.table)
+        if h is None or h.current.epoch != n:
+            h = History([await meta.epoch(i) for i in range(n + 1)])
+            self._histories[meta.table] = h
+        return list(h.current.segments)
+
     async def get_head_segments(self, scope: str, stream: str) -> dict[int, int]:
         meta = await self.stream_meta(scope, stream)
         trunc = await meta.truncation()

@@ -4,7 +4,17 @@ without a placement."""
 
 from __future__ import annotations
 
-from tidegate.core.controller.api import EpochRecord, KeyRange, SegmentRecord, segment_id
+import pytest
+from tidegate.core.controller.api import (
+    EpochRecord,
+    KeyRange,
+    ScalingPolicy,
+    SegmentRecord,
+    StreamConfig,
+    StreamNotFoundError,
+    segment_id,
+)
+from tidegate.core.controller.controller import StreamController
 from tidegate.core.controller.history import History
 from tidegate.core.controller.placement import sequential, spreading
 from tidegate.core.controller.workflows.scale import plan
@@ -76,3 +86,15 @@ def test_a_node_without_containers_is_never_waited_for() -> None:
     numbers = spreading(two, "s", "t")(1, 1, [], [0], 4)
     assert len(numbers) == 4 and numbers == sorted(set(numbers))
     assert sorted(_node(two, n) for n in numbers) == [1, 1, 2, 2]
+
+
+async def test_current_segments_follow_a_scale_in_one_read(ctl: StreamController) -> None:
+    await ctl.create_scope("own")
+    await ctl.create_stream("own", "t", StreamConfig(ScalingPolicy(min_segments=2)))
+    assert await ctl.current_segments("own", "t") == await ctl.get_current_segments("own", "t")
+    first = (await ctl.current_segments("own", "t"))[0]
+    await ctl.scale("own", "t", [first.id], [KeyRange(0.0, 0.25), KeyRange(0.25, 0.5)])
+    now = await ctl.current_segments("own", "t")
+    assert now == await ctl.get_current_segments("own", "t") and len(now) == 3
+    with pytest.raises(StreamNotFoundError):
+        await ctl.current_segments("own", "missing")
