@@ -144,7 +144,8 @@ async def serve(config: GatewayConfig) -> None:
         # A node measures only the partitions it leads: the leader's auto-scaler cuts
         # between partition points by the segments' own rates (read from their owners).
         controller = StreamController(
-            store, ControllerConfig(**config.controller), key_points=traffic.key_points
+            store, ControllerConfig(**config.controller), key_points=traffic.key_points,
+            placement=cluster.routing,  # a scale's successors go to different nodes
         )
         cluster.follow_leadership(controller)
         await cluster.start()

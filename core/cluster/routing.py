@@ -119,6 +119,10 @@ class RoutingSegmentStore:
     def owner(self, name: str) -> int | None:
         return self.containers.owners.get(container_of(name, self.container_count))
 
+    def nodes(self) -> set[int]:
+        """The nodes owning containers in the map (the controller's ``SegmentPlacement``)."""
+        return set(self.containers.owners.values())
+
     def _append_target(self, name: str) -> SegmentStore:
         """Appends go to this node's own containers only: the gateway appends to the
         partitions it leads, whose segments live here; an append from a node that lost

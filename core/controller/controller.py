@@ -39,6 +39,7 @@ from tidegate.core.controller.history import History, head_cut
 from tidegate.core.controller.keyspace import equal_cover
 from tidegate.core.controller.kvtables import KeyValueTables
 from tidegate.core.controller.metadata import MetadataStore, StreamMeta
+from tidegate.core.controller.placement import SegmentPlacement
 from tidegate.core.controller.policies.autoscale import AutoScaler, KeyPoints, RoutingKeyTraffic
 from tidegate.core.controller.policies.retention import RetentionManager
 from tidegate.core.controller.readergroups import ReaderGroups
@@ -76,18 +77,20 @@ class StreamController:
         key_points: KeyPoints | None = None,
         key_traffic: RoutingKeyTraffic | None = None,
         rng: random.Random | None = None,
+        placement: SegmentPlacement | None = None,
     ) -> None:
         """``clock`` gives seconds since the epoch; ``traffic`` gives a segment's smoothed
         traffic to the auto-scaler (default ``store.traffic``); ``key_points`` gives the
         routing keys a stream uses, so the auto-scaler splits between them, and
         ``key_traffic`` those keys with their rates, so it splits where the traffic
         divides (see ``policies/autoscale.py``); ``rng`` draws transaction and
-        reader-group ids."""
+        reader-group ids; ``placement`` (cluster mode) is the container map a scale
+        spreads its successors over (``placement.py``)."""
         self.store = store
         self.config = config
         self.clock = clock
         self.md = MetadataStore(store, config.metadata_prefix)
-        self.ctx = Context(store, self.md, config, self.now_ms)
+        self.ctx = Context(store, self.md, config, self.now_ms, placement)
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self.scope_lock = asyncio.Lock()
         self._histories: dict[str, History] = {}
@@ -317,6 +320,22 @@ class StreamController:
     # -- segments and epochs -------------------------------------------------------------------
     async def get_current_segments(self, scope: str, stream: str) -> list[SegmentRecord]:
         h = await self.history(await self.stream_meta(scope, stream))
+        return list(h.current.segments)
+
+    async def current_segments(self, scope: str, stream: str) -> list[SegmentRecord]:
+        """``get_current_segments`` for a stream known to exist (the gateway's topics), in
+        one metadata read: the stream's current epoch number, as fresh as the full call
+        (a scale writes it with its epoch in one update; epochs never change, so they
+        come from the cache). ``StreamNotFoundError`` if the stream has no epochs."""
+        meta = StreamMeta(self.md, scope, stream)
+        try:
+            n = await meta.current_epoch_no()
+        except (KeyError, SegmentNotFoundError) as e:
+            raise StreamNotFoundError(f"stream {scope}/{stream} not found") from e
+        h = self._histories.get(meta.table)
+        if h is None or h.current.epoch != n:
+            h = History([await meta.epoch(i) for i in range(n + 1)])
+            self._histories[meta.table] = h
         return list(h.current.segments)
 
     async def get_head_segments(self, scope: str, stream: str) -> dict[int, int]:

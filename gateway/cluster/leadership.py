@@ -97,9 +97,10 @@ class PartitionLeaders:
     async def leaders(self, topic: str, partitions: int) -> list[int | None]:
         """Every partition's leader as Metadata answers it: read afresh (one read of the
         stream's current epoch), never from the cache, so that once a scale is recorded
-        no node names the old leader again (each node's cache would lag by up to its TTL)."""
+        no node names the old leader again (each node's cache would lag by up to its TTL).
+        One metadata read: the stream's current epoch number (its epochs are cached)."""
         try:
-            current = await self.controller.get_current_segments(self.topics.scope, topic)
+            current = await self.controller.current_segments(self.topics.scope, topic)
         except Exception as exc:  # noqa: BLE001 - stream gone or metadata unreachable
             log.debug("no segments for %s: %r", topic, exc)
             return [None] * partitions

@@ -6,6 +6,7 @@ OffsetForLeaderEpoch yet). Unknown topics are created when both the request
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -16,6 +17,9 @@ from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(MetadataRequest, MetadataResponse, 0, 12)
+
+#: Topics whose leaders one Metadata request reads at once (cluster mode).
+LEADER_READS_MAX = 64
 
 _Topic = MetadataResponse.MetadataResponseTopic
 _Partition = _Topic.MetadataResponsePartition
@@ -87,8 +91,9 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                  for t in requested]
         ids = [t.topic_id if version >= 10 else _NO_TOPIC_ID for t in requested]
         allow = version < 4 or bool(request.allow_auto_topic_creation)
-    topics = []
+    topics: list[Any] = []
     cluster = ctx.cluster
+    led: list[tuple[int, TopicInfo]] = []  # cluster mode: (place in topics, topic)
     for i, name in enumerate(names):
         if name is None:
             # Kafka answers an unknown id with that id and no name (v12+ names are nullable).
@@ -98,10 +103,17 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         if isinstance(found, ErrorCode):
             topics.append(_error_topic(name, found))
         elif cluster is not None:
-            leaders = await cluster.leaders(name, found.partitions)
-            topics.append(topic_response(ctx, found, leaders))
+            led.append((len(topics), found))
+            topics.append(None)
         else:
             topics.append(topic_response(ctx, found))
+    # Each topic's leaders take a metadata read, maybe on another node: read together.
+    for wave in range(0, len(led), LEADER_READS_MAX):
+        batch = led[wave : wave + LEADER_READS_MAX]
+        assert cluster is not None
+        found_leaders = await asyncio.gather(*(cluster.leaders(t.name, t.partitions) for _, t in batch))
+        for (at, info), leaders in zip(batch, found_leaders, strict=True):
+            topics[at] = topic_response(ctx, info, leaders)
     if cluster is not None:
         brokers = [
             MetadataResponse.MetadataResponseBroker(node_id=n, host=h, port=p, rack=None)

@@ -19,7 +19,12 @@ from typing import Any
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from tidegate.gateway.handlers import EncodedBody, HandlerContext, RequestContext
 from tidegate.gateway.log.batch_policy import check_batch
-from tidegate.gateway.log.partition_log import PartitionLog, PendingAppend, StorageFailure
+from tidegate.gateway.log.partition_log import (
+    LeaderMovedError,
+    PartitionLog,
+    PendingAppend,
+    StorageFailure,
+)
 from tidegate.gateway.log.partitions import PARTITIONS_PER_STEP
 from tidegate.gateway.log.producer_state import BatchRecord, Duplicate
 from tidegate.gateway.log.topics import topic_name_error
@@ -227,6 +232,9 @@ def _outcome(work: _Work) -> tuple[ErrorCode, int]:
         if not waiting.done():
             work.message = "not durable within the request's timeout"
             return ErrorCode.REQUEST_TIMED_OUT, -1
+        if not waiting.cancelled() and isinstance(waiting.exception(), LeaderMovedError):
+            work.message = str(waiting.exception())
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1
         if waiting.cancelled() or waiting.exception() is not None:
             cause = "cancelled" if waiting.cancelled() else str(waiting.exception())
             work.message = f"the append failed: {cause}"

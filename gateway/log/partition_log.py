@@ -11,6 +11,10 @@ Contract:
   segment; once all in-flight appends have settled, the failed ones are re-sent in offset
   order to the segment that now holds the partition's point, ahead of anything newer, so
   no hole appears.
+- Cluster mode: an append refused because the segment's container is another node's
+  (a scale put the successor there) fails at once, with every append not yet durable
+  (``LeaderMovedError``: the produce answers NOT_LEADER_OR_FOLLOWER and the producer
+  re-sends to the new leader); nothing of them was written, only the owner appends.
 - A transient store error re-sends the same way to the same segment, after
   ``append_retry_delay_ms``, up to ``append_retries_max`` times; the producer's answer
   waits for the re-send. Positions in a segment need not follow offset order: the index
@@ -45,6 +49,7 @@ from tidegate.core.controller.api import SegmentRecord
 from tidegate.core.segmentstore.api import (
     BadAttributeUpdateError,
     BadOffsetError,
+    ContainerNotOwnedError,
     SegmentNotFoundError,
     SegmentSealedError,
     TooLargeError,
@@ -61,6 +66,11 @@ class StorageFailure(Exception):
     """The append could not be made durable; the client may retry."""
 
 
+class LeaderMovedError(StorageFailure):
+    """Cluster mode: the partition's segment is in another node's container now (a scale
+    put its successor there, or the container moved); its leader is that node."""
+
+
 class _State(enum.Enum):
     WAITING = 1
     SUBMITTED = 2
@@ -68,6 +78,7 @@ class _State(enum.Enum):
     RETRY = 4  # a transient store error: re-send to the same segment
     DONE = 5
     FAILED = 6
+    MOVED = 7  # the segment's container is another node's: the leader moved
 
 
 _RESEND = (_State.WAITING, _State.SEALED, _State.RETRY)
@@ -243,6 +254,8 @@ class PartitionLog:
             self._advance()
         elif isinstance(exc, SegmentSealedError | SegmentNotFoundError):
             p.state = _State.SEALED
+        elif isinstance(exc, ContainerNotOwnedError):
+            p.state = _State.MOVED
         elif isinstance(exc, _PERMANENT) or self.retired:
             log.error("append to %s/%d failed: %r", self.topic, self.partition, exc)
             self._fail(p, exc)
@@ -275,6 +288,9 @@ class PartitionLog:
         try:
             if self._inflight:
                 await self._settled.wait()
+            if any(p.state == _State.MOVED for p in self._pending):
+                self._leader_moved()
+                return
             sealed = any(p.state == _State.SEALED for p in self._pending)
             if any(p.state == _State.RETRY for p in self._pending):
                 delay_s = self._logs.append_retry_delay_ms / 1000
@@ -317,6 +333,19 @@ class PartitionLog:
                 error = exc
             await asyncio.sleep(min(0.01 * 2**attempt, 1.0))
         raise error
+
+    def _leader_moved(self) -> None:
+        """Fail every append not yet durable at once, as Kafka answers an in-flight
+        produce whose leader moved: the producer refreshes Metadata and sends them to
+        the new leader (none of them was written: only a container's owner appends)."""
+        moved = LeaderMovedError(f"{self.topic}/{self.partition} is led by another node now")
+        log.info("%s/%d: led by another node now; %d appends not made durable here",
+                 self.topic, self.partition,
+                 sum(p.state in _RESEND or p.state == _State.MOVED for p in self._pending))
+        for p in self._pending:
+            if p.state in _RESEND or p.state == _State.MOVED:
+                self._fail(p, moved)
+        self._drop_failed()
 
     def _drop_failed(self) -> None:
         """Forget failed appends (only while nothing is in flight). Their offsets are

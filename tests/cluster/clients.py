@@ -34,12 +34,15 @@ class Producing(threading.Thread):
         self.acked: list[tuple[int, int, bytes]] = []
         self.errors: list[str] = []
         self.stopping = threading.Event()
+        #: The longest time from ``produce`` to an acknowledgement, in seconds.
+        self.latency_max_s = 0.0
 
     def _done(self, err: KafkaError | None, msg: object) -> None:
         if err is not None:
             self.errors.append(str(err))
         else:
             self.acked.append((msg.partition(), msg.offset(), msg.value()))  # type: ignore[attr-defined]
+            self.latency_max_s = max(self.latency_max_s, msg.latency() or 0.0)  # type: ignore[attr-defined]
 
     def run(self) -> None:
         i = 0

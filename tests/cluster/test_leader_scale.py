@@ -20,6 +20,7 @@ import grpc
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
+from tidegate.core.controller.placement import spreading
 from tidegate.core.segmentstore.service import container_of
 from tidegate.protocol.controller_grpc import pb2, pb2_grpc
 
@@ -49,6 +50,25 @@ def _zk_state(hosts: str, nodes: int = 3) -> tuple[dict[int, int], int]:
     return {int(c): int(n) for c, n in owners.items()}, int(leader)
 
 
+class _MapView:
+    """The container map as the leader's controller reads it (``SegmentPlacement``)."""
+
+    def __init__(self, owners: dict[int, int]) -> None:
+        self.owners = owners
+
+    def owner(self, name: str) -> int | None:
+        return self.owners.get(container_of(name, CONTAINERS))
+
+    def nodes(self) -> set[int]:
+        return set(self.owners.values())
+
+
+def successor_numbers(owners: dict[int, int], topic: str, count: int) -> list[int]:
+    """The numbers the controller gives the ``count`` successors of a one-segment topic's
+    segment 0 (``core/controller/placement.py``, over the map ``owners``)."""
+    return spreading(_MapView(owners), "kafka", topic)(1, 1, [], [0], count)
+
+
 def _stub(node: Node) -> Any:
     return pb2_grpc.ControllerServiceStub(grpc.insecure_channel(node.grpc))
 
@@ -67,11 +87,12 @@ def _produce(bootstrap: str, topic: str, values: range) -> list[tuple[int, int, 
 
 
 def _pick_topic(owners: dict[int, int], leader: int) -> tuple[str, int]:
-    """A topic name whose first new segment (number 1 of epoch 1) lives on a node other
-    than the leader, while its stream's metadata table and first segment do not."""
+    """A topic name whose first new segment lives on a node other than the leader, while
+    its stream's metadata table and first segment do not."""
     for i in range(1000):
         topic = f"scaled-{i}"
-        frozen = owners[container_of(f"kafka/{topic}/1", CONTAINERS)]
+        first = successor_numbers(owners, topic, 2)[0]
+        frozen = owners[container_of(f"kafka/{topic}/{first}", CONTAINERS)]
         others = (
             f"kafka/{topic}/0", f"_system/_controller/stream/kafka/{topic}",
             "_system/_controller/scope/kafka", "_system/_controller/scopes",

@@ -14,7 +14,7 @@ from tidegate.protocol.controller_grpc import pb2
 
 from tests.cluster.clients import QUIET, Consuming, Producing, leaders, read_back
 from tests.cluster.nodes import start_nodes
-from tests.cluster.test_leader_scale import CONTAINERS, _stub, _zk_state
+from tests.cluster.test_leader_scale import CONTAINERS, _stub, _zk_state, successor_numbers
 from tests.cluster.zk import ZooKeeperServer
 
 
@@ -27,14 +27,13 @@ def test_scale_moves_a_partition_to_another_node_under_load(
     try:
         bootstrap = ",".join(n.bootstrap for n in nodes)
         owners, leader_id = _zk_state(zookeeper.hosts)
-        # Partition 0 (key 0) goes to the first new segment, number 1 of epoch 1.
-        topic = next(
-            f"moving-{i}" for i in range(1000)
-            if owners[container_of(f"kafka/moving-{i}/0", CONTAINERS)]
-            != owners[container_of(f"kafka/moving-{i}/1", CONTAINERS)]
-        )
+        # Partition 0 (key 0) goes to the first new segment, which the controller puts on
+        # a node other than the sealed segment's (core/controller/placement.py).
+        topic = "moving-0"
+        first = successor_numbers(owners, topic, 2)[0]
         before_node = owners[container_of(f"kafka/{topic}/0", CONTAINERS)]
-        after_node = owners[container_of(f"kafka/{topic}/1", CONTAINERS)]
+        after_node = owners[container_of(f"kafka/{topic}/{first}", CONTAINERS)]
+        assert after_node != before_node
         admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
         admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
         deadline = time.monotonic() + 30

@@ -13,6 +13,7 @@ from tidegate.core.controller.api import ConflictError, StreamState, qualified_s
 from tidegate.core.controller.config import ControllerConfig
 from tidegate.core.controller.history import History
 from tidegate.core.controller.metadata import MetadataStore, StreamMeta
+from tidegate.core.controller.placement import SegmentPlacement
 from tidegate.core.controller.records import Json
 from tidegate.core.controller.state import check_transition
 from tidegate.core.segmentstore.api import SegmentExistsError, SegmentNotFoundError, SegmentStore
@@ -26,6 +27,8 @@ class Context:
     md: MetadataStore
     config: ControllerConfig
     now_ms: Callable[[], int]
+    #: Cluster mode's container map: a scale's successors go to different nodes.
+    placement: SegmentPlacement | None = None
 
 
 async def history(meta: StreamMeta) -> History:

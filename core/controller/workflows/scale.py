@@ -27,6 +27,7 @@ from tidegate.core.controller.api import (
 from tidegate.core.controller.history import History
 from tidegate.core.controller.keyspace import check_cover, check_range, merged
 from tidegate.core.controller.metadata import StreamMeta, epoch_key, seg_key
+from tidegate.core.controller.placement import NumberChooser, sequential, spreading
 from tidegate.core.controller.records import Json, SealedRecord, epoch_from_json, epoch_to_json
 from tidegate.core.controller.workflows.base import (
     Context,
@@ -39,11 +40,12 @@ from tidegate.core.controller.workflows.base import (
 
 
 def plan(
-    h: History, sealed: Sequence[int], new_ranges: Sequence[KeyRange], time_ms: int
+    h: History, sealed: Sequence[int], new_ranges: Sequence[KeyRange], time_ms: int,
+    choose: NumberChooser = sequential,
 ) -> EpochRecord:
     """The epoch that follows the current one after this scale, or ``InvalidArgumentError``
     / ``ConflictError`` (segments that were active once but are sealed now) if the
-    request cannot be applied."""
+    request cannot be applied. ``choose`` numbers the new segments (``placement.py``)."""
     if not sealed:
         raise InvalidArgumentError("scale: no segments to seal")
     if not new_ranges:
@@ -68,22 +70,28 @@ def plan(
             f"scale: new key ranges cover {new_union}, the sealed segments cover {old_union}"
         )
     epoch = current.epoch + 1
-    number = max(s & 0xFFFFFFFF for s in h.segments) + 1
-    created = [
-        SegmentRecord(segment_id(epoch, number + i), time_ms, r.start, r.end)
-        for i, r in enumerate(new_ranges)
-    ]
+    first = max(s & 0xFFFFFFFF for s in h.segments) + 1
     sealed_ids = set(sealed)
     kept = [s for s in current.segments if s.id not in sealed_ids]
+    numbers = choose(epoch, first, [s.id for s in kept], list(sealed), len(new_ranges))
+    if len(numbers) != len(new_ranges) or numbers != sorted(set(numbers)) or numbers[0] < first:
+        raise AssertionError(f"scale: segment numbers {numbers} not new and increasing")
+    if numbers[-1] > 0xFFFFFFFF:
+        raise ConflictError("scale: the stream has used every segment number")
+    created = [
+        SegmentRecord(segment_id(epoch, n), time_ms, r.start, r.end)
+        for n, r in zip(numbers, new_ranges, strict=True)
+    ]
     segments = tuple(sorted(kept + created, key=lambda s: s.key_start))
     check_cover([s.key_range for s in segments], f"epoch {epoch}")
     return EpochRecord(epoch, time_ms, segments)
 
 
 def _planned(
-    h: History, sealed: Sequence[int], new_ranges: Sequence[KeyRange], time_ms: int
+    h: History, sealed: Sequence[int], new_ranges: Sequence[KeyRange], time_ms: int,
+    choose: NumberChooser,
 ) -> tuple[EpochRecord, Json]:
-    epoch = plan(h, sealed, new_ranges, time_ms)
+    epoch = plan(h, sealed, new_ranges, time_ms, choose)
     return epoch, {"type": "scale", "epoch": epoch_to_json(epoch), "seal": list(sealed)}
 
 
@@ -97,7 +105,14 @@ async def start(
     # Planned in a worker thread: thousands of segments take long enough on the event loop
     # to stall every other request; the history is immutable and nothing else changes
     # the stream meanwhile (its state is checked again by ``begin``'s versioned write).
-    epoch, record = await asyncio.to_thread(_planned, h, sealed, new_ranges, ctx.now_ms())
+    # The successors' numbers are chosen here and recorded with the epoch: a controller
+    # that finishes this scale later creates the same segments, whatever the map is then.
+    choose: NumberChooser = sequential
+    if ctx.placement is not None:
+        choose = spreading(ctx.placement, meta.scope, meta.stream)
+    epoch, record = await asyncio.to_thread(
+        _planned, h, sealed, new_ranges, ctx.now_ms(), choose
+    )
     await begin(meta, StreamState.SCALING, record)
     await steps(ctx, meta, record)
     return epoch
