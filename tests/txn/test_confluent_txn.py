@@ -126,7 +126,7 @@ def test_offsets_for_times_stop_at_the_last_stable_offset(tidegate: Tidegate) ->
     assert offset_for(500, "read_committed") == 0
     p.commit_transaction(15)
     # EndTxn is answered at the durable decision; the LSO moves once the marker is in.
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60
     while offset_for(1_500, "read_committed") != 1:
         assert time.monotonic() < deadline, "the LSO never passed the committed record"
         time.sleep(0.1)
