@@ -14,11 +14,11 @@ import fcntl
 import os
 import random
 import socket
-import tempfile
 from pathlib import Path
 
-#: Lock files naming reserved ports, shared by every process on the machine.
-LOCK_DIR = Path(tempfile.gettempdir()) / "tidegate-ports"
+#: Lock files naming reserved ports, shared by every process on the machine (not under
+#: $TMPDIR, which tox sets per environment).
+LOCK_DIR = Path("/tmp/tidegate-ports")
 #: The lowest port handed out: above the usual fixed service ports.
 LOWEST_PORT = 10000
 #: Descriptors whose locks reserve the ports this process handed out.
