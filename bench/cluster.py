@@ -27,18 +27,14 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.ports import free_port
+
 ZK_CLASSPATH = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar"
 QUIET = {"log_level": 3}
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _zookeeper(root: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = _port()
+    port = free_port()
     (root / "zk").mkdir()
     cfg = root / "zoo.cfg"
     cfg.write_text(f"tickTime=500\ndataDir={root / 'zk'}\nclientPort={port}\n"
@@ -64,12 +60,12 @@ def _zookeeper(root: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 
 def _node(root: Path, name: str, extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
-    port = _port()
+    port = free_port()
     log = root / f"{name}.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "tidegate.gateway.cli", "serve", "--data-dir", str(root / name),
-             "--listen", f"127.0.0.1:{port}", "--rest", "off", "--grpc", f"127.0.0.1:{_port()}",
+             "--listen", f"127.0.0.1:{port}", "--rest", "off", "--grpc", f"127.0.0.1:{free_port()}",
              "--log-level", "WARNING", *extra],
             stdout=out, stderr=subprocess.STDOUT,
         )

@@ -29,6 +29,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from bench.ports import free_port
 from bench.procstat import cpu_seconds
 
 FETCH_VERSION = 12
@@ -65,9 +66,7 @@ class Conn:
 
 
 def _start(root: Path) -> tuple[subprocess.Popen[bytes], int]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     log = open(root / "tidegate.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "tidegate.gateway.cli", "serve", "--data-dir", str(root / "data"),

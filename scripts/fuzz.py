@@ -266,11 +266,10 @@ def _bad_log_records(text: str) -> list[str]:
 
 
 def _free_port() -> int:
-    import socket
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: bench/ is beside
+    from bench.ports import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()
 
 
 def _start(data_dir: Path, log_path: Path, port: int) -> subprocess.Popen[bytes]:

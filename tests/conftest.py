@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
+from bench.ports import free_port
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["free_port"]
 
 
 @pytest.fixture

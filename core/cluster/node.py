@@ -30,6 +30,9 @@ from tidegate.core.cluster.zookeeper import (
 )
 
 log = logging.getLogger(__name__)
+#: First wait before taking up controller leadership again after a failure, and the most.
+LEADERSHIP_RETRY_S = 0.5
+LEADERSHIP_RETRY_MAX_S = 5.0
 
 
 class LocalContainers(Protocol):
@@ -65,6 +68,9 @@ class ClusterNode:
         self.peers = PeerStores()
         self.members: Members = {}
         self.running: set[int] = set()
+        #: Gains and losses ``on_owned`` has not taken yet (it failed): told again next time.
+        self._untold_gained: set[int] = set()
+        self._untold_lost: set[int] = set()
         self.leader = False
         self.on_owned: OwnedCallback | None = None
         self.on_leadership: LeadershipCallback | None = None
@@ -154,10 +160,28 @@ class ClusterNode:
             if leading:
                 self._rebalance_wake.set()
             if self.on_leadership is not None:
-                try:
-                    await self.on_leadership(leading)
-                except Exception:
+                await self._tell_leadership(leading)
+
+    async def _tell_leadership(self, leading: bool) -> None:
+        """``on_leadership(leading)``; taking leadership is tried again until it succeeds
+        or a newer change comes: elected while the containers are still being placed, the
+        controller's first reads can fail, and a leader that gave up would run no workflow
+        recovery, scaling, retention or transaction timeouts."""
+        assert self.on_leadership is not None
+        delay_s = LEADERSHIP_RETRY_S
+        while True:
+            try:
+                await self.on_leadership(leading)
+                return
+            except Exception as exc:
+                if not leading:
                     log.exception("controller leadership change (%s) failed", leading)
+                    return
+                log.warning("controller leadership not taken up (%r); retrying in %.1f s", exc, delay_s)
+            await asyncio.sleep(delay_s)
+            if not self._leadership_events.empty():
+                return  # the next change decides
+            delay_s = min(2 * delay_s, LEADERSHIP_RETRY_MAX_S)
 
     async def _rebalance_loop(self) -> None:
         while True:
@@ -194,8 +218,10 @@ class ClusterNode:
             self._reconcile_wake.clear()
             try:
                 await self._reconcile()
-            except Exception:
-                log.exception("following the container map failed")
+            except Exception as exc:
+                # Retried: what a change finds can be mid-change elsewhere (a topic being created).
+                log.warning("following the container map failed (%r); retrying", exc)
+                log.debug("following the container map failed", exc_info=True)
                 await asyncio.sleep(self.start_retry_ms / 1000)
                 self._reconcile_wake.set()
 
@@ -227,8 +253,12 @@ class ClusterNode:
             log.info("container %d started here", cid)
             self.running.add(cid)
             gained.add(cid)
+        gained |= self._untold_gained & self.running
+        lost |= self._untold_lost - self.running
         if (gained or lost) and self.on_owned is not None:
+            self._untold_gained, self._untold_lost = gained, lost
             await self.on_owned(gained, lost)
+            self._untold_gained, self._untold_lost = set(), set()
         if failed:
             await asyncio.sleep(self.start_retry_ms / 1000)
             self._reconcile_wake.set()

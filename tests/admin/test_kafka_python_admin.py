@@ -44,7 +44,7 @@ def _consume(tidegate: Tidegate, topic: str, partition: int, count: int) -> list
     consumer.assign([tp])
     consumer.seek_to_beginning(tp)
     got: list[tuple[int, bytes]] = []
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     while len(got) < count and time.monotonic() < deadline:
         for msgs in consumer.poll(timeout_ms=300).values():
             got += [(m.offset, m.value) for m in msgs]
@@ -250,7 +250,7 @@ def test_retention_ms_truncates_and_log_start_follows(tmp_path: Path) -> None:
         _produce(server, "kpa-keep", {0: 4})
         consumer = KafkaConsumer(bootstrap_servers=server.bootstrap, group_id=None)
         tps = [TopicPartition("kpa-ret", 0), TopicPartition("kpa-ret", 1)]
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if consumer.beginning_offsets(tps) == {tps[0]: 5, tps[1]: 3}:
                 break

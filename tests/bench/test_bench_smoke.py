@@ -19,6 +19,8 @@ import pytest
 from bench import report
 
 REPO = Path(__file__).resolve().parents[2]
+#: A bench run's limit: each takes a minute or two alone, several on a machine at load 15.
+RUN_TIMEOUT_S = 300
 
 TINY = [
     "--runs", "1",
@@ -46,7 +48,7 @@ def _run_bench(args: list[str], tmp_path: Path) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, "-m", "bench.run", *args, "--results-dir", str(tmp_path / "results"),
          "--work-dir", str(tmp_path / "work")],
-        cwd=REPO, capture_output=True, text=True, timeout=110,
+        cwd=REPO, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     last = proc.stdout.strip().splitlines()[-1]
@@ -55,7 +57,7 @@ def _run_bench(args: list[str], tmp_path: Path) -> dict[str, Any]:
     return result
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(RUN_TIMEOUT_S + 30)
 def test_bench_runs_both_systems(tmp_path: Path) -> None:
     results = tmp_path / "results"
     result = _run_bench(TINY, tmp_path)
@@ -109,14 +111,14 @@ def test_bench_runs_both_systems(tmp_path: Path) -> None:
     assert result["security_ratio_to_plaintext"]["SASL_SSL"] > 0
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(RUN_TIMEOUT_S + 30)
 def test_segmentstore_bench_runs(tmp_path: Path) -> None:
     """`python -m bench.segmentstore` (issue 2's figures) end to end at a small scale (large
     enough for its replay case to catch Tier-2 writes made before the restart)."""
     proc = subprocess.run(
         [sys.executable, "-m", "bench.segmentstore", "--scale", "0.05", "--disk-mb", "4",
          "--writers", "16", "--dir", str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=110,
+        cwd=REPO, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     last = proc.stdout.strip().splitlines()[-1]
@@ -125,7 +127,7 @@ def test_segmentstore_bench_runs(tmp_path: Path) -> None:
     assert result["replay_1kb_mb_per_s"] > 0 and result["replay_64kb_mb_per_s"] > 0
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(RUN_TIMEOUT_S + 30)
 def test_compare_runs_a_commit_beside_the_working_tree(tmp_path: Path) -> None:
     """`--compare REF` adds `tidegate@REF`, served from that commit's unpacked code and
     alternated with the working tree's; an unknown ref is refused before anything runs."""
@@ -167,7 +169,7 @@ def test_append_floor_measures_the_event_loop_alone() -> None:
     assert result["cpu_us_per_append"] > 0 and result["appends_per_s"] > 0
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(RUN_TIMEOUT_S + 30)
 def test_cluster_bench_runs(tmp_path: Path) -> None:
     """``make bench``'s last part: the same records through one node, then three."""
     from bench import cluster

@@ -85,7 +85,7 @@ def corpus(topic: str) -> list[bytes]:
     return out
 
 
-def exchange(port: int, data: bytes, timeout_s: float = 2.0) -> bytes:
+def exchange(port: int, data: bytes, timeout_s: float = 30.0) -> bytes:
     """Send ``data``, half-close, and read until the server closes or ``timeout_s``."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
         sock.sendall(data)

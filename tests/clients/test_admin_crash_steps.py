@@ -103,7 +103,7 @@ def _offsets_read(server: Tidegate, topic: str, partition: int, end: int) -> lis
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
     got: list[int] = []
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline and (not got or got[-1] < end - 1):
         msg = consumer.poll(0.5)
         if msg is not None and not msg.error():

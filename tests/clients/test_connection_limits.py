@@ -52,7 +52,7 @@ def limited(tmp_path: Path) -> Iterator[Tidegate]:
     config.write_text(
         '"max.connections.per.ip" = 3\n'
         '"max.connections.per.ip.overrides" = "127.0.0.2:5"\n'
-        '"connections.max.idle.ms" = 400\n'
+        '"connections.max.idle.ms" = 1000\n'
     )
     server = Tidegate(tmp_path / "data", tmp_path / "tidegate.log", config=config)
     server.start()
@@ -65,17 +65,19 @@ def limited(tmp_path: Path) -> Iterator[Tidegate]:
 def test_idle_connections_close(limited: Tidegate) -> None:
     busy = socket.create_connection(("127.0.0.1", limited.port))
     idle = socket.create_connection(("127.0.0.1", limited.port))
-    deadline = time.monotonic() + 1.2
+    # Past the idle limit for ``idle``; ``busy``, used every 0.1 s, is never idle that long.
+    deadline = time.monotonic() + 2.5
     while time.monotonic() < deadline:
         assert _answered(busy)
         time.sleep(0.1)
-    assert _closed_by_server(idle, 2.0)
+    assert _closed_by_server(idle, 5.0)
     assert _answered(busy)
     busy.close()
     idle.close()
 
 
 def test_per_ip_limit_and_its_overrides(limited: Tidegate) -> None:
+    started = time.monotonic()
     for ip, allowed in (("127.0.0.1", 3), ("127.0.0.2", 5)):
         socks = []
         for _ in range(allowed):
@@ -92,7 +94,8 @@ def test_per_ip_limit_and_its_overrides(limited: Tidegate) -> None:
         for s in [*socks, *extra, again]:
             s.close()
     lines = [x for x in limited.tail(200).splitlines() if "refused" in x]
-    assert 1 <= len(lines) <= 3, lines  # 60 refusals within about a second
+    # 60 refusals, logged at most once a second however long the loaded machine took.
+    assert 1 <= len(lines) <= time.monotonic() - started + 1, lines
 
 
 def test_max_connections_follow_the_raised_fd_limit(tidegate: Tidegate) -> None:

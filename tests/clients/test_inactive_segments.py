@@ -9,6 +9,7 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from rocksdict import AccessType, Options, Rdict
 from tidegate.core.segmentstore.metastore import InactiveSegments
 
 from tests.clients.server import Tidegate
@@ -59,6 +60,24 @@ def inactive_records(data_dir: Path) -> int:
     return total
 
 
+def wait_inactive_while_running(data_dir: Path, count: int, timeout_s: float = 60) -> None:
+    """Until the running server's inactive-segment stores hold ``count`` records (read
+    through read-only opens beside the server's own)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        total = 0
+        for d in sorted((data_dir / "segmentstore" / "metadata").iterdir()):
+            db = Rdict(str(d), Options(raw_mode=True), access_type=AccessType.read_only())
+            try:
+                total += sum(1 for _ in db.keys())
+            finally:
+                db.close()
+        if total >= count:
+            return
+        assert time.monotonic() < deadline, f"{total} inactive segments after {timeout_s} s"
+        time.sleep(0.2)
+
+
 def check(got: dict[int, list[tuple[int, bytes]]], count: int) -> None:
     for p in range(PARTITIONS):
         assert [off for off, _ in got[p]] == list(range(len(got[p]))), p  # dense
@@ -77,7 +96,7 @@ def test_idle_partitions_leave_memory_and_come_back(tmp_path: Path) -> None:
         for f in admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS)]).values():
             f.result(timeout=30)
         produce(server.bootstrap, 0, 2000)
-        time.sleep(3.0)  # idle: in Tier-2 after ~0.15 s, gone from memory after ~0.4 s
+        wait_inactive_while_running(tmp_path / "data", PARTITIONS)  # idle: gone from memory
         server.kill9()
         assert inactive_records(tmp_path / "data") >= PARTITIONS, server.tail()
 

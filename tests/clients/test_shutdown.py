@@ -28,6 +28,22 @@ def _read_frame(sock: socket.socket) -> bytes:
     return exactly(size)
 
 
+def _wait_read_by_server(sock: socket.socket, server_port: int, timeout_s: float = 30.0) -> None:
+    """Until the server's end of ``sock`` has nothing left unread in its receive queue
+    (/proc/net/tcp), so what was sent is a request the server has read."""
+    client_port = sock.getsockname()[1]
+    local, remote = f"0100007F:{server_port:04X}", f"0100007F:{client_port:04X}"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with open("/proc/net/tcp") as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[1] == local and fields[2] == remote and int(fields[4].split(":")[1], 16) == 0:
+                    return
+        assert time.monotonic() < deadline, "the server did not read the request"
+        time.sleep(0.05)
+
+
 def test_sigterm_answers_in_flight_long_poll(tidegate: Tidegate) -> None:
     with socket.create_connection(("127.0.0.1", tidegate.port), timeout=10) as sock:
         sock.sendall(kreq.frame(MetadataRequest(
@@ -37,7 +53,7 @@ def test_sigterm_answers_in_flight_long_poll(tidegate: Tidegate) -> None:
         sock.sendall(kreq.produce("t", 0, kreq.record_batch([b"kept"]), version=9))
         _read_frame(sock)
         sock.sendall(kreq.fetch("t", 0, 1, max_wait_ms=20_000))
-        time.sleep(0.3)
+        _wait_read_by_server(sock, tidegate.port)
         assert tidegate.proc is not None
         started = time.monotonic()
         tidegate.proc.send_signal(signal.SIGTERM)

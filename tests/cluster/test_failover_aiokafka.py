@@ -43,10 +43,11 @@ async def test_aiokafka_clients_follow_a_killed_nodes_partitions(
         acked: list[tuple[int, int, bytes]] = []
         consumed: list[tuple[int, int, bytes]] = []
         stop = asyncio.Event()
+        stop_producing = asyncio.Event()
 
         async def produce() -> None:
             i = 0
-            while not stop.is_set():
+            while not stop_producing.is_set():
                 value = str(i).encode()
                 meta = await producer.send_and_wait("aio", value, partition=i % PARTITIONS)
                 acked.append((meta.partition, meta.offset, value))
@@ -68,6 +69,10 @@ async def test_aiokafka_clients_follow_a_killed_nodes_partitions(
             assert not any(t.done() for t in tasks), [t.exception() for t in tasks if t.done()]
             await asyncio.sleep(0.1)
         assert len(acked) >= at_kill + 300, "the producer did not carry on after the kill"
+        # Production ends first: a consumer slower than the producer would never catch up.
+        stop_producing.set()
+        await tasks[0]
+        deadline = time.monotonic() + 90
         while len(set(consumed)) < len(acked) and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         stop.set()

@@ -46,7 +46,7 @@ def test_retention_bytes_set_through_a_follower(tmp_path: Path, zookeeper: ZooKe
             ConfigEntry("retention.ms", "3600000",
                         incremental_operation=AlterConfigOpType.SET)])
         admin.incremental_alter_configs([resource])[resource].result(30)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         with grpc.insecure_channel(nodes[0].grpc) as channel:
             stub = pb2_grpc.ControllerServiceStub(channel)
             while True:

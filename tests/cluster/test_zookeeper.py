@@ -14,7 +14,7 @@ from tests.cluster.zk import ZooKeeperServer
 from tests.conftest import free_port
 
 
-async def _until(check, timeout_s: float = 15.0) -> None:  # type: ignore[no-untyped-def]
+async def _until(check, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
     deadline = asyncio.get_running_loop().time() + timeout_s
     while not check():
         assert asyncio.get_running_loop().time() < deadline, "timed out"

@@ -36,7 +36,7 @@ class RawClient:
         await self.writer.drain()
         return self.correlation_id
 
-    async def recv(self, response_class: Any, version: int, timeout_s: float = 10) -> Any:
+    async def recv(self, response_class: Any, version: int, timeout_s: float = 60) -> Any:
         async with asyncio.timeout(timeout_s):
             (size,) = struct.unpack(">i", await self.reader.readexactly(4))
             body = await self.reader.readexactly(size)

@@ -219,16 +219,16 @@ async def test_fetch_long_poll_wakes_on_append(node: Node) -> None:
     await create(c, "t", 1)
     p = await node.client()
     start = time.monotonic()
-    waiting = asyncio.ensure_future(fetch_records(c, "t", 0, 0, max_wait_ms=5000))
+    waiting = asyncio.ensure_future(fetch_records(c, "t", 0, 0, max_wait_ms=30_000))
     await asyncio.sleep(0.2)
     assert not waiting.done()
     await produce(p, "t", 0, record_batch([b"late"]))
     part, recs = await waiting
-    assert recs == [(0, b"late")] and time.monotonic() - start < 3
+    assert recs == [(0, b"late")] and time.monotonic() - start < 15  # woken, not timed out
     assert (part.high_watermark, part.log_start_offset) == (1, 0)  # type: ignore[attr-defined]
     start = time.monotonic()
     _, recs = await fetch_records(c, "t", 0, 1, max_wait_ms=300)
-    assert recs == [] and 0.25 < time.monotonic() - start < 3
+    assert recs == [] and 0.25 < time.monotonic() - start < 15
     part, _ = await fetch_records(c, "t", 0, 7, max_wait_ms=0)
     assert part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE  # type: ignore[attr-defined]
     await c.close()

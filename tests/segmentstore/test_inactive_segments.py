@@ -59,7 +59,7 @@ async def read_all(s: StreamSegmentStore, name: str) -> bytes:
     return b"".join(bytes(c) for c in r.chunks)
 
 
-async def until(cond: object, timeout: float = 10.0) -> None:
+async def until(cond: object, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():  # type: ignore[operator]
         assert time.monotonic() < deadline, "timed out"

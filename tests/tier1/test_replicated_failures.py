@@ -350,7 +350,7 @@ async def test_plogs_truncated_while_their_server_was_down_are_swept_when_it_ret
     kept = {p.id for i, p in chain.items() if i >= cut.file_id and down.server_id in p.servers}
     down.sweep_interval_ms = 0  # at start only
     down.start()
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60
     while orphans & plog_files() and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     assert not orphans & plog_files(), "orphans not swept"
@@ -413,7 +413,7 @@ async def test_a_failover_outlasting_the_suspicion_still_switches_plogs(
     victim = server(cluster, log._segs[-1].servers[0])
     victim.pause()
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while not log._failing and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         assert log._failing, "the stalled server was not given up on"

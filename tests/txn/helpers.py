@@ -16,7 +16,7 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
 
 def read_all(
     bootstrap: str, topic: str, partitions: int, *, committed: bool, expect: int | None = None,
-    timeout_s: float = 15.0,
+    timeout_s: float = 60.0,
 ) -> list[bytes]:
     """Every value in ``topic`` as a consumer with that isolation level sees it, until
     the end offsets are reached (or ``expect`` values, for read_committed)."""

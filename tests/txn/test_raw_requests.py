@@ -180,7 +180,7 @@ def _scenario(c: Conn) -> None:
     evil = c.call(ListTransactionsRequest(state_filters=[], producer_id_filters=[], duration_filter=-1,
                                           transactional_id_pattern="(a+)+"), 2, ListTransactionsResponse)
     assert evil.error_code == 0 and evil.transaction_states == []
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 10  # backtracking would take hours
     bad = c.call(ListTransactionsRequest(state_filters=[], producer_id_filters=[], duration_filter=-1,
                                          transactional_id_pattern="("), 2, ListTransactionsResponse)
     assert bad.error_code == E.INVALID_REQUEST

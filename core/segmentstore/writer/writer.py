@@ -44,7 +44,7 @@ from tidegate.core.segmentstore.operations import (
     TableWriteOp,
     TruncateOp,
 )
-from tidegate.core.segmentstore.tier1.api import LogAddress
+from tidegate.core.segmentstore.tier1.api import DataLogFencedError, LogAddress
 from tidegate.core.segmentstore.writer.eviction import SegmentEviction
 from tidegate.core.segmentstore.writer.source import WriterDataSource
 from tidegate.tier2.api import (
@@ -235,7 +235,10 @@ class StorageWriter(SegmentEviction):
             self.error = exc
             self._idle.set()
             self._lag_ok.set()
-            log.exception("storage writer of container %d stopped", self.c.id)
+            if isinstance(exc, (StorageFencedError, DataLogFencedError)):  # a handover, not a fault
+                log.warning("storage writer of container %d stopped: fenced (%r)", self.c.id, exc)
+            else:
+                log.exception("storage writer of container %d stopped", self.c.id)
             self.c.on_writer_stopped(exc)
 
     async def flush_all(self) -> None:
