@@ -103,29 +103,12 @@ class ClusterWiring:
         async def changed(leading: bool) -> None:
             if leading:
                 log.info("controller leader: resuming workflows and starting policies")
-                await self._start_leading(controller)
+                await controller.start()  # ClusterNode takes leadership up again if this fails
             else:
                 log.info("no longer the controller leader: policies stop")
                 await controller.close()
 
         self.node.on_leadership = changed
-
-    async def _start_leading(self, controller: LeaderController) -> None:
-        """Start the controller, again until it starts or this node no longer leads: on a
-        new cluster the containers of its metadata tables may still be starting (its
-        recovery then fails to read them), and a leader whose controller never started
-        would run no workflow recovery and no policy until the next election."""
-        delay_s = 0.2
-        while True:
-            try:
-                await controller.start()
-                return
-            except Exception as exc:  # noqa: BLE001 - every step of start() is repeatable
-                if not self.session.is_leader:
-                    raise
-                log.warning("controller start failed (%r); retrying in %.1f s", exc, delay_s)
-            await asyncio.sleep(delay_s)
-            delay_s = min(delay_s * 2, 5.0)
 
     async def start(self, map_wait_s: float = 30.0) -> None:
         try:
