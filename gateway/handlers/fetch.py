@@ -63,9 +63,8 @@ async def _resolve(ctx: HandlerContext, parts: list[FetchPart], ids: bool) -> No
     """Each partition's log for this fetch, or its error."""
     cluster = ctx.cluster
     epochs = ctx.leader_epochs
-    current = epochs.current() if epochs is not None else -1
     for part in parts:
-        part.plog, part.error, part.leader_hint = None, ErrorCode.NONE, -1
+        part.plog, part.error, part.leader_hint, part.hint_epoch = None, ErrorCode.NONE, -1, -1
         info = ctx.topics.get(part.topic) if part.topic is not None else None
         if info is None or (ids and info.topic_id != part.topic_id):
             part.error = ErrorCode.UNKNOWN_TOPIC_ID if ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -77,14 +76,18 @@ async def _resolve(ctx: HandlerContext, parts: list[FetchPart], ids: bool) -> No
             part.error = await cluster.partition_error(info.name, part.partition)
             if part.error != ErrorCode.NONE:
                 if part.error == ErrorCode.NOT_LEADER_OR_FOLLOWER:
-                    leader = await cluster.leader(info.name, part.partition)
-                    part.leader_hint = -1 if leader is None else leader
+                    leader, epoch = await cluster.leader_and_epoch(info.name, part.partition)
+                    if leader is not None:
+                        part.leader_hint, part.hint_epoch = leader, epoch
                 continue
-        if part.leader_epoch != current and part.leader_epoch >= 0 and current >= 0:
-            part.error = epoch_error(part.leader_epoch, current)
-            if part.error == ErrorCode.FENCED_LEADER_EPOCH:
-                part.leader_hint = ctx.config.node_id
-            continue
+        if part.leader_epoch >= 0 and epochs is not None:
+            # Read after the leadership check: the epoch of the map that made this node leader.
+            current = epochs.current(info.name, part.partition)
+            if part.leader_epoch != current:
+                part.error = epoch_error(part.leader_epoch, current)
+                if part.error == ErrorCode.FENCED_LEADER_EPOCH:
+                    part.leader_hint, part.hint_epoch = ctx.config.node_id, current
+                continue
         # Opened after the leadership check: a log opened before may predate a takeover.
         part.plog = ctx.logs.get(info.name, part.partition)
 
@@ -198,7 +201,6 @@ def _answer(ctx: HandlerContext, request: Any, parts: list[FetchPart],
     fetch that may open a session notes what it answered."""
     txns = ctx.partition_txns
     read_committed = request.isolation_level == 1
-    epoch = ctx.leader_epochs.current() if ctx.leader_epochs is not None else -1
     grouped: dict[Any, list[FetchPart]] = {}
     for part in parts:
         key = part.topic_id if part.topic_id is not None else part.topic
@@ -240,9 +242,9 @@ def _answer(ctx: HandlerContext, request: Any, parts: list[FetchPart],
                 last_stable_offset=lso, log_start_offset=start, aborted_transactions=aborted,
                 preferred_read_replica=-1, records=token,
             )
-            if part.leader_hint >= 0 and epoch >= 0:
+            if part.leader_hint >= 0 and part.hint_epoch >= 0:
                 answer.current_leader = _LeaderAndEpoch(leader_id=part.leader_hint,
-                                                        leader_epoch=epoch)
+                                                        leader_epoch=part.hint_epoch)
             answers.append(answer)
         if answers:
             first = group[0]
