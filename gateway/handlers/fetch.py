@@ -150,7 +150,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             parts = list(session.parts.values())
     await _resolve(ctx, parts, ids)
     await _poll(ctx, request, parts)
-    answered, body, tokens = _answer(ctx, request, parts, session, create)
+    answered, body, spliced, tokens = _answer(ctx, request, parts, session, create)
     session_id = 0
     if session is not None:
         session_id = session.id
@@ -160,7 +160,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     body.session_id = session_id
     if version >= NODE_ENDPOINTS_VERSION:
         body.node_endpoints = _endpoints(ctx, {p.leader_hint for p in answered if p.leader_hint >= 0})
-    encoded = reading.splice(body, version, answered, tokens)
+    encoded = reading.splice(body, version, spliced, tokens)
     if session is not None or session_id:
         for part in parts:  # a cached session must not hold the answer's buffers or logs
             part.chunks, part.plog = [], None
@@ -194,11 +194,13 @@ async def _poll(ctx: HandlerContext, request: Any, parts: list[FetchPart]) -> No
 
 
 def _answer(ctx: HandlerContext, request: Any, parts: list[FetchPart],
-            session: FetchSession | None, remember: bool) -> tuple[list[FetchPart], Any, list[bytes]]:
+            session: FetchSession | None, remember: bool
+            ) -> tuple[list[FetchPart], Any, list[FetchPart], list[bytes]]:
     """The answer's partitions grouped by topic (an incremental fetch: only those
     Kafka's rule says must be sent), the response around them with a placeholder for
-    each one's records (``reading.splice``), and the placeholders. ``remember``: a full
-    fetch that may open a session notes what it answered."""
+    the records of each one that has some (``reading.splice``; the others are encoded
+    empty, as the splice would), those partitions and their placeholders. ``remember``:
+    a full fetch that may open a session notes what it answered."""
     txns = ctx.partition_txns
     read_committed = request.isolation_level == 1
     grouped: dict[Any, list[FetchPart]] = {}
@@ -210,6 +212,7 @@ def _answer(ctx: HandlerContext, request: Any, parts: list[FetchPart],
         else:
             group.append(part)
     ordered: list[FetchPart] = []
+    spliced: list[FetchPart] = []
     tokens: list[bytes] = []
     topics = []
     for group in grouped.values():
@@ -234,13 +237,16 @@ def _answer(ctx: HandlerContext, request: Any, parts: list[FetchPart],
                         _Aborted(producer_id=t.producer_id, first_offset=t.first_offset)
                         for t in txns.aborted(plog.topic, part.partition, part.offset, part.end)
                     ]
-            token = reading.token(len(tokens))
-            tokens.append(token)
             ordered.append(part)
+            records = b""
+            if part.size:
+                records = reading.token(len(tokens))
+                tokens.append(records)
+                spliced.append(part)
             answer = _Partition(
                 partition_index=part.partition, error_code=part.error, high_watermark=hw,
                 last_stable_offset=lso, log_start_offset=start, aborted_transactions=aborted,
-                preferred_read_replica=-1, records=token,
+                preferred_read_replica=-1, records=records,
             )
             if part.leader_hint >= 0 and part.hint_epoch >= 0:
                 answer.current_leader = _LeaderAndEpoch(leader_id=part.leader_hint,
@@ -251,4 +257,4 @@ def _answer(ctx: HandlerContext, request: Any, parts: list[FetchPart],
             topics.append(_Topic(topic=first.topic or "", topic_id=first.topic_id or _NO_ID,
                                  partitions=answers))
     response = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
-    return ordered, response, tokens
+    return ordered, response, spliced, tokens
