@@ -182,7 +182,7 @@ async def serve(config: GatewayConfig) -> None:
     try:
         host, port = await gateway.start()
         if cluster is not None:
-            await cluster.announce()
+            await cluster.announce(gateway.server.advertised if gateway.server else None)
         admin_auth = None
         if config.admin_authentication and gateway.ctx and gateway.ctx.security:
             from tidegate.gateway.security.admin_auth import AdminAuth
@@ -203,11 +203,14 @@ async def serve(config: GatewayConfig) -> None:
 
             ghost, gport = parse_host_port(config.grpc)
             from tidegate.gateway.admin.grpc_auth import AuthInterceptor
+            from tidegate.gateway.admin.grpc_segments import segment_service
 
             grpc_server = await start_grpc_server(
                 grpc_admin, ghost, gport, forwarded=controller,
                 interceptors=[AuthInterceptor(admin_auth)] if admin_auth else [],
                 tls=_grpc_tls(config),
+                # Reads are routed to each segment's owner: every node answers.
+                services=[segment_service(front, store, config.scope)],
             )
         log.info(
             "tidegate ready: kafka=%s:%d listeners=%s advertised=%s rest=%s grpc=%s data-dir=%s",
@@ -343,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
         _ = (config.listen_address, config.advertised_address)  # validate early
         listeners = config.kafka_listeners()
         config.advertised_by_listener()
+        inter = config.inter_broker_listener_name.upper()
+        if inter and inter not in {listener.name for listener in listeners}:
+            raise ValueError(f"inter.broker.listener.name: {inter} is not in listeners")
         _check_security(config)
         if any(listener.tls for listener in listeners):
             from tidegate.gateway.security.tls import server_context

@@ -145,6 +145,9 @@ class GatewayConfig:
     admin_tls: bool = False
     admin_forward_user: str = ""
     admin_forward_password: str = ""
+    #: The listener cluster nodes call each other's Kafka APIs on (WriteTxnMarkers), with
+    #: the ``admin.forward`` credentials on a SASL one (default: the first listener).
+    inter_broker_listener_name: str = ""
     #: A connection whose login failed closes this long after the answer (Kafka's name).
     connection_failed_authentication_delay_ms: int = 100
     #: Most failed-login log lines per minute (the rest are counted in the next line).

@@ -142,8 +142,7 @@ _CUT_WORDS = {"earliest": "earliest", "latest": "latest"}
 
 def _stream_options(options: Mapping[str, str]) -> Mapping[str, str]:
     """``scope``/``stream``/``start_stream_cut``/``end_stream_cut`` as the Kafka options
-    they mean for the Kafka scope's streams; other scopes are refused (no client can read
-    their segments yet)."""
+    they mean for the Kafka scope's streams (other scopes: ``stream_options``)."""
     scope, stream = options.get("scope"), options.get("stream")
     if scope is None and stream is None:
         for name in ("start_stream_cut", "end_stream_cut"):
@@ -154,9 +153,8 @@ def _stream_options(options: Mapping[str, str]) -> Mapping[str, str]:
         raise OptionError("the options scope and stream go together")
     kafka_scope = options.get("kafkaScope") or KAFKA_SCOPE
     if scope != kafka_scope:
-        raise OptionError(
-            f"scope {scope!r}: only the streams of the Kafka scope {kafka_scope!r} can be read "
-            "yet (the server has no segment read API for clients); see docs/spark.md")
+        raise OptionError(f"scope {scope!r} is not the Kafka scope {kafka_scope!r}: its streams "
+                          "are read with the option controller (stream_options)")
     if any(options.get(k) for k in ("subscribe", "subscribePattern", "assign")):
         raise OptionError("option stream names the topic: leave out subscribe, subscribePattern, assign")
     out = _Options(options)

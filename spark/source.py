@@ -1,5 +1,5 @@
 """``format("tidegate")``: the data source Spark sees (schema, batch and streaming reads of
-Kafka topics, the sink). Register it with ``spark.dataSource.register(TidegateDataSource)``.
+Kafka topics and of streams of other scopes (``stream_source``), the sink). Register it with ``spark.dataSource.register(TidegateDataSource)``.
 
 The driver plans with ``KafkaMetadata`` (AdminClient); each task reads one offset range
 (``kafka_read``) and returns Arrow record batches.
@@ -35,6 +35,13 @@ from tidegate.spark.kafka_meta import (
 from tidegate.spark.kafka_read import OffsetRange, read_range
 from tidegate.spark.options import Offsets, OptionError, ReadOptions, read_options, write_options
 from tidegate.spark.planning import ranges, rate_limit
+from tidegate.spark.stream_options import (
+    STREAM_SCHEMA,
+    is_stream_read,
+    stream_read_options,
+    stream_write_options,
+)
+from tidegate.spark.stream_source import StreamBatchReader, StreamStreamReader
 
 #: Spark's Kafka source schema; ``headers`` only with includeHeaders=true.
 KAFKA_SCHEMA = (
@@ -50,26 +57,38 @@ class TidegateDataSource(DataSource):
         return "tidegate"
 
     def schema(self) -> str:
+        if is_stream_read(self.options):
+            return STREAM_SCHEMA
         if str(self.options.get("includeHeaders", "false")).lower() == "true":
             return f"{KAFKA_SCHEMA}, {HEADERS_FIELD}"
         return KAFKA_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        if is_stream_read(self.options):
+            return StreamBatchReader(stream_read_options(self.options, streaming=False), schema)
         return KafkaBatchReader(read_options(self.options, streaming=False), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if is_stream_read(self.options):
+            return StreamStreamReader(stream_read_options(self.options, streaming=True), schema)
         return KafkaStreamReader(read_options(self.options, streaming=True), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from tidegate.spark.sink import KafkaBatchWriter
+        from tidegate.spark.stream_sink import StreamBatchWriter
 
         if overwrite:
-            raise OptionError("a topic cannot be overwritten: write with mode append")
+            raise OptionError("a topic or stream cannot be overwritten: write with mode append")
+        if is_stream_read(self.options):
+            return StreamBatchWriter(stream_write_options(self.options), schema)
         return KafkaBatchWriter(write_options(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from tidegate.spark.sink import KafkaStreamWriter
+        from tidegate.spark.stream_sink import StreamStreamWriter
 
+        if is_stream_read(self.options):
+            return StreamStreamWriter(stream_write_options(self.options), schema)
         return KafkaStreamWriter(write_options(self.options), schema)
 
 

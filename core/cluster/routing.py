@@ -180,6 +180,11 @@ class RoutingSegmentStore:
             attribute_updates=attribute_updates, event_count=event_count,
         )
 
+    async def append_at_owner(self, name: str, data: bytes | memoryview, *, event_count: int = 1) -> int:
+        """An append sent to the segment's owner wherever it is, for writers that lead
+        nothing (``SegmentService.AppendEvents``: at-least-once, a retry is theirs)."""
+        return await self._routed(name, lambda s: s.append(name, data, event_count=event_count))
+
     def append_future(
         self,
         name: str,

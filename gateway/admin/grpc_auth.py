@@ -28,6 +28,10 @@ def _operation(method: str) -> Operation:
     name = method.rsplit("/", 1)[-1]
     if name.startswith(("Get", "List", "Is", "Bytes")):
         return Operation.DESCRIBE
+    if name.startswith("Read"):
+        return Operation.READ
+    if name.startswith("Append"):
+        return Operation.WRITE
     if name.startswith("Create"):
         return Operation.CREATE
     if name.startswith("Delete"):

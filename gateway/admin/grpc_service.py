@@ -309,12 +309,14 @@ class ControllerServicer(_ServicerBase):  # type: ignore[misc]  # the generated 
 async def start_grpc_server(
     controller: Controller, host: str, port: int, *, forwarded: Controller | None = None,
     interceptors: Sequence[Any] = (), tls: tuple[bytes, bytes] | None = None,
+    services: Sequence[Callable[[grpc.aio.Server], None]] = (),
 ) -> grpc.aio.Server:
     """Serve ``ControllerService`` on ``host:port`` (plaintext); started on return.
     Calls marked as forwarded by a cluster node's gateway run on ``forwarded``.
 
     ``interceptors`` authenticate (``gateway.admin.grpc_auth``); ``tls`` is a PEM key and
-    certificate chain to serve TLS with.
+    certificate chain to serve TLS with. ``services`` add more services to the server
+    (``gateway.admin.grpc_segments``).
 
     Raises ``OSError`` when the address cannot be bound. Stop with
     ``await server.stop(grace_s)``."""
@@ -325,6 +327,8 @@ async def start_grpc_server(
     ]
     server = grpc.aio.server(options=options, interceptors=list(interceptors))
     pb2_grpc.add_ControllerServiceServicer_to_server(ControllerServicer(controller, forwarded), server)
+    for add in services:
+        add(server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         if tls is not None:

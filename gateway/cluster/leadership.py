@@ -178,25 +178,27 @@ class PartitionLeaders:
             if indexed:
                 log.info("%s/%d led here now: %d appends indexed", topic, partition, indexed)
 
-    def brokers(self) -> list[tuple[int, str, int]]:
-        """Every live node with a Kafka listener: (node id, host, port)."""
+    def brokers(self, listener: str | None = None) -> list[tuple[int, str, int]]:
+        """Every live node with a Kafka listener: (node id, host, port). With a listener
+        name, its address on that listener; a node without one is left out (Kafka's
+        rule), a node registered before listeners were announced gives its first one."""
         out = []
         for node, info in sorted(self.node.members.items()):
-            host, _, port = str(info.get("kafka", "")).rpartition(":")
-            if host and port.isdigit():
-                out.append((node, host, int(port)))
+            address = _address(info, listener)
+            if address is not None:
+                out.append((node, *address))
         return out
 
     def controller_id(self) -> int:
         leader = self.node.session.leader_id
         return self.node_id if leader is None else int(leader)
 
-    def group_coordinator(self) -> tuple[int, tuple[str, int]] | None:
+    def group_coordinator(self, listener: str | None = None) -> tuple[int, tuple[str, int]] | None:
         """The node coordinating groups and transactional ids, with its Kafka address."""
         if self.groups_container is None:
             return None
         owner = self.container_owner(self.groups_container)
-        address = None if owner is None else self.kafka_address(owner)
+        address = None if owner is None else self.kafka_address(owner, listener)
         return None if owner is None or address is None else (owner, address)
 
     def container_owner(self, cid: int) -> int | None:
@@ -204,8 +206,8 @@ class PartitionLeaders:
         owner = self.node.containers.owners.get(cid)
         return owner if owner in self.node.members else None
 
-    def kafka_address(self, node: int) -> tuple[str, int] | None:
-        for n, host, port in self.brokers():
+    def kafka_address(self, node: int, listener: str | None = None) -> tuple[str, int] | None:
+        for n, host, port in self.brokers(listener):
             if n == node:
                 return host, port
         return None
@@ -241,3 +243,19 @@ class PartitionLeaders:
         else:
             name = known[1]
         return container_of(name, self.owners.container_count) not in kept
+
+
+def _address(info: dict[str, Any], listener: str | None) -> tuple[str, int] | None:
+    """A member's Kafka address on ``listener`` (None: its first listener's)."""
+    text = str(info.get("kafka", ""))
+    announced = info.get("listeners")
+    if listener is not None and announced:
+        for item in str(announced).split(","):
+            name, sep, address = item.partition("://")
+            if sep and name == listener:
+                text = address
+                break
+        else:
+            return None
+    host, _, port = text.rpartition(":")
+    return (host.strip("[]"), int(port)) if host and port.isdigit() else None

@@ -3,8 +3,9 @@ partition's leader is, as Kafka's coordinator does.
 
 Markers for partitions this node leads go through the local ``LogMarkerWriter``; the
 others are sent to their leaders as ``WriteTxnMarkers`` over the Kafka protocol, under
-``COORDINATOR_CLIENT_ID`` (the only sender whose commit markers a leader accepts; like
-Kafka without an authorizer, the cluster trusts its Kafka listeners). Any partition not
+``COORDINATOR_CLIENT_ID`` (the only sender whose commit markers a leader accepts), on the
+inter-node listener with the node credentials (``gateway.cluster.internode``: with the
+authorizer on, WriteTxnMarkers needs CLUSTER_ACTION, as Kafka's). Any partition not
 written (its leader moving, a node away) fails the whole call, and the coordinator sends
 the set again later (markers of an ended transaction are idempotent for the reader).
 """
@@ -19,6 +20,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from kafka.protocol.producer import WriteTxnMarkersRequest, WriteTxnMarkersResponse
+from tidegate.gateway.cluster.internode import InterNode
 from tidegate.gateway.txn.coordinator import MarkerWriter
 from tidegate.gateway.txn.markers import COORDINATOR_CLIENT_ID
 from tidegate.gateway.txn.state import TopicPartition
@@ -45,7 +47,7 @@ class Leaders(Protocol):
 
     async def leader(self, topic: str, partition: int) -> int | None: ...
 
-    def kafka_address(self, node: int) -> tuple[str, int] | None: ...
+    def kafka_address(self, node: int, listener: str | None = None) -> tuple[str, int] | None: ...
 
 
 class Topics(Protocol):
@@ -54,7 +56,8 @@ class Topics(Protocol):
 
 class ClusterMarkerWriter:
     def __init__(self, local: MarkerWriter, leaders: Leaders, topics: Topics,
-                 *, timeout_ms: int = 10_000) -> None:
+                 *, timeout_ms: int = 10_000, internode: InterNode | None = None) -> None:
+        self._internode = internode or InterNode()
         self._local = local
         self._leaders = leaders
         self._topics = topics
@@ -97,7 +100,7 @@ class ClusterMarkerWriter:
         self, node: int, tps: list[TopicPartition], producer_id: int, producer_epoch: int,
         commit: bool,
     ) -> None:
-        address = self._leaders.kafka_address(node)
+        address = self._leaders.kafka_address(node, self._internode.listener)
         if address is None:
             raise MarkerNotWritten(f"node {node} has no Kafka address")
         by_topic: dict[str, list[int]] = {}
@@ -120,11 +123,10 @@ class ClusterMarkerWriter:
         if bad:
             raise MarkerNotWritten(f"node {node} answered {dict(list(bad.items())[:5])}")
 
-    @staticmethod
-    async def _call(address: tuple[str, int], frame: bytes) -> Any:
+    async def _call(self, address: tuple[str, int], frame: bytes) -> Any:
         """One request on a connection of its own (markers are rare: one per partition
         of an ended transaction, batched per leader)."""
-        reader, writer = await asyncio.open_connection(*address)
+        reader, writer = await self._internode.open(address)
         try:
             writer.write(frame)
             await writer.drain()

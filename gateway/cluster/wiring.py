@@ -22,6 +22,7 @@ from tidegate.core.segmentstore.api import SegmentStore
 from tidegate.core.segmentstore.remote.server import SegmentStoreServer
 from tidegate.core.segmentstore.service import StreamSegmentStore
 from tidegate.gateway.cluster.groups import GroupPlacement
+from tidegate.gateway.cluster.internode import InterNode, inter_node
 from tidegate.gateway.cluster.leadership import PartitionLeaders
 from tidegate.gateway.cluster.txn_markers import ClusterMarkerWriter
 from tidegate.gateway.config import GatewayConfig, parse_host_port
@@ -121,6 +122,14 @@ class ClusterWiring:
             kafka="{}:{}".format(*self.config.advertised_address),
             rest=self.config.rest, grpc=self.config.grpc,
         )
+        if self.config.listeners:
+            # Known from the config already: the others read members when one joins.
+            host = self.config.advertised_address[0]
+            configured = self.config.advertised_by_listener()
+            self._set_listeners({
+                x.name: configured.get(x.name, (x.host or host, x.port))
+                for x in self.config.kafka_listeners()
+            })
         try:
             await self.node.start()
         except CoordinationError as exc:  # reported as a start-up failure, exit code 1
@@ -138,7 +147,8 @@ class ClusterWiring:
         and the topics table, so no request is ever served as by a single node."""
         self.leaders = PartitionLeaders(ctx, self.node, self.routing)
         ctx.cluster = self.leaders
-        markers = ClusterMarkerWriter(ctx.txn_markers, self.leaders, ctx.topics)
+        markers = ClusterMarkerWriter(ctx.txn_markers, self.leaders, ctx.topics,
+                                      internode=_internode(self.config))
         groups = GroupPlacement(ctx, self.routing, self.local.config.container_count, markers)
         self.leaders.groups_container = groups.container
         leaders = self.leaders
@@ -160,10 +170,18 @@ class ClusterWiring:
             self._follow_topics(ctx.topics, ctx.logs, ctx.controller, ctx)
         )
 
-    async def announce(self) -> None:
-        """Once the gateway listens: register again with the Kafka address bound."""
+    async def announce(self, listeners: dict[str, tuple[str, int]] | None = None) -> None:
+        """Once the gateway listens: register again with the Kafka address bound, and
+        every listener's advertised address (a client is told the brokers' addresses on
+        the listener it came in on, as Kafka registers all of a broker's endpoints)."""
         self.info["kafka"] = "{}:{}".format(*self.config.advertised_address)
+        if listeners and self.config.listeners:
+            self._set_listeners(listeners)
         await self.session.register(dict(self.info))
+
+    def _set_listeners(self, listeners: dict[str, tuple[str, int]]) -> None:
+        self.info["listeners"] = ",".join(
+            f"{name}://{host}:{port}" for name, (host, port) in listeners.items())
 
     async def _follow_topics(
         self, topics: TopicsTable, logs: TopicLogs, controller: Any, ctx: Any
@@ -196,3 +214,22 @@ class ClusterWiring:
         await self.node.close()
         await self.server.close()
         await self.routing.close()
+
+
+def _internode(config: GatewayConfig) -> InterNode:
+    """``inter.broker.listener.name`` (when ``listeners`` is set: else the first
+    listener's announced address, plaintext, as before listeners were announced)."""
+    if not config.listeners:
+        return InterNode()
+    listeners = config.kafka_listeners()
+    name = config.inter_broker_listener_name.upper() or listeners[0].name
+    listener = next((x for x in listeners if x.name == name), None)
+    if listener is None:
+        raise ValueError(f"inter.broker.listener.name: {name} is not in listeners")
+    mechanisms = [m.strip().upper() for m in config.sasl_enabled_mechanisms.split(",")]
+    return inter_node(
+        listener, user=config.admin_forward_user, password=config.admin_forward_password,
+        mechanisms=mechanisms, keystore=config.ssl_keystore_location,
+        chain=config.ssl_keystore_certificate_chain, key_password=config.ssl_key_password,
+        truststore=config.ssl_truststore_location,
+    )

@@ -1,6 +1,6 @@
-"""DescribeCluster (key 60): this node is the one broker and the controller. Authorized
-operations are not computed (no authorization yet): the field stays at Kafka's
-"not requested" value."""
+"""DescribeCluster (key 60): this node is the one broker and the controller; in cluster
+mode every live node on the client's listener and the controller leader. Authorized
+operations are not computed: the field stays at Kafka's "not requested" value."""
 
 from __future__ import annotations
 
@@ -33,11 +33,18 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             brokers=[], authorized_operations=_AUTHORIZED_OPERATIONS_UNKNOWN,
         )
     host, port = req.session.advertised if req.session else ctx.config.advertised_address
-    broker = DescribeClusterResponse.DescribeClusterBroker(
-        broker_id=node, host=host, port=port, rack=None, is_fenced=False
-    )
+    found = [(node, host, port)]
+    controller = node
+    if ctx.cluster is not None:  # every node's address on the client's listener
+        found = ctx.cluster.brokers(req.session.listener.name if req.session else None)
+        controller = ctx.cluster.controller_id()
+    brokers = [
+        DescribeClusterResponse.DescribeClusterBroker(
+            broker_id=n, host=h, port=p, rack=None, is_fenced=False)
+        for n, h, p in found
+    ]
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
-        endpoint_type=_BROKERS, cluster_id=ctx.config.cluster_id, controller_id=node,
-        brokers=[broker], authorized_operations=_AUTHORIZED_OPERATIONS_UNKNOWN,
+        endpoint_type=_BROKERS, cluster_id=ctx.config.cluster_id, controller_id=controller,
+        brokers=brokers, authorized_operations=_AUTHORIZED_OPERATIONS_UNKNOWN,
     )

@@ -24,6 +24,8 @@ from tidegate.gateway.fetch.sessions import (
 )
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.gateway.log.leader_epochs import epoch_error
+from tidegate.gateway.security.acls import Operation, ResourceType
+from tidegate.gateway.security.item_acls import refusal
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
 
@@ -59,12 +61,24 @@ def _forgotten(request: Any, ids: bool) -> Iterable[PartKey]:
             yield (t.topic_id if ids else t.topic, p)
 
 
-async def _resolve(ctx: HandlerContext, parts: list[FetchPart], ids: bool) -> None:
-    """Each partition's log for this fetch, or its error."""
+async def _resolve(ctx: HandlerContext, req: RequestContext, parts: list[FetchPart],
+                   ids: bool) -> None:
+    """Each partition's log for this fetch, or its error. READ is checked on every fetch,
+    a session's cached partitions too (Kafka's rule: a removed ACL stops the consumer)."""
     cluster = ctx.cluster
     epochs = ctx.leader_epochs
+    authorizing = ctx.security is not None and ctx.security.authorizer is not None
+    refused: dict[str, bool] = {}
     for part in parts:
         part.plog, part.error, part.leader_hint, part.hint_epoch = None, ErrorCode.NONE, -1, -1
+        if authorizing and part.topic is not None:
+            if part.topic not in refused:  # once per topic and fetch
+                refused[part.topic] = refusal(
+                    ctx.security, req.session, Operation.READ, ResourceType.TOPIC, part.topic
+                ) is not None
+            if refused[part.topic]:
+                part.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
         info = ctx.topics.get(part.topic) if part.topic is not None else None
         if info is None or (ids and info.topic_id != part.topic_id):
             part.error = ErrorCode.UNKNOWN_TOPIC_ID if ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -92,11 +106,12 @@ async def _resolve(ctx: HandlerContext, parts: list[FetchPart], ids: bool) -> No
         part.plog = ctx.logs.get(info.name, part.partition)
 
 
-def _endpoints(ctx: HandlerContext, nodes: set[int]) -> list[Any]:
+def _endpoints(ctx: HandlerContext, req: RequestContext, nodes: set[int]) -> list[Any]:
     out = []
     for node in sorted(nodes):
         if ctx.cluster is not None:
-            address = ctx.cluster.kafka_address(node)
+            address = ctx.cluster.kafka_address(
+                node, req.session.listener.name if req.session else None)
         else:
             address = ctx.config.advertised_address if node == ctx.config.node_id else None
         if address is not None:
@@ -148,7 +163,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             cache.touch(session, ctx.clock_ms())
             session.epoch = next_epoch(session.epoch)
             parts = list(session.parts.values())
-    await _resolve(ctx, parts, ids)
+    await _resolve(ctx, req, parts, ids)
     await _poll(ctx, request, parts)
     answered, body, spliced, tokens = _answer(ctx, request, parts, session, create)
     session_id = 0
@@ -159,7 +174,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         session_id = cache.maybe_create(False, dict(asked), ids)
     body.session_id = session_id
     if version >= NODE_ENDPOINTS_VERSION:
-        body.node_endpoints = _endpoints(ctx, {p.leader_hint for p in answered if p.leader_hint >= 0})
+        body.node_endpoints = _endpoints(ctx, req, {p.leader_hint for p in answered if p.leader_hint >= 0})
     encoded = reading.splice(body, version, spliced, tokens)
     if session is not None or session_id:
         for part in parts:  # a cached session must not hold the answer's buffers or logs

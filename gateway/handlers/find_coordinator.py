@@ -27,7 +27,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     cluster = ctx.cluster
     if cluster is not None and error == ErrorCode.NONE:
         # Cluster mode: the owner of the groups' table container (gateway/cluster/groups.py).
-        found = cluster.group_coordinator()
+        found = cluster.group_coordinator(req.session.listener.name if req.session else None)
         if found is None:
             error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is moving"
         else:

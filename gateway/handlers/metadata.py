@@ -111,7 +111,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     if cluster is not None:
         brokers = [
             MetadataResponse.MetadataResponseBroker(node_id=n, host=h, port=p, rack=None)
-            for n, h, p in cluster.brokers()
+            for n, h, p in cluster.brokers(req.session.listener.name if req.session else None)
         ]
         controller_id = cluster.controller_id()
     else:

@@ -23,6 +23,8 @@ from tidegate.gateway.log.partition_log import PartitionLog, PendingAppend, Stor
 from tidegate.gateway.log.producer_state import BatchRecord, Duplicate
 from tidegate.gateway.log.topics import topic_name_error
 from tidegate.gateway.log.validate import RecordsError, validate_records
+from tidegate.gateway.security.acls import Operation, ResourceType
+from tidegate.gateway.security.item_acls import refusal
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
 from tidegate.protocol.produce import (
@@ -240,7 +242,16 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         for work in works:
             work.error = ErrorCode.INVALID_REQUIRED_ACKS
     else:
+        refused: dict[str, str | None] = {}
         for work in works:
+            # Kafka checks WRITE per topic: the allowed topics are appended all the same.
+            if work.topic not in refused:
+                refused[work.topic] = refusal(
+                    ctx.security, req.session, Operation.WRITE, ResourceType.TOPIC, work.topic)
+            why = refused[work.topic]
+            if why is not None:
+                work.error, work.message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, why
+                continue
             _validate(ctx, work)
         cluster = ctx.cluster
         for work in works:
@@ -275,7 +286,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         start = work.plog.log_start_offset if work.plog is not None else -1
         current = None
         if error == ErrorCode.NOT_LEADER_OR_FOLLOWER and ctx.cluster is not None:
-            current = await _current_leader(ctx, work.topic, work.partition, leaders)
+            current = await _current_leader(ctx, req, work.topic, work.partition, leaders)
         by_topic.setdefault(work.topic, []).append(
             PartitionProduceResult(
                 work.partition, error, base, start,
@@ -289,7 +300,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     ])
 
 
-async def _current_leader(ctx: HandlerContext, topic: str, partition: int,
+async def _current_leader(ctx: HandlerContext, req: RequestContext, topic: str, partition: int,
                           addresses: dict[int, tuple[str, int]]) -> tuple[int, int] | None:
     """The partition's leader and epoch for a NOT_LEADER_OR_FOLLOWER answer (KIP-951),
     its address noted in ``addresses``; None when no leader is known."""
@@ -300,7 +311,8 @@ async def _current_leader(ctx: HandlerContext, topic: str, partition: int,
         leader, epoch = await cluster.leader_and_epoch(topic, partition)
     except Exception:  # noqa: BLE001 - metadata unreachable: the client asks Metadata
         return None
-    address = None if leader is None else cluster.kafka_address(leader)
+    listener = req.session.listener.name if req.session else None
+    address = None if leader is None else cluster.kafka_address(leader, listener)
     if leader is None or address is None:
         return None
     addresses[leader] = address

@@ -371,6 +371,7 @@ class KafkaServer:
         self._servers: list[asyncio.Server] = []
         #: Each listener's bound address, by listener name (configuration order).
         self.bound: dict[str, tuple[str, int]] = {}
+        self.advertised: dict[str, tuple[str, int]] = {}
         self._connections: dict[Connection, asyncio.Task[None]] = {}
         #: Large request frames' buffers, shared by every connection.
         self.frame_pool = FramePool()
@@ -409,6 +410,8 @@ class KafkaServer:
             bound = (str(sock[0]), int(sock[1]))
             self.bound[listener.name] = bound
             advertised.setdefault(listener.name, bound)
+        #: Each listener's advertised address (a cluster node announces them all).
+        self.advertised = advertised
         self._schedule_idle_sweep()
         return next(iter(self.bound.values()))
 

@@ -1,14 +1,16 @@
 """Which operation on which resource each Kafka API needs (Kafka's "Operations and
-Resources on Protocols"), checked in one place: ``guarded`` runs a request's handler
-only when every resource it names is allowed, else answers the API's authorization
-error without running it.
+Resources on Protocols"), checked in one place: ``guarded`` answers a request whose
+request-wide resource (transactional id, the group of an offset commit, the cluster) is
+denied with the API's authorization error without running its handler; the topics,
+groups and config resources a request lists are checked one by one
+(``gateway.security.item_acls``): the handler serves the allowed ones and the denied
+ones are answered with their own error, as Kafka does.
 
-To add an API: one ``RULES`` entry of ``Check``s (``_names`` helpers pull resource names
-out of the decoded request); an API with per-topic or per-group entries in its response
-also gets a ``DENIALS`` builder, others get the generic top-level ``error_code``. An API
-missing from ``RULES`` needs CLUSTER_ACTION on the cluster, as Kafka's unknown APIs.
-Known simplification: a request naming several resources, one of them denied, is
-refused as a whole (Kafka serves the allowed part).
+To add an API: one ``RULES`` entry of request-wide ``Check``s (``_names`` helpers pull
+resource names out of the decoded request), an ``item_acls.ITEMS`` entry if it lists
+items; a ``DENIALS`` builder if its request-wide refusal needs more than the generic
+answer (top-level ``error_code`` and each item answered with it). An API missing from
+``RULES`` needs CLUSTER_ACTION on the cluster, as Kafka's unknown APIs.
 """
 
 from __future__ import annotations
@@ -17,18 +19,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kafka.protocol.admin import (
-    CreateTopicsResponse,
-    DeleteGroupsResponse,
-    DeleteTopicsResponse,
-    DescribeGroupsResponse,
-)
 from kafka.protocol.consumer import (
-    FetchResponse,
-    ListOffsetsResponse,
-    OffsetCommitResponse,
     OffsetFetchResponse,
 )
+from tidegate.gateway.security import item_acls
 from tidegate.gateway.security.acls import CLUSTER_NAME, Operation, ResourceType
 from tidegate.gateway.security.session import Session
 from tidegate.protocol.apis import ApiSpec
@@ -94,62 +88,42 @@ def _group_keys(key_type: int) -> Names:
     return names
 
 
-def _config_resources(kind: int) -> Names:
-    def names(request: Any, version: int, name_of: NameOf) -> Iterable[str]:
-        found = [r.resource_name for r in request.resources if r.resource_type == kind]
-        return found if kind == 2 else (CLUSTER_NAME,) * bool(found)
-
-    return names
-
-
 def _offset_fetch_groups(request: Any, version: int, name_of: NameOf = lambda _: None
                          ) -> Iterable[str]:
     groups = [g.group_id for g in (getattr(request, "groups", None) or [])]
     return groups or [request.group_id]
 
 
-def _delete_topic_names(request: Any, version: int, name_of: NameOf = lambda _: None
-                        ) -> Iterable[str]:
-    """Topics named by id only are checked under their name (or, unknown, the id)."""
-    names = list(getattr(request, "topic_names", None) or [])
-    return names + [t.name or name_of(t.topic_id) or str(t.topic_id)
-                    for t in (getattr(request, "topics", None) or [])]
-
-
-def _fetch_topics(request: Any, version: int, name_of: NameOf) -> Iterable[str]:
-    """Fetch v13+ names topics by id: checked under the id's topic (an unknown id under
-    the id itself, which no ACL names)."""
-    return [t.topic or name_of(t.topic_id) or str(t.topic_id) for t in request.topics]
-
-
 T, G, C, X = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID
 Op = Operation
 
 RULES: dict[int, tuple[Check, ...]] = {
-    0: (Check(Op.WRITE, X, _field("transactional_id"), TXN_DENIED),
-        Check(Op.WRITE, T, _field("topic_data", "name"), TOPIC_DENIED)),
-    1: (Check(Op.READ, T, _fetch_topics, TOPIC_DENIED),),
-    2: (Check(Op.DESCRIBE, T, _field("topics", "name"), TOPIC_DENIED),),
-    # 3 Metadata: ``_metadata`` filters what it lists.
-    8: (Check(Op.READ, G, _field("group_id"), GROUP_DENIED),
-        Check(Op.READ, T, _field("topics", "name"), TOPIC_DENIED)),
-    9: (Check(Op.DESCRIBE, G, _offset_fetch_groups, GROUP_DENIED),),
+    # Produce's and Fetch's topics are checked in their handlers (``item_acls.refusal``),
+    # the items of the APIs in ``item_acls.ITEMS`` one by one.
+    0: (Check(Op.WRITE, X, _field("transactional_id"), TXN_DENIED),),
+    1: (),
+    2: (),
+    # 3 Metadata: ``guarded_metadata`` filters what it lists.
+    8: (Check(Op.READ, G, _field("group_id"), GROUP_DENIED),),
+    # v8+ names several groups: each is checked in ``item_acls``.
+    9: (Check(Op.DESCRIBE, G, _field("group_id"), GROUP_DENIED),),
     10: (Check(Op.DESCRIBE, G, _group_keys(0), GROUP_DENIED),
          Check(Op.DESCRIBE, X, _group_keys(1), TXN_DENIED)),
     11: (Check(Op.READ, G, _field("group_id"), GROUP_DENIED),),
     12: (Check(Op.READ, G, _field("group_id"), GROUP_DENIED),),
     13: (Check(Op.READ, G, _field("group_id"), GROUP_DENIED),),
     14: (Check(Op.READ, G, _field("group_id"), GROUP_DENIED),),
-    15: (Check(Op.DESCRIBE, G, _field("groups"), GROUP_DENIED),),
-    16: (Check(Op.DESCRIBE, C, _cluster, CLUSTER_DENIED),),
+    15: (),
+    # ListGroups and ListTransactions list what the principal may DESCRIBE.
+    16: (),
     17: (),
     18: (),
-    19: (Check(Op.CREATE, T, _field("topics", "name"), TOPIC_DENIED, or_cluster=True),),
-    20: (Check(Op.DELETE, T, _delete_topic_names, TOPIC_DENIED),),
-    21: (Check(Op.DELETE, T, _field("topics", "name"), TOPIC_DENIED),),
+    19: (),
+    20: (),
+    21: (),
     # Idempotence without a transactional id needs no more than Produce's WRITE (KIP-679).
     22: (Check(Op.WRITE, X, _field("transactional_id"), TXN_DENIED),),
-    23: (Check(Op.DESCRIBE, T, _field("topics", "topic"), TOPIC_DENIED),),
+    23: (),
     24: (Check(Op.WRITE, X, _field("v3_and_below_transactional_id"), TXN_DENIED),
          Check(Op.WRITE, T, _field("v3_and_below_topics", "name"), TOPIC_DENIED),
          Check(Op.CLUSTER_ACTION, C, lambda r, v, n: (CLUSTER_NAME,) if v >= 4 else (),
@@ -159,35 +133,30 @@ RULES: dict[int, tuple[Check, ...]] = {
     26: (Check(Op.WRITE, X, _field("transactional_id"), TXN_DENIED),),
     27: (Check(Op.CLUSTER_ACTION, C, _cluster, CLUSTER_DENIED),),
     28: (Check(Op.WRITE, X, _field("transactional_id"), TXN_DENIED),
-         Check(Op.READ, G, _field("group_id"), GROUP_DENIED),
-         Check(Op.READ, T, _field("topics", "name"), TOPIC_DENIED)),
+         Check(Op.READ, G, _field("group_id"), GROUP_DENIED)),
     29: (Check(Op.DESCRIBE, C, _cluster, CLUSTER_DENIED),),
     30: (Check(Op.ALTER, C, _cluster, CLUSTER_DENIED),),
     31: (Check(Op.ALTER, C, _cluster, CLUSTER_DENIED),),
-    32: (Check(Op.DESCRIBE_CONFIGS, T, _config_resources(2), TOPIC_DENIED),
-         Check(Op.DESCRIBE_CONFIGS, C, _config_resources(4), CLUSTER_DENIED)),
-    33: (Check(Op.ALTER_CONFIGS, T, _config_resources(2), TOPIC_DENIED),
-         Check(Op.ALTER_CONFIGS, C, _config_resources(4), CLUSTER_DENIED)),
+    32: (),
+    33: (),
     35: (Check(Op.DESCRIBE, C, _cluster, CLUSTER_DENIED),),
     36: (),
-    37: (Check(Op.ALTER, T, _field("topics", "name"), TOPIC_DENIED),),
-    42: (Check(Op.DELETE, G, _field("groups_names"), GROUP_DENIED),),
-    44: (Check(Op.ALTER_CONFIGS, T, _config_resources(2), TOPIC_DENIED),
-         Check(Op.ALTER_CONFIGS, C, _config_resources(4), CLUSTER_DENIED)),
+    37: (),
+    42: (),
+    44: (),
     46: (Check(Op.DESCRIBE, C, _cluster, CLUSTER_DENIED),),
     48: (Check(Op.DESCRIBE_CONFIGS, C, _cluster, CLUSTER_DENIED),),
-    47: (Check(Op.DELETE, G, _field("group_id"), GROUP_DENIED),
-         Check(Op.READ, T, _field("topics", "name"), TOPIC_DENIED)),
+    47: (Check(Op.DELETE, G, _field("group_id"), GROUP_DENIED),),
     50: (Check(Op.DESCRIBE, C, _cluster, CLUSTER_DENIED),),
     51: (Check(Op.ALTER, C, _cluster, CLUSTER_DENIED),),
     60: (Check(Op.DESCRIBE, C, _cluster, CLUSTER_DENIED),),
-    61: (Check(Op.READ, T, _field("topics", "name"), TOPIC_DENIED),),
-    65: (Check(Op.DESCRIBE, X, _field("transactional_ids"), TXN_DENIED),),
-    66: (Check(Op.DESCRIBE, C, _cluster, CLUSTER_DENIED),),
+    61: (),
+    65: (),
+    66: (),
     # KIP-848: the heartbeat READs the group (and subscribes to topics it may DESCRIBE).
     68: (Check(Op.READ, G, _field("group_id"), GROUP_DENIED),
          Check(Op.DESCRIBE, T, _field("subscribed_topic_names"), TOPIC_DENIED)),
-    69: (Check(Op.DESCRIBE, G, _field("group_ids"), GROUP_DENIED),),
+    69: (),
 }
 
 #: Kafka's rule for an API this table does not know: the cluster's CLUSTER_ACTION.
@@ -220,23 +189,41 @@ async def guarded(
     decider: Decider, session: Session, spec: ApiSpec, request: Any, version: int,
     handle: Handler, name_of: NameOf = lambda _: None,
 ) -> Any:
-    refusal = denied(decider, session, request, spec.api_key, version, name_of)
-    if refusal is None:
-        return await handle()
-    error, message = refusal
-    build = DENIALS.get(spec.api_key)
-    if build is not None:
-        return build(request, version, error, message)
-    return _generic(spec, error, message)
+    key = spec.api_key
+    refusal = denied(decider, session, request, key, version, name_of)
+    if refusal is not None:
+        error, message = refusal
+        if key == 24 and error == TOPIC_DENIED:
+            return _add_partitions(request, lambda t: not decider.allowed(
+                session.principal, session.client_host, Op.WRITE, T, t))
+        build = DENIALS.get(key)
+        if build is not None:
+            return build(request, version, error, message)
+        return _generic(spec, request, version, error, message)
+    taken = item_acls.split(decider, session, request, key, version, name_of)
+    response = await handle()
+    if response is None:
+        return None
+    if taken is not None:
+        response = item_acls.merge(response, taken)
+    screen = item_acls.FILTERS.get(key)
+    if screen is not None:
+        screen(decider, session, request, response)
+    return response
 
 
-def _generic(spec: ApiSpec, error: ErrorCode, message: str) -> Any:
+def _generic(spec: ApiSpec, request: Any, version: int, error: ErrorCode, message: str) -> Any:
+    """The top-level error, and each item of an API with items answered with it."""
     fields = set(spec.response_class.fields)
     values: dict[str, Any] = {}
     if "error_code" in fields:
         values["error_code"] = error
     if "error_message" in fields:
         values["error_message"] = message
+    items = item_acls.ITEMS.get(spec.api_key)
+    if items is not None:
+        asked = getattr(request, items.field(version), None) or ()
+        values[items.answers] = [items.answer(item, error, message) for item in asked]
     return spec.response_class(**values)
 
 
@@ -256,39 +243,6 @@ def _produce(request: Any, version: int, error: ErrorCode, message: str) -> Any:
     return EncodedBody([encode_produce_response(version, topics)])
 
 
-def _fetch(request: Any, version: int, error: ErrorCode, message: str) -> Any:
-    R = FetchResponse
-    return R(throttle_time_ms=0, error_code=0, session_id=0, responses=[
-        R.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=[
-            R.FetchableTopicResponse.PartitionData(
-                partition_index=p.partition, error_code=error, high_watermark=-1,
-                last_stable_offset=-1, log_start_offset=-1, records=None,
-            ) for p in t.partitions
-        ]) for t in request.topics
-    ])
-
-
-def _list_offsets(request: Any, version: int, error: ErrorCode, message: str) -> Any:
-    R = ListOffsetsResponse.ListOffsetsTopicResponse
-    return ListOffsetsResponse(throttle_time_ms=0, topics=[
-        R(name=t.name, partitions=[
-            R.ListOffsetsPartitionResponse(
-                partition_index=p.partition_index, error_code=error, timestamp=-1, offset=-1,
-            ) for p in t.partitions
-        ]) for t in request.topics
-    ])
-
-
-def _offset_commit(request: Any, version: int, error: ErrorCode, message: str) -> Any:
-    R = OffsetCommitResponse.OffsetCommitResponseTopic
-    return OffsetCommitResponse(throttle_time_ms=0, topics=[
-        R(name=t.name, partitions=[
-            R.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=error)
-            for p in t.partitions
-        ]) for t in request.topics
-    ])
-
-
 def _offset_fetch(request: Any, version: int, error: ErrorCode, message: str) -> Any:
     groups = [
         OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g, topics=[], error_code=error)
@@ -297,35 +251,31 @@ def _offset_fetch(request: Any, version: int, error: ErrorCode, message: str) ->
     return OffsetFetchResponse(throttle_time_ms=0, topics=[], error_code=error, groups=groups)
 
 
-def _create_topics(request: Any, version: int, error: ErrorCode, message: str) -> Any:
-    R = CreateTopicsResponse.CreatableTopicResult
-    return CreateTopicsResponse(throttle_time_ms=0, topics=[
-        R(name=t.name, error_code=error, error_message=message, num_partitions=-1,
-          replication_factor=-1, configs=None) for t in request.topics
-    ])
+def _add_partitions(request: Any, refused: Callable[[str], bool]) -> Any:
+    """Kafka adds none of the partitions when a topic is denied: the denied topics'
+    answer TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED (v3 and below;
+    v4+ brokers' batches need CLUSTER_ACTION, refused whole)."""
+    from kafka.protocol.producer import AddPartitionsToTxnResponse as R
+
+    R3 = R.AddPartitionsToTxnTopicResult
+    return R(throttle_time_ms=0, error_code=0, results_by_transaction=[],
+             results_by_topic_v3_and_below=[
+        R3(name=t.name, results_by_partition=[R3.AddPartitionsToTxnPartitionResult(
+            partition_index=p,
+            partition_error_code=TOPIC_DENIED if refused(t.name) else ErrorCode.OPERATION_NOT_ATTEMPTED,
+        ) for p in t.partitions]) for t in request.v3_and_below_topics])
 
 
-def _delete_topics(request: Any, version: int, error: ErrorCode, message: str) -> Any:
-    R = DeleteTopicsResponse.DeletableTopicResult
-    return DeleteTopicsResponse(throttle_time_ms=0, responses=[
-        R(name=n, error_code=error, error_message=message)
-        for n in _delete_topic_names(request, version)
-    ])
+def _write_txn_markers(request: Any, version: int, error: ErrorCode, message: str) -> Any:
+    """Every partition of every marker answers the error, as Kafka's."""
+    from kafka.protocol.producer import WriteTxnMarkersResponse as R
 
-
-def _describe_groups(request: Any, version: int, error: ErrorCode, message: str) -> Any:
-    R = DescribeGroupsResponse.DescribedGroup
-    return DescribeGroupsResponse(throttle_time_ms=0, groups=[
-        R(error_code=error, error_message=message, group_id=g, group_state="",
-          protocol_type="", protocol_data="", members=[]) for g in request.groups
-    ])
-
-
-def _delete_groups(request: Any, version: int, error: ErrorCode, message: str) -> Any:
-    R = DeleteGroupsResponse.DeletableGroupResult
-    return DeleteGroupsResponse(
-        throttle_time_ms=0, results=[R(group_id=g, error_code=error) for g in request.groups_names]
-    )
+    M = R.WritableTxnMarkerResult
+    return R(markers=[M(producer_id=m.producer_id, topics=[
+        M.WritableTxnMarkerTopicResult(name=t.name, partitions=[
+            M.WritableTxnMarkerTopicResult.WritableTxnMarkerPartitionResult(
+                partition_index=p, error_code=error) for p in t.partition_indexes])
+        for t in m.topics]) for m in request.markers])
 
 
 def _create_acls(request: Any, version: int, error: ErrorCode, message: str) -> Any:
@@ -371,9 +321,7 @@ def _find_coordinator(request: Any, version: int, error: ErrorCode, message: str
 
 DENIALS: dict[int, Denial] = {
     10: _find_coordinator,
-    0: _produce, 1: _fetch, 2: _list_offsets, 8: _offset_commit, 9: _offset_fetch,
-    19: _create_topics, 20: _delete_topics, 15: _describe_groups, 42: _delete_groups,
-    30: _create_acls, 31: _delete_acls, 51: _alter_scram,
+    0: _produce, 9: _offset_fetch, 27: _write_txn_markers, 30: _create_acls, 31: _delete_acls, 51: _alter_scram,
 }
 
 

@@ -116,23 +116,29 @@ def test_every_registered_api_has_a_rule() -> None:
     assert keys - set(RULES) - {3} == set()  # Metadata filters instead
 
 
-def test_fetch_by_topic_id_is_checked_under_the_topic_name() -> None:
+def test_items_are_split_one_by_one_and_ids_checked_under_their_names() -> None:
+    """A request listing several topics keeps the allowed ones for its handler and
+    answers the denied ones; a topic named by id is checked under its name."""
     import uuid
     from types import SimpleNamespace
 
-    from tidegate.gateway.security.api_acls import denied
+    from tidegate.gateway.security.item_acls import merge, split
     from tidegate.gateway.security.listeners import Listener
     from tidegate.gateway.security.session import Session
 
-    known = uuid.uuid4()
-    authz = Authorizer(_Acls([_b(T, "orders", Operation.READ)]), frozenset(), False)  # type: ignore[arg-type]
+    known, unknown = uuid.uuid4(), uuid.uuid4()
+    authz = Authorizer(_Acls([_b(T, "orders", Operation.DELETE)]), frozenset(), False)  # type: ignore[arg-type]
     session = Session(Listener("SASL_SSL", "SASL_SSL", "", 0), ("h", 1), "127.0.0.1",
                       principal="User:alice")
-
-    def fetch(topic_id: uuid.UUID) -> SimpleNamespace:
-        return SimpleNamespace(topics=[SimpleNamespace(topic="", topic_id=topic_id)])
-
-    name_of = {known: "orders"}.get
-    assert denied(authz, session, fetch(known), 1, 13, name_of) is None
-    refusal = denied(authz, session, fetch(uuid.uuid4()), 1, 13, name_of)
-    assert refusal is not None and refusal[0] == 29
+    request = SimpleNamespace(topics=[SimpleNamespace(name=None, topic_id=known),
+                                      SimpleNamespace(name=None, topic_id=unknown),
+                                      SimpleNamespace(name="audit", topic_id=None)])
+    taken = split(authz, session, request, 20, 6, {known: "orders"}.get)
+    assert taken is not None
+    assert [t.topic_id for t in request.topics] == [known]
+    response = merge(SimpleNamespace(responses=[]), taken)
+    assert [(r.error_code, r.name) for r in response.responses] == [(29, None), (29, "audit")]
+    assert "User:alice may not DELETE topic 'audit'" in response.responses[1].error_message
+    # Nothing denied: the request is left alone.
+    assert split(authz, session, SimpleNamespace(topic_names=["orders"]), 20, 5,
+                 lambda _: None) is None

@@ -28,7 +28,7 @@ def _debug() -> dict[str, str]:
     return conf
 
 
-def incarnation(bootstrap: str, partitions: int, end: int) -> bool:
+def incarnation(bootstrap: str, partitions: int, end: int, batch: int, pause_s: float) -> bool:
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": "ctp", "enable.auto.commit": False,
         "auto.offset.reset": "earliest", "isolation.level": "read_committed",
@@ -42,7 +42,7 @@ def incarnation(bootstrap: str, partitions: int, end: int) -> bool:
         producer.init_transactions(30)
         consumer.subscribe(["in"])
         while True:
-            msgs = consumer.consume(50, 0.5)
+            msgs = consumer.consume(batch, 0.5)
             msgs = [m for m in msgs if m.error() is None]
             if not msgs:
                 committed = consumer.committed([TopicPartition("in", p) for p in range(partitions)], 10)
@@ -57,6 +57,7 @@ def incarnation(bootstrap: str, partitions: int, end: int) -> bool:
             )
             producer.commit_transaction(30)
             print(f"committed {len(msgs)}", flush=True)
+            time.sleep(pause_s)
     finally:
         consumer.close()
 
@@ -66,10 +67,13 @@ def main() -> None:
     parser.add_argument("bootstrap")
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--end", type=int, required=True)
+    parser.add_argument("--batch", type=int, default=50)
+    # a pause between transactions keeps the application mid-work when a test kills
+    parser.add_argument("--pause-ms", type=int, default=0)
     args = parser.parse_args()
     while True:
         try:
-            if incarnation(args.bootstrap, args.partitions, args.end):
+            if incarnation(args.bootstrap, args.partitions, args.end, args.batch, args.pause_ms / 1000):
                 print("done", flush=True)
                 return
         except KafkaException as exc:

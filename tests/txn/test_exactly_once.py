@@ -20,12 +20,12 @@ PARTITIONS = 2
 PER_PARTITION = 400
 
 
-def _app(bootstrap: str, log_path: Path) -> subprocess.Popen[bytes]:
+def _app(bootstrap: str, log_path: Path, *pacing: str) -> subprocess.Popen[bytes]:
     log = open(log_path, "ab")
     try:
         return subprocess.Popen(
             [sys.executable, "-m", "tests.txn.ctp_app", bootstrap,
-             "--partitions", str(PARTITIONS), "--end", str(PER_PARTITION)],
+             "--partitions", str(PARTITIONS), "--end", str(PER_PARTITION), *pacing],
             stdout=log, stderr=subprocess.STDOUT,
         )
     finally:
@@ -33,13 +33,16 @@ def _app(bootstrap: str, log_path: Path) -> subprocess.Popen[bytes]:
 
 
 def _commits(log_path: Path) -> int:
-    return log_path.read_bytes().count(b"committed ")
+    return sum(line.startswith(b"committed ") for line in log_path.read_bytes().splitlines())
 
 
 def _wait_for_commits(log_path: Path, more_than: int, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while _commits(log_path) <= more_than:
-        assert time.monotonic() < deadline, log_path.read_text(errors="replace")[-3000:]
+        text = log_path.read_text(errors="replace")
+        # a finished application can no longer be killed in the middle of its work
+        assert "\ndone\n" not in "\n" + text, "the application finished before the kill"
+        assert time.monotonic() < deadline, text[-3000:]
         time.sleep(0.05)
 
 
@@ -55,7 +58,8 @@ def test_exactly_once_across_kill_9(tidegate: Tidegate, tmp_path: Path) -> None:
             expected.append(b"out-" + value)
     assert producer.flush(30) == 0
     app_log = tmp_path / "app.log"
-    app = _app(tidegate.bootstrap, app_log)
+    # 40 paced transactions: still at work when the server and then the application die
+    app = _app(tidegate.bootstrap, app_log, "--batch", "20", "--pause-ms", "200")
     try:
         _wait_for_commits(app_log, 3)
         tidegate.kill9()  # the server, in the middle of the application's transactions
