@@ -78,9 +78,9 @@ class Gateway:
         #: kafka_exporter's series (``gateway/admin/kafka_exporter.py``), once listening.
         self.exporter: KafkaExporterMetrics | None = None
 
-    def _leader_epoch(self) -> int:
+    def _leader_epoch(self, topic: str, partition: int) -> int:
         cluster = self.ctx.cluster if self.ctx is not None else None
-        return 0 if cluster is None else cluster.leader_epoch()
+        return 0 if cluster is None else cluster.leader_epoch(topic, partition)
 
     async def start(self) -> tuple[str, int]:
         """Load topics, rebuild the offset index past its markers, then listen."""

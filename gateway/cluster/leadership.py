@@ -10,6 +10,12 @@ one ``NOT_LEADER_OR_FOLLOWER`` round trip, never data, since only the container'
 can append to the segment. Metadata reads it afresh (``leaders``): every node then names
 the new leader as soon as a scale is recorded, and no client is sent back to the old one.
 
+A partition's leader epoch is the container map's version plus the creation epoch of
+the partition's current segment, read in the same step as the leader: the leader changes
+only when the map or the current segment does, both numbers only grow (in ZooKeeper and
+the controller, across restarts), so the epoch grows with every leader change and never
+names two leaders of one partition.
+
 On a change of owned containers, the node indexes what the segments of containers it did
 not hold throughout gained meanwhile (another node appended them), then forgets its cached
 logs of partitions it did not lead throughout, so their offsets, high watermark and
@@ -54,6 +60,9 @@ class PartitionLeaders:
         self.owners = owners
         self.segment_ttl_ms = segment_ttl_ms
         self._segments: dict[tuple[str, int], tuple[float, str]] = {}
+        #: Creation epoch of each partition's current segment as last looked up (kept
+        #: through ``on_owned``: the epoch of a partition is answered at any time).
+        self._segment_epochs: dict[tuple[str, int], int] = {}
         #: Containers whose partitions this node serves: running here, and what other
         #: nodes appended to their segments indexed (``on_owned``).
         self.ready: set[int] = set()
@@ -68,10 +77,29 @@ class PartitionLeaders:
     def node_id(self) -> int:
         return self.node.node_id
 
-    def leader_epoch(self) -> int:
-        """Every partition's leader epoch: the container map's version, which grows with
-        every change of owners and reads the same on every node."""
-        return max(int(self.node.containers.version), 0)
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        """The partition's leader epoch as this node knows it now: the map's version
+        plus its current segment's creation epoch (as last looked up)."""
+        return max(int(self.node.containers.version), 0) + self._segment_epochs.get((topic, partition), 0)
+
+    async def leader_and_epoch(self, topic: str, partition: int) -> tuple[int | None, int]:
+        """The partition's leader (None: not available) and leader epoch, of one map."""
+        try:
+            name = await self.segment_of(topic, partition)
+        except Exception as exc:  # noqa: BLE001 - stream gone or metadata unreachable
+            log.debug("no segment for %s/%d: %r", topic, partition, exc)
+            return None, self.leader_epoch(topic, partition)
+        # No await from here: the owner and the version are read from the same map.
+        return self._live_owner(name), self.leader_epoch(topic, partition)
+
+    def _note_segment(self, topic: str, partition: int, seg: Any, expires: float) -> str:
+        name: str = self.topics.segment_name(topic, seg.id)
+        if len(self._segments) > 100_000:
+            self._segments.clear()
+            self._segment_epochs.clear()
+        self._segments[(topic, partition)] = (expires, name)
+        self._segment_epochs[(topic, partition)] = int(seg.epoch)
+        return name
 
     async def segment_of(self, topic: str, partition: int) -> str:
         key = (topic, partition)
@@ -80,11 +108,7 @@ class PartitionLeaders:
         if known is not None and known[0] > now:
             return known[1]
         seg = await self.topics.current_segment(topic, partition)
-        name: str = self.topics.segment_name(topic, seg.id)
-        if len(self._segments) > 100_000:
-            self._segments.clear()
-        self._segments[key] = (now + self.segment_ttl_ms / 1000, name)
-        return name
+        return self._note_segment(topic, partition, seg, now + self.segment_ttl_ms / 1000)
 
     async def leader(self, topic: str, partition: int) -> int | None:
         try:
@@ -94,27 +118,28 @@ class PartitionLeaders:
             return None
         return self._live_owner(name)
 
-    async def leaders(self, topic: str, partitions: int) -> list[int | None]:
-        """Every partition's leader as Metadata answers it: read afresh (one read of the
-        stream's current epoch), never from the cache, so that once a scale is recorded
-        no node names the old leader again (each node's cache would lag by up to its TTL).
-        One metadata read: the stream's current epoch number (its epochs are cached)."""
+    async def leaders(self, topic: str, partitions: int) -> list[tuple[int | None, int]]:
+        """Every partition's leader (None: not available) and leader epoch as Metadata
+        answers them: read afresh (one read of the stream's current epoch), never from
+        the cache, so that once a scale is recorded no node names the old leader again
+        (each node's cache would lag by up to its TTL). One metadata read: the stream's
+        current epoch number (its epochs are cached)."""
         try:
             current = await self.controller.current_segments(self.topics.scope, topic)
         except Exception as exc:  # noqa: BLE001 - stream gone or metadata unreachable
             log.debug("no segments for %s: %r", topic, exc)
-            return [None] * partitions
+            return [(None, -1)] * partitions
+        # No await from here: every leader and epoch comes from the same map.
         expires = time.monotonic() + self.segment_ttl_ms / 1000
-        out: list[int | None] = []
+        out: list[tuple[int | None, int]] = []
         for partition in range(partitions):
             point = partition_point(partition)
             seg = next((s for s in current if s.key_start <= point < s.key_end), None)
             if seg is None:
-                out.append(None)
+                out.append((None, -1))
                 continue
-            name = self.topics.segment_name(topic, seg.id)
-            self._segments[(topic, partition)] = (expires, name)
-            out.append(self._live_owner(name))
+            name = self._note_segment(topic, partition, seg, expires)
+            out.append((self._live_owner(name), self.leader_epoch(topic, partition)))
         return out
 
     def _live_owner(self, name: str) -> int | None:

@@ -50,7 +50,7 @@ class FetchPart:
 
     __slots__ = ("topic", "topic_id", "partition", "offset", "max_bytes", "leader_epoch",
                  "plog", "error", "chunks", "size", "end", "sent_hw", "sent_lso", "sent_start",
-                 "leader_hint")
+                 "leader_hint", "hint_epoch")
 
     def __init__(self, topic: str | None, topic_id: Any, partition: int, offset: int,
                  max_bytes: int, leader_epoch: int) -> None:
@@ -73,6 +73,8 @@ class FetchPart:
         #: The partition's leader, told with NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH
         #: (KIP-951); -1: not known.
         self.leader_hint = -1
+        #: The leader epoch told with ``leader_hint``, read with it from the same map.
+        self.hint_epoch = -1
 
     def ask(self, offset: int, max_bytes: int, leader_epoch: int) -> None:
         self.offset, self.max_bytes, self.leader_epoch = offset, max_bytes, leader_epoch

@@ -67,11 +67,10 @@ async def _resolve(ctx: HandlerContext, req: RequestContext, parts: list[FetchPa
     a session's cached partitions too (Kafka's rule: a removed ACL stops the consumer)."""
     cluster = ctx.cluster
     epochs = ctx.leader_epochs
-    current = epochs.current() if epochs is not None else -1
     authorizing = ctx.security is not None and ctx.security.authorizer is not None
     refused: dict[str, bool] = {}
     for part in parts:
-        part.plog, part.error, part.leader_hint = None, ErrorCode.NONE, -1
+        part.plog, part.error, part.leader_hint, part.hint_epoch = None, ErrorCode.NONE, -1, -1
         if authorizing and part.topic is not None:
             if part.topic not in refused:  # once per topic and fetch
                 refused[part.topic] = refusal(
@@ -91,14 +90,18 @@ async def _resolve(ctx: HandlerContext, req: RequestContext, parts: list[FetchPa
             part.error = await cluster.partition_error(info.name, part.partition)
             if part.error != ErrorCode.NONE:
                 if part.error == ErrorCode.NOT_LEADER_OR_FOLLOWER:
-                    leader = await cluster.leader(info.name, part.partition)
-                    part.leader_hint = -1 if leader is None else leader
+                    leader, epoch = await cluster.leader_and_epoch(info.name, part.partition)
+                    if leader is not None:
+                        part.leader_hint, part.hint_epoch = leader, epoch
                 continue
-        if part.leader_epoch != current and part.leader_epoch >= 0 and current >= 0:
-            part.error = epoch_error(part.leader_epoch, current)
-            if part.error == ErrorCode.FENCED_LEADER_EPOCH:
-                part.leader_hint = ctx.config.node_id
-            continue
+        if part.leader_epoch >= 0 and epochs is not None:
+            # Read after the leadership check: the epoch of the map that made this node leader.
+            current = epochs.current(info.name, part.partition)
+            if part.leader_epoch != current:
+                part.error = epoch_error(part.leader_epoch, current)
+                if part.error == ErrorCode.FENCED_LEADER_EPOCH:
+                    part.leader_hint, part.hint_epoch = ctx.config.node_id, current
+                continue
         # Opened after the leadership check: a log opened before may predate a takeover.
         part.plog = ctx.logs.get(info.name, part.partition)
 
@@ -162,7 +165,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             parts = list(session.parts.values())
     await _resolve(ctx, req, parts, ids)
     await _poll(ctx, request, parts)
-    answered, body, tokens = _answer(ctx, request, parts, session, create)
+    answered, body, spliced, tokens = _answer(ctx, request, parts, session, create)
     session_id = 0
     if session is not None:
         session_id = session.id
@@ -172,7 +175,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     body.session_id = session_id
     if version >= NODE_ENDPOINTS_VERSION:
         body.node_endpoints = _endpoints(ctx, req, {p.leader_hint for p in answered if p.leader_hint >= 0})
-    encoded = reading.splice(body, version, answered, tokens)
+    encoded = reading.splice(body, version, spliced, tokens)
     if session is not None or session_id:
         for part in parts:  # a cached session must not hold the answer's buffers or logs
             part.chunks, part.plog = [], None
@@ -206,14 +209,15 @@ async def _poll(ctx: HandlerContext, request: Any, parts: list[FetchPart]) -> No
 
 
 def _answer(ctx: HandlerContext, request: Any, parts: list[FetchPart],
-            session: FetchSession | None, remember: bool) -> tuple[list[FetchPart], Any, list[bytes]]:
+            session: FetchSession | None, remember: bool
+            ) -> tuple[list[FetchPart], Any, list[FetchPart], list[bytes]]:
     """The answer's partitions grouped by topic (an incremental fetch: only those
     Kafka's rule says must be sent), the response around them with a placeholder for
-    each one's records (``reading.splice``), and the placeholders. ``remember``: a full
-    fetch that may open a session notes what it answered."""
+    the records of each one that has some (``reading.splice``; the others are encoded
+    empty, as the splice would), those partitions and their placeholders. ``remember``:
+    a full fetch that may open a session notes what it answered."""
     txns = ctx.partition_txns
     read_committed = request.isolation_level == 1
-    epoch = ctx.leader_epochs.current() if ctx.leader_epochs is not None else -1
     grouped: dict[Any, list[FetchPart]] = {}
     for part in parts:
         key = part.topic_id if part.topic_id is not None else part.topic
@@ -223,6 +227,7 @@ def _answer(ctx: HandlerContext, request: Any, parts: list[FetchPart],
         else:
             group.append(part)
     ordered: list[FetchPart] = []
+    spliced: list[FetchPart] = []
     tokens: list[bytes] = []
     topics = []
     for group in grouped.values():
@@ -247,21 +252,24 @@ def _answer(ctx: HandlerContext, request: Any, parts: list[FetchPart],
                         _Aborted(producer_id=t.producer_id, first_offset=t.first_offset)
                         for t in txns.aborted(plog.topic, part.partition, part.offset, part.end)
                     ]
-            token = reading.token(len(tokens))
-            tokens.append(token)
             ordered.append(part)
+            records = b""
+            if part.size:
+                records = reading.token(len(tokens))
+                tokens.append(records)
+                spliced.append(part)
             answer = _Partition(
                 partition_index=part.partition, error_code=part.error, high_watermark=hw,
                 last_stable_offset=lso, log_start_offset=start, aborted_transactions=aborted,
-                preferred_read_replica=-1, records=token,
+                preferred_read_replica=-1, records=records,
             )
-            if part.leader_hint >= 0 and epoch >= 0:
+            if part.leader_hint >= 0 and part.hint_epoch >= 0:
                 answer.current_leader = _LeaderAndEpoch(leader_id=part.leader_hint,
-                                                        leader_epoch=epoch)
+                                                        leader_epoch=part.hint_epoch)
             answers.append(answer)
         if answers:
             first = group[0]
             topics.append(_Topic(topic=first.topic or "", topic_id=first.topic_id or _NO_ID,
                                  partitions=answers))
     response = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
-    return ordered, response, tokens
+    return ordered, response, spliced, tokens

@@ -1,7 +1,7 @@
 """Metadata (key 3): this node leads every partition (in cluster mode: every live node
 is a broker, and a partition's leader is the owner of its current segment's container,
-``gateway/cluster/leadership.py``); leader epochs are -1 (no
-OffsetForLeaderEpoch yet). Unknown topics are created when both the request
+answered with its leader epoch from the same map, ``gateway/cluster/leadership.py``);
+a single node's epochs are 0. Unknown topics are created when both the request
 (``allow_auto_topic_creation``, v4+) and ``auto.create.topics.enable`` allow it."""
 
 from __future__ import annotations
@@ -25,13 +25,19 @@ _Topic = MetadataResponse.MetadataResponseTopic
 _Partition = _Topic.MetadataResponsePartition
 
 
-def topic_response(ctx: HandlerContext, info: TopicInfo, leaders: list[int | None] | None = None) -> Any:
-    """``leaders``: each partition's leader in cluster mode (None: not available)."""
+def topic_response(ctx: HandlerContext, info: TopicInfo,
+                   leaders: list[tuple[int | None, int]] | None = None) -> Any:
+    """``leaders``: each partition's leader (None: not available) and leader epoch in
+    cluster mode."""
     node = ctx.config.node_id
-    epoch = ctx.leader_epochs.current() if ctx.leader_epochs is not None else -1
+    epochs = ctx.leader_epochs
     partitions = []
     for p in range(info.partitions):
-        leader = node if leaders is None else leaders[p]
+        leader: int | None
+        if leaders is None:
+            leader, epoch = node, (epochs.current(info.name, p) if epochs is not None else -1)
+        else:
+            leader, epoch = leaders[p]
         if leader is None:
             partitions.append(_Partition(
                 error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=p, leader_id=-1,

@@ -324,11 +324,11 @@ async def _current_leader(ctx: HandlerContext, req: RequestContext, topic: str, 
                           addresses: dict[int, tuple[str, int]]) -> tuple[int, int] | None:
     """The partition's leader and epoch for a NOT_LEADER_OR_FOLLOWER answer (KIP-951),
     its address noted in ``addresses``; None when no leader is known."""
-    cluster, epochs = ctx.cluster, ctx.leader_epochs
-    if cluster is None or epochs is None:
+    cluster = ctx.cluster
+    if cluster is None or ctx.leader_epochs is None:
         return None
     try:
-        leader = await cluster.leader(topic, partition)
+        leader, epoch = await cluster.leader_and_epoch(topic, partition)
     except Exception:  # noqa: BLE001 - metadata unreachable: the client asks Metadata
         return None
     listener = req.session.listener.name if req.session else None
@@ -336,4 +336,4 @@ async def _current_leader(ctx: HandlerContext, req: RequestContext, topic: str, 
     if leader is None or address is None:
         return None
     addresses[leader] = address
-    return leader, epochs.current()
+    return leader, epoch

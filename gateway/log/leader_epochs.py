@@ -4,9 +4,11 @@ OffsetForLeaderEpoch.
 
 The epoch grows whenever a partition's leader may have changed. On the single node it
 is always 0: the node never hands a partition over. In cluster mode it is the version
-of the container map in ZooKeeper (``gateway/cluster``), which every node reads the same
-and which grows with every change of container owners, so a partition's epoch grows on
-every takeover (and, harmlessly, when other containers move). A client whose epoch is
+of the container map in ZooKeeper plus the creation epoch of the partition's current
+segment (``gateway/cluster/leadership.py``): both only grow, and a partition's leader
+changes only when one of them does (a takeover moves its container, a scale its
+segment), so its epoch grows on every leader change (and, harmlessly, when other
+containers move or other key ranges scale). A client whose epoch is
 older gets FENCED_LEADER_EPOCH, one that is newer (this node has not seen the new map
 yet) UNKNOWN_LEADER_EPOCH, as Kafka's partition answers.
 
@@ -48,18 +50,18 @@ class EpochIndex(Protocol):
 
 
 class LeaderEpochs:
-    def __init__(self, index: EpochIndex, current: Callable[[], int]) -> None:
+    def __init__(self, index: EpochIndex, current: Callable[[str, int], int]) -> None:
         self._index = index
-        #: The node-wide current epoch (0, or the cluster's container map version).
+        #: Each partition's current epoch (0, or the cluster's: see above).
         self._current = current
         self._history: dict[tuple[str, int], list[tuple[int, int]]] = {}
 
-    def current(self) -> int:
-        return max(self._current(), 0)
+    def current(self, topic: str, partition: int) -> int:
+        return max(self._current(topic, partition), 0)
 
     def check(self, topic: str, partition: int, client_epoch: int) -> ErrorCode:
         """A request's current leader epoch against the partition's (-1: not checked)."""
-        return epoch_error(client_epoch, self.current())
+        return epoch_error(client_epoch, self.current(topic, partition))
 
     def history(self, topic: str, partition: int) -> list[tuple[int, int]]:
         key = (topic, partition)
@@ -76,7 +78,7 @@ class LeaderEpochs:
         """Kafka's ``endOffsetFor``: ``(epoch, end offset)`` of the requested epoch, the
         start of the first later epoch, or the log end for the current epoch. The current
         epoch counts as starting at ``next_offset`` when nothing was appended in it yet."""
-        current = self.current()
+        current = self.current(topic, partition)
         if requested < 0 or requested > current:
             return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
         if requested == current:
@@ -94,7 +96,7 @@ class LeaderEpochs:
         """The epoch that appended ``offset`` (ListOffsets answers it with the offset): the
         current one from the log end on, -1 for offsets older than the history."""
         if offset >= next_offset:
-            return self.current()
+            return self.current(topic, partition)
         found = UNDEFINED_EPOCH
         for epoch, start in self.history(topic, partition):
             if start > offset:

@@ -65,8 +65,8 @@ class LogServices(Protocol):
     @property
     def index_hook(self) -> IndexHook | None: ...
 
-    def leader_epoch(self) -> int:
-        """The epoch stamped on appended batches (-1: leave them as sent)."""
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        """The epoch stamped on the partition's appended batches (-1: leave them as sent)."""
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run ``coro`` as a task the logs cancel when they close."""

@@ -192,7 +192,7 @@ class PartitionLog:
             data = memoryview(bytearray().join((_NO_ENVELOPE, payload)))
         offset = base
         assigned: list[BatchHeader] = []
-        epoch = self._logs.leader_epoch()
+        epoch = self._logs.leader_epoch(self.topic, self.partition)
         for b in batches:
             set_base_offset(data, ENVELOPE_BYTES + b.position, offset)
             if epoch >= 0:

@@ -75,10 +75,10 @@ class PartitionLogs:
         #: Set before ``rebuild`` (gateway/app.py): the transaction index.
         self.index_hook: IndexHook | None = None
         #: Set by gateway/app.py: the leader epoch appends are stamped with.
-        self.epoch_source: Callable[[], int] | None = None
+        self.epoch_source: Callable[[str, int], int] | None = None
 
-    def leader_epoch(self) -> int:
-        return -1 if self.epoch_source is None else self.epoch_source()
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        return -1 if self.epoch_source is None else self.epoch_source(topic, partition)
 
     def mark_indexed(self, segment: str, start: int, end: int) -> int | None:
         """Note that the append at ``[start, end)`` of ``segment`` is indexed; return the

@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -33,14 +32,6 @@ def _stored(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
-# Fails when run after the rest of the suite (3 of 3 runs: two fresh-clone CI runs and
-# tests/admin + bench + clients + cluster run together), passes alone (3 of 3): after the
-# kill -9 the read-back's librdkafka consumer keeps connecting to the dead broker for
-# its whole 120 s, while a fresh client at that moment reads every partition's
-# watermarks from the new leaders. Suspected: the leader epochs new in this session
-# (the container map's version) and the leader a survivor reports from an older
-# owner map, which librdkafka then refuses to update. Cause not proven.
-@pytest.mark.known_flaky
 def test_java_producer_carries_on_over_a_kill9(
     tmp_path: Path, zookeeper: ZooKeeperServer, java: Java
 ) -> None:

@@ -22,11 +22,11 @@ from tests.gateway.test_fetch_sessions import _fetch, _parts, _produce, _topic
 
 
 def _set_epoch(node: Node, epoch: int) -> None:
-    """What a takeover in cluster mode does: the node-wide epoch moves on."""
+    """What a takeover in cluster mode does: the partitions' epoch moves on."""
     assert node.gateway is not None and node.gateway.ctx is not None
     epochs = node.gateway.ctx.leader_epochs
     assert epochs is not None
-    epochs._current = lambda: epoch
+    epochs._current = lambda topic, partition: epoch
 
 
 async def _end_offset(c: RawClient, epoch: int, current: int = -1) -> tuple[int, int, int]:
