@@ -9,6 +9,8 @@ from typing import Any
 
 from tidegate.gateway.groups.consumer_model import Assignment
 from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.gateway.security.acls import ResourceType
+from tidegate.gateway.security.operations import NOT_REQUESTED, as_bits, authorized
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.consumer_group import (
     ConsumerGroupDescribeRequest,
@@ -24,7 +26,6 @@ _Assignment = _Member.Assignment
 _TopicPartitions = _Assignment.TopicPartitions
 #: KIP-1099's member type of a member speaking the consumer protocol.
 _CONSUMER_MEMBER = 1
-_AUTHORIZED_OPERATIONS_UNKNOWN = -(2**31)
 
 
 def _assignment(ctx: HandlerContext, a: Assignment) -> Any:
@@ -44,13 +45,14 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     else:
         described = list(ctx.groups.describe_consumer_groups(list(request.group_ids)))
     groups = []
+    asked = bool(request.include_authorized_operations)
     for gid, error, message, g in described:
         if g is None:
             groups.append(
                 _Group(
                     error_code=error, error_message=message, group_id=gid, group_state="",
                     group_epoch=-1, assignment_epoch=-1, assignor_name="", members=[],
-                    authorized_operations=_AUTHORIZED_OPERATIONS_UNKNOWN,
+                    authorized_operations=NOT_REQUESTED,
                 )
             )
             continue
@@ -71,7 +73,9 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                 error_code=0, error_message=None, group_id=gid, group_state=g.state.value,
                 group_epoch=g.group_epoch, assignment_epoch=g.assignment_epoch,
                 assignor_name=g.assignor, members=members,
-                authorized_operations=_AUTHORIZED_OPERATIONS_UNKNOWN,
+                authorized_operations=as_bits(
+                    authorized(ctx.security, req.session, ResourceType.GROUP, gid)
+                ) if asked else NOT_REQUESTED,
             )
         )
     return ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=groups)

@@ -1,6 +1,6 @@
 """DescribeCluster (key 60): this node is the one broker and the controller; in cluster
 mode every live node on the client's listener and the controller leader. Authorized
-operations are not computed: the field stays at Kafka's "not requested" value."""
+operations where the client asks for them."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from typing import Any
 
 from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
 from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.gateway.security.acls import ResourceType
+from tidegate.gateway.security.operations import authorized
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
 
@@ -46,5 +48,8 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
         endpoint_type=_BROKERS, cluster_id=ctx.config.cluster_id, controller_id=controller,
-        brokers=brokers, authorized_operations=_AUTHORIZED_OPERATIONS_UNKNOWN,
+        brokers=brokers, authorized_operations=(
+            authorized(ctx.security, req.session, ResourceType.CLUSTER)
+            if request.include_cluster_authorized_operations else _AUTHORIZED_OPERATIONS_UNKNOWN
+        ),
     )

@@ -1,7 +1,6 @@
 """DescribeGroups (key 15): Kafka's group summary (member metadata and assignments
 only while Stable). Unknown groups: Dead with no error before v6, GROUP_ID_NOT_FOUND
-from v6. Authorized operations are not computed (no ACLs): Kafka's "not requested"
-value is returned."""
+from v6. Authorized operations (v3+) where the client asks for them."""
 
 from __future__ import annotations
 
@@ -9,6 +8,8 @@ from typing import Any
 
 from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
 from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.gateway.security.acls import ResourceType
+from tidegate.gateway.security.operations import authorized
 from tidegate.protocol.apis import ApiSpec
 
 SPEC = ApiSpec(DescribeGroupsRequest, DescribeGroupsResponse, 0, 6)
@@ -22,6 +23,7 @@ _AUTHORIZED_OPERATIONS_UNKNOWN = None
 
 
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
+    asked = req.api_version >= 3 and bool(request.include_authorized_operations)
     described = ctx.groups.describe_groups(
         list(request.groups), unknown_is_error=req.api_version >= 6
     )
@@ -41,7 +43,10 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                 )
                 for m in d.members
             ],
-            authorized_operations=_AUTHORIZED_OPERATIONS_UNKNOWN,
+            authorized_operations=(
+                authorized(ctx.security, req.session, ResourceType.GROUP, d.group_id)
+                if asked and d.error == 0 else _AUTHORIZED_OPERATIONS_UNKNOWN
+            ),
         )
         for d in described
     ]

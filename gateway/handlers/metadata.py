@@ -13,6 +13,8 @@ from typing import Any
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.gateway.log.topics import TopicInfo, topic_name_error
+from tidegate.gateway.security.acls import ResourceType
+from tidegate.gateway.security.operations import authorized
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
 
@@ -132,7 +134,14 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             node_id=ctx.config.node_id, host=host, port=port, rack=None
         )]
         controller_id = ctx.config.node_id
-    return MetadataResponse(
+    if version >= 8 and request.include_topic_authorized_operations:
+        for t in topics:
+            if t.error_code == 0:
+                t.authorized_operations = authorized(ctx.security, req.session, ResourceType.TOPIC, t.name)
+    response = MetadataResponse(
         throttle_time_ms=0, brokers=brokers, cluster_id=ctx.config.cluster_id,
         controller_id=controller_id, topics=topics,
     )
+    if 8 <= version <= 10 and request.include_cluster_authorized_operations:
+        response.authorized_operations = authorized(ctx.security, req.session, ResourceType.CLUSTER)
+    return response

@@ -95,6 +95,13 @@ async def test_join_assign_describe_and_leave(client: RawClient) -> None:
         assert [(tp.topic_name, tp.partitions) for tp in m.assignment.topic_partitions] == [("t", [0, 1])]
         assert [(tp.topic_id, tp.partitions) for tp in m.target_assignment.topic_partitions] == [(tid, [0, 1])]
         assert (missing.error_code, missing.error_message) == (E.GROUP_ID_NOT_FOUND, "Group nope not found.")
+        assert g.authorized_operations == -(2**31)  # not asked for
+    asked = await client.call(
+        ConsumerGroupDescribeRequest(group_ids=["cg"], include_authorized_operations=True),
+        1, ConsumerGroupDescribeResponse,
+    )
+    # no authorizer: every operation Kafka supports on a group (READ, DELETE, DESCRIBE)
+    assert asked.groups[0].authorized_operations == (1 << 3) | (1 << 6) | (1 << 8)
     left = await client.call(_hb("m1", -1), 1, ConsumerGroupHeartbeatResponse)
     assert (left.error_code, left.member_epoch) == (0, -1)
     listed = await client.call(ListGroupsRequest(states_filter=["Empty"], types_filter=["consumer"]), 5,

@@ -397,3 +397,38 @@ def test_transaction_apis_refuse_as_kafka_does(granted: Secure) -> None:
                 for r in marked.markers for t in r.topics] == [(OK, [31])]
     finally:
         conn.close()
+
+
+def test_authorized_operations_are_what_the_principal_may_do(granted: Secure) -> None:
+    """confluent-kafka's describe calls with ``include_authorized_operations``: Kafka's
+    supported operations of each resource type that the ACLs allow (DESCRIBE implied by
+    READ and WRITE; all of them for a super user)."""
+    from confluent_kafka import Consumer, TopicCollection, TopicPartition
+    from confluent_kafka.admin import AclOperation as O
+    from confluent_kafka.admin import AdminClient
+
+    anonymous = clients.librdkafka_conf(granted, "PLAINTEXT", None, None)
+    consumer = Consumer({**anonymous, "group.id": "it-g-ops"})
+    try:
+        consumer.commit(offsets=[TopicPartition(OK, 0, 1)], asynchronous=False)
+    finally:
+        consumer.close()
+    all_topic = {O.READ, O.WRITE, O.CREATE, O.DESCRIBE, O.DELETE, O.ALTER, O.DESCRIBE_CONFIGS,
+                 O.ALTER_CONFIGS}
+    cases = (
+        (anonymous, {OK: all_topic, RO: {O.DESCRIBE}}, {O.READ, O.DESCRIBE, O.DELETE}),
+        (clients.librdkafka_conf(granted, "SASL_PLAINTEXT", "PLAIN", "alice"),
+         {OK: {O.READ, O.WRITE, O.DESCRIBE}, RO: {O.DESCRIBE}}, None),
+    )
+    for conf, topics, group in cases:
+        admin = AdminClient(conf)
+        described = admin.describe_topics(TopicCollection([OK, RO]), include_authorized_operations=True)
+        assert {t: set(f.result(15).authorized_operations) for t, f in described.items()} == topics
+        if group is not None:
+            (g,) = admin.describe_consumer_groups(["it-g-ops"], include_authorized_operations=True).values()
+            assert set(g.result(15).authorized_operations) == group
+    admin = _admin(granted)  # a super user
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(15)
+    assert set(cluster.authorized_operations) == {
+        O.CREATE, O.CLUSTER_ACTION, O.DESCRIBE_CONFIGS, O.ALTER_CONFIGS, O.IDEMPOTENT_WRITE,
+        O.ALTER, O.DESCRIBE}
