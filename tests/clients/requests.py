@@ -103,6 +103,32 @@ def exchange(port: int, data: bytes, timeout_s: float = 30.0) -> bytes:
         return b"".join(chunks)
 
 
+class Conn:
+    """One connection of raw request-and-answer exchanges, decoded with kafka-python."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.correlation = 0
+
+    def call(self, request: Any, version: int, response: Any) -> Any:
+        self.correlation += 1
+        self.sock.sendall(frame(request, version, self.correlation))
+        (size,) = struct.unpack(">i", self._read(4))
+        return response.decode(struct.pack(">i", size) + self._read(size), version=version,
+                               header=True, framed=True)
+
+    def _read(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            assert chunk, "connection closed"
+            out += chunk
+        return out
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 def split_frames(data: bytes) -> list[bytes]:
     frames = []
     while len(data) >= 4:

@@ -12,8 +12,6 @@ read ``it-ok`` and DESCRIBE ``it-ro``.
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
 from typing import Any
 
@@ -54,7 +52,7 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from tests.clients.requests import frame, record_batch
+from tests.clients.requests import Conn, record_batch
 from tests.security import clients
 from tests.security.conftest import Secure
 
@@ -62,30 +60,6 @@ OK, RO, NO = "it-ok", "it-ro", "it-no"
 ANON = "User:ANONYMOUS"
 DENIED = 29  # TOPIC_AUTHORIZATION_FAILED
 GROUP_DENIED = 30
-
-
-class Conn:
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.correlation = 0
-
-    def call(self, request: Any, version: int, response: Any) -> Any:
-        self.correlation += 1
-        self.sock.sendall(frame(request, version, self.correlation))
-        (size,) = struct.unpack(">i", self._read(4))
-        return response.decode(struct.pack(">i", size) + self._read(size), version=version,
-                               header=True, framed=True)
-
-    def _read(self, n: int) -> bytes:
-        out = b""
-        while len(out) < n:
-            chunk = self.sock.recv(n - len(out))
-            assert chunk, "connection closed"
-            out += chunk
-        return out
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def _admin(s: Secure) -> Any:

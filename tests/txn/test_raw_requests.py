@@ -3,10 +3,7 @@ a socket to ``tidegate serve``): what a misbehaving or hostile client gets."""
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
-from typing import Any
 
 from kafka.protocol.admin import (
     DescribeProducersRequest,
@@ -36,32 +33,11 @@ from kafka.protocol.producer import (
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from tidegate.protocol.errors import ErrorCode as E
 
-from tests.clients.requests import frame
+from tests.clients.requests import Conn
 from tests.clients.server import Tidegate
 from tests.txn.helpers import create_topic
 
 _Topic = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
-
-
-class Conn:
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.correlation = 0
-
-    def call(self, request: Any, version: int, response: Any) -> Any:
-        self.correlation += 1
-        self.sock.sendall(frame(request, version, self.correlation))
-        (size,) = struct.unpack(">i", self._read(4))
-        return response.decode(struct.pack(">i", size) + self._read(size), version=version,
-                               header=True, framed=True)
-
-    def _read(self, n: int) -> bytes:
-        out = b""
-        while len(out) < n:
-            chunk = self.sock.recv(n - len(out))
-            assert chunk, "connection closed"
-            out += chunk
-        return out
 
 
 def _txn_batch(pid: int, epoch: int) -> bytes:
