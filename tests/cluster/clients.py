@@ -78,6 +78,24 @@ class Consuming(threading.Thread):
         self.consumer.close()
 
 
+def carry_on_then_drain(producing: Producing, consuming: Consuming, acked_at_least: int,
+                        deadline: float) -> None:
+    """Let the producer reach ``acked_at_least`` acknowledgements (by ``deadline`` + 30 s),
+    stop it, give the consumer up to 60 s to read everything acknowledged, stop it, and
+    check the producer carried on with nothing unflushed and no error."""
+    while len(producing.acked) < acked_at_least and time.monotonic() < deadline + 30:
+        time.sleep(0.1)
+    producing.stopping.set()
+    producing.join(150)
+    drained = time.monotonic() + 60
+    while len({g[:3] for g in consuming.got}) < len(producing.acked) and time.monotonic() < drained:
+        time.sleep(0.1)
+    consuming.stopping.set()
+    consuming.join(30)
+    assert producing.unflushed == 0 and not producing.errors, producing.errors[:5]
+    assert len(producing.acked) >= acked_at_least, "the producer did not carry on"
+
+
 def read_back(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60) -> list[tuple[int, int, bytes]]:
     """Every record of every partition, from offset 0 to the high watermark."""
     consumer = Consumer({

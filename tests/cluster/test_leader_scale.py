@@ -27,6 +27,7 @@ from tidegate.protocol.controller_grpc import pb2, pb2_grpc
 from tests.cluster.clients import QUIET, leaders, read_back
 from tests.cluster.nodes import Node, start_nodes
 from tests.cluster.zk import ZooKeeperServer
+from tests.controller.test_placement import Map  # the container map as the leader reads it
 
 CONTAINERS = 6
 
@@ -50,23 +51,10 @@ def _zk_state(hosts: str, nodes: int = 3) -> tuple[dict[int, int], int]:
     return {int(c): int(n) for c, n in owners.items()}, int(leader)
 
 
-class _MapView:
-    """The container map as the leader's controller reads it (``SegmentPlacement``)."""
-
-    def __init__(self, owners: dict[int, int]) -> None:
-        self.owners = owners
-
-    def owner(self, name: str) -> int | None:
-        return self.owners.get(container_of(name, CONTAINERS))
-
-    def nodes(self) -> set[int]:
-        return set(self.owners.values())
-
-
 def successor_numbers(owners: dict[int, int], topic: str, count: int) -> list[int]:
     """The numbers the controller gives the ``count`` successors of a one-segment topic's
     segment 0 (``core/controller/placement.py``, over the map ``owners``)."""
-    return spreading(_MapView(owners), "kafka", topic)(1, 1, [], [0], count)
+    return spreading(Map(owners), "kafka", topic)(1, 1, [], [0], count)
 
 
 def _stub(node: Node) -> Any:

@@ -12,7 +12,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tidegate.core.segmentstore.service import container_of
 from tidegate.protocol.controller_grpc import pb2
 
-from tests.cluster.clients import QUIET, Consuming, Producing, leaders, read_back
+from tests.cluster.clients import (
+    QUIET,
+    Consuming,
+    Producing,
+    carry_on_then_drain,
+    leaders,
+    read_back,
+)
 from tests.cluster.nodes import start_nodes
 from tests.cluster.test_leader_scale import CONTAINERS, _stub, _zk_state, successor_numbers
 from tests.cluster.zk import ZooKeeperServer
@@ -65,17 +72,7 @@ def test_scale_moves_a_partition_to_another_node_under_load(
                 for n in nodes
             }
             raise AssertionError(f"leader not moved to {after_node}: {views} {segs} {_zk_state(zookeeper.hosts)}")
-        while len(producing.acked) < at_scale + 600 and time.monotonic() < deadline + 30:
-            time.sleep(0.1)
-        producing.stopping.set()
-        producing.join(150)
-        deadline = time.monotonic() + 60
-        while len({g[:3] for g in consuming.got}) < len(producing.acked) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        consuming.stopping.set()
-        consuming.join(30)
-        assert producing.unflushed == 0 and not producing.errors, producing.errors[:5]
-        assert len(producing.acked) >= at_scale + 600, "the producer did not carry on"
+        carry_on_then_drain(producing, consuming, at_scale + 600, deadline)
 
         stored = read_back(bootstrap, topic, 1)
         assert [o for _, o, _ in stored] == list(range(len(stored)))

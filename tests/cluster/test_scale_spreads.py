@@ -14,7 +14,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tidegate.core.segmentstore.service import container_of
 from tidegate.protocol.controller_grpc import pb2
 
-from tests.cluster.clients import QUIET, Consuming, Producing, leaders, read_back
+from tests.cluster.clients import (
+    QUIET,
+    Consuming,
+    Producing,
+    carry_on_then_drain,
+    leaders,
+    read_back,
+)
 from tests.cluster.nodes import start_nodes
 from tests.cluster.test_leader_scale import CONTAINERS, _stub, _zk_state
 from tests.cluster.zk import ZooKeeperServer
@@ -72,17 +79,7 @@ def test_a_split_hot_segment_spreads_its_partitions_over_the_nodes(
         assert len(set(after.values())) == 3, f"successors' leaders not on three nodes: {after}"
         assert all(after[a] == after[b] for a, b in PAIRS), after
 
-        while len(producing.acked) < at_scale + 600 and time.monotonic() < deadline + 30:
-            time.sleep(0.1)
-        producing.stopping.set()
-        producing.join(150)
-        deadline = time.monotonic() + 60
-        while len({g[:3] for g in consuming.got}) < len(producing.acked) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        consuming.stopping.set()
-        consuming.join(30)
-        assert producing.unflushed == 0 and not producing.errors, producing.errors[:5]
-        assert len(producing.acked) >= at_scale + 600, "the producer did not carry on"
+        carry_on_then_drain(producing, consuming, at_scale + 600, deadline)
         # In-flight appends on the old leader are answered NOT_LEADER_OR_FOLLOWER at once
         # (they waited for the produce's timeout, re-sent to a segment of another node).
         assert producing.latency_max_s < 10, f"an ack took {producing.latency_max_s:.1f} s"

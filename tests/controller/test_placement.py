@@ -24,6 +24,8 @@ CONTAINERS = 6
 
 
 class Map:
+    """A container map of owners (``SegmentPlacement``), as the leader's controller reads it."""
+
     def __init__(self, owners: dict[int, int]) -> None:
         self.owners = owners
 
