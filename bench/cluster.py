@@ -114,6 +114,21 @@ def _measure(bootstrap: str, records: int, record_bytes: int, partitions: int) -
             "consumed": got}
 
 
+def three_nodes(root: Path, hosts: str, procs: list[subprocess.Popen[bytes]]) -> list[str]:
+    """Three cluster nodes on ZooKeeper ``hosts`` (appended to ``procs`` as they start, for
+    the caller to stop), once the container map has settled over them: their addresses."""
+    addresses = []
+    for n in (1, 2, 3):
+        proc, address = _node(root, f"node-{n}", [
+            "--zookeeper", hosts, "--node-id", str(n), "--container-count", "6",
+            "--tier1-dir", str(root / "shared-tier1"), "--tier2-dir", str(root / "shared-tier2"),
+        ])
+        procs.append(proc)
+        addresses.append(address)
+    time.sleep(2)  # the map settles over the three
+    return addresses
+
+
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
     for proc in procs:
         if proc.poll() is None:
@@ -137,15 +152,7 @@ def run(records: int, record_bytes: int, partitions: int) -> dict[str, Any]:
         zk, hosts = _zookeeper(root)
         nodes: list[subprocess.Popen[bytes]] = []
         try:
-            addresses = []
-            for n in (1, 2, 3):
-                proc, address = _node(root, f"node-{n}", [
-                    "--zookeeper", hosts, "--node-id", str(n), "--container-count", "6",
-                    "--tier1-dir", str(root / "shared-tier1"), "--tier2-dir", str(root / "shared-tier2"),
-                ])
-                nodes.append(proc)
-                addresses.append(address)
-            time.sleep(2)  # the map settles over the three
+            addresses = three_nodes(root, hosts, nodes)
             out["three_nodes"] = _measure(",".join(addresses), records, record_bytes, partitions)
         finally:
             _stop(nodes)

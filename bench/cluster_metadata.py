@@ -12,6 +12,7 @@ import json
 import socket
 import statistics
 import struct
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.metadata import MetadataRequest
 
-from bench.cluster import _node, _stop, _zookeeper
+from bench.cluster import _stop, _zookeeper, three_nodes
 
 QUIET = {"log_level": 3}
 
@@ -48,17 +49,9 @@ def run(topics: int, requests: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tidegate-bench-metadata-") as tmp:
         root = Path(tmp)
         zk, hosts = _zookeeper(root)
-        nodes = []
+        nodes: list[subprocess.Popen[bytes]] = []
         try:
-            addresses = []
-            for n in (1, 2, 3):
-                proc, address = _node(root, f"node-{n}", [
-                    "--zookeeper", hosts, "--node-id", str(n), "--container-count", "6",
-                    "--tier1-dir", str(root / "shared-tier1"), "--tier2-dir", str(root / "shared-tier2"),
-                ])
-                nodes.append(proc)
-                addresses.append(address)
-            time.sleep(2)  # the map settles over the three
+            addresses = three_nodes(root, hosts, nodes)
             admin = AdminClient({"bootstrap.servers": ",".join(addresses), **QUIET})
             made = admin.create_topics([NewTopic(f"md-{i}", 2, 1) for i in range(topics)])
             for f in made.values():
