@@ -47,8 +47,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # unty
         self, continuation: Callable[[Any], Awaitable[Any]], details: Any
     ) -> Any:
         handler = await continuation(details)
-        if handler is None or handler.unary_unary is None:
-            return handler
+        if handler is None:
+            return None
+        if handler.unary_unary is None:
+            return _refused(handler)
         inner = handler.unary_unary
         auth = self._auth
         metadata = dict(details.invocation_metadata or ())
@@ -77,3 +79,18 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # unty
             guarded, request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+
+
+def _refused(handler: Any) -> Any:
+    """Fail closed: only unary calls are guarded, so a streaming method (none exists yet)
+    is refused rather than served unauthenticated."""
+
+    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                            "streaming calls are not served under admin authentication")
+
+    make = (grpc.unary_stream_rpc_method_handler if handler.unary_stream is not None
+            else grpc.stream_unary_rpc_method_handler if handler.stream_unary is not None
+            else grpc.stream_stream_rpc_method_handler)
+    return make(refuse, request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer)

@@ -142,3 +142,44 @@ def test_items_are_split_one_by_one_and_ids_checked_under_their_names() -> None:
     # Nothing denied: the request is left alone.
     assert split(authz, session, SimpleNamespace(topic_names=["orders"]), 20, 5,
                  lambda _: None) is None
+
+
+class _EveryoneAllowed:
+    async def principal(self, authorization: str | None) -> str | None:
+        return "User:alice"
+
+    def is_super(self, principal: str) -> bool:
+        return False
+
+    def allowed(self, principal: str, host: str, operation: Operation, scope: str | None,
+                stream: str | None) -> bool:
+        return True
+
+
+async def test_grpc_streaming_methods_are_refused_not_served_unguarded() -> None:
+    """The admin interceptor guards unary calls; any other shape fails closed."""
+    import grpc
+    from tidegate.gateway.admin.grpc_auth import AuthInterceptor
+
+    async def unary(request: bytes, context: object) -> bytes:
+        return b"unary " + request
+
+    async def streamed(request: bytes, context: object):  # type: ignore[no-untyped-def]
+        yield b"streamed " + request
+
+    server = grpc.aio.server(interceptors=[AuthInterceptor(_EveryoneAllowed())])
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("t.S", {
+        "Get": grpc.unary_unary_rpc_method_handler(unary),
+        "GetAll": grpc.unary_stream_rpc_method_handler(streamed),
+    })])
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            assert await channel.unary_unary("/t.S/Get")(b"x", timeout=10) == b"unary x"
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                async for _ in channel.unary_stream("/t.S/GetAll")(b"x", timeout=10):
+                    pass
+            assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        await server.stop(None)
