@@ -115,6 +115,9 @@ async def serve(config: GatewayConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    from tidegate.gateway.stackdump import install
+
+    install(loop)  # SIGUSR1: thread and task stacks to stderr
 
     store_settings = dict(config.store)
     for key in ("tier1_dir", "tier2_dir"):

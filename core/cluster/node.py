@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 #: First wait before taking up controller leadership again after a failure, and the most.
 LEADERSHIP_RETRY_S = 0.5
 LEADERSHIP_RETRY_MAX_S = 5.0
+#: Longest a container's start (its recovery) may take before it is given up and retried.
+START_TIMEOUT_MS = 120_000
 
 
 class LocalContainers(Protocol):
@@ -57,6 +59,7 @@ class ClusterNode:
         container_count: int,
         info: dict[str, Any],
         start_retry_ms: int = 500,
+        start_timeout_ms: int = START_TIMEOUT_MS,
     ) -> None:
         self.session = session
         self.local = local
@@ -64,6 +67,7 @@ class ClusterNode:
         self.container_count = container_count
         self.info = info
         self.start_retry_ms = start_retry_ms
+        self.start_timeout_ms = start_timeout_ms
         self.containers = ContainerMap()
         self.peers = PeerStores()
         self.members: Members = {}
@@ -244,8 +248,18 @@ class ClusterNode:
         gained: set[int] = set()
         failed = False
         for cid in sorted(want - self.running):
+            bound = asyncio.timeout(self.start_timeout_ms / 1000)
             try:
-                await self.local.start_container(cid)
+                async with bound:
+                    await self.local.start_container(cid)
+            except TimeoutError as exc:
+                stuck = "its start is stuck" if bound.expired() else repr(exc)
+                log.warning(
+                    "container %d did not start within %d ms (%s); retrying",
+                    cid, self.start_timeout_ms, stuck,
+                )
+                failed = True
+                continue
             except Exception as exc:  # noqa: BLE001 - retried while the map says so
                 log.warning("container %d did not start (%r); retrying", cid, exc)
                 failed = True

@@ -25,6 +25,7 @@ import asyncio
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -317,31 +318,59 @@ class ZooKeeper:
         self._ephemerals: dict[str, bytes] = {}
         self._lock = threading.Lock()
         self._start_lock = threading.Lock()
+        #: kazoo's connection routine runs (started, not stopped): it reconnects by itself.
+        self._started = False
         self._client.add_listener(self._on_state)
 
     async def start(self) -> None:
-        """Connect (again a no-op once connected)."""
-        if not self._client.connected:
-            try:
-                await self._call(self._start)
-            except ZooKeeperError as exc:
-                raise ZooKeeperError(f"cannot connect to ZooKeeper at {self.hosts}: {exc}") from exc
+        """Connect once; later calls wait (at most ``timeout_s``) while kazoo reconnects.
+
+        kazoo's ``start`` on a client that is reconnecting (a lost connection or session,
+        after a freeze) joins the running connection routine, which never ends: the calling
+        thread, and every call after it, would hang for good (issue 26)."""
+        if self._client.connected:
+            return
+        if self._started:
+            await self._connected_within(self._timeout_s)
+            return
+        try:
+            await self._call(self._start)
+        except ZooKeeperError as exc:
+            raise ZooKeeperError(f"cannot connect to ZooKeeper at {self.hosts}: {exc}") from exc
+
+    @property
+    def connected(self) -> bool:
+        return bool(self._client.connected)
+
+    async def _connected_within(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self._client.connected:
+            if time.monotonic() > deadline:
+                log.warning("ZooKeeper at %s: still reconnecting after %.0f s", self.hosts, timeout_s)
+                raise ZooKeeperError(
+                    f"not connected to ZooKeeper at {self.hosts}: reconnecting for {timeout_s:.0f} s"
+                )
+            await asyncio.sleep(0.05)
 
     def _start(self) -> None:
         with self._start_lock:  # concurrent first calls share one connect
-            if not self._client.connected:
-                base, _, chroot = self.hosts.partition("/")
-                if chroot.strip("/"):
-                    _ensure_chroot(base, "/" + chroot.strip("/"), self._timeout_s)
-                self._client.start(timeout=self._timeout_s)
+            if self._started:
+                return  # started meanwhile; the caller's next call waits for the connection
+            base, _, chroot = self.hosts.partition("/")
+            if chroot.strip("/"):
+                _ensure_chroot(base, "/" + chroot.strip("/"), self._timeout_s)
+            self._client.start(timeout=self._timeout_s)  # timed out: kazoo stopped it again
+            self._started = True
 
     async def stop(self) -> None:
         await asyncio.to_thread(self.stop_blocking)
 
     def stop_blocking(self) -> None:
         """``stop`` for callers without an event loop (test teardown)."""
-        self._client.stop()
-        self._client.close()
+        with self._start_lock:
+            self._started = False
+            self._client.stop()
+            self._client.close()
 
     async def _call(self, fn: Any, *args: Any, **kw: Any) -> Any:
         try:

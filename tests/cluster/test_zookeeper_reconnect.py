@@ -1,0 +1,61 @@
+"""The replicated Tier-1's plain ZooKeeper session while kazoo reconnects (issue 26).
+
+A node frozen past its session (SIGSTOP, as in ``test_tier2_fence.py``) finds kazoo
+reconnecting when it is thawed. Every plog coordinator call starts with
+``ZooKeeper.start``; kazoo's own ``start`` on a client that is reconnecting joins its
+running connection routine, which never ends, so a container's Tier-1 log never opened
+and the container stayed "starting" for good. Now such a call waits for kazoo's
+reconnection, at most ``timeout_s``, then fails with a clear error (the container start
+is retried), and works again once ZooKeeper answers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+from tidegate.core.cluster.zookeeper import ZooKeeper, ZooKeeperError
+
+from tests.cluster.zk import ZooKeeperServer
+
+
+async def _until(check, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_call_while_kazoo_reconnects_fails_in_bounded_time_then_works(
+    zookeeper: ZooKeeperServer,
+) -> None:
+    zk = ZooKeeper(zookeeper.hosts, timeout_s=2.0, session_timeout_s=2.0)
+    await zk.start()
+    await zk.create("/thaw", b"v")
+    assert zookeeper.proc is not None
+    os.kill(zookeeper.proc.pid, signal.SIGSTOP)  # no answers: kazoo drops the connection
+    try:
+        await _until(lambda: not zk.connected, 15)
+        started = time.monotonic()
+        # Before the fix this hung for good (the test timed out here).
+        with pytest.raises(ZooKeeperError, match="reconnecting"):
+            await asyncio.wait_for(zk.start(), 10)
+        assert time.monotonic() - started < 5
+    finally:
+        os.kill(zookeeper.proc.pid, signal.SIGCONT)
+    try:
+        # kazoo reconnects by itself (a new session if the old one expired).
+        for _ in range(100):
+            try:
+                await asyncio.wait_for(zk.start(), 10)
+                data, _ = await asyncio.wait_for(zk.get("/thaw"), 10)
+                break
+            except ZooKeeperError:
+                await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("ZooKeeper calls did not work again after the thaw")
+        assert data == b"v"
+    finally:
+        await asyncio.wait_for(zk.stop(), 20)
