@@ -114,6 +114,9 @@ class PendingAppend:
             self.durable.set_result(None)
         else:
             self.durable.set_exception(exc)
+            # Seen here, not by a done callback per append (one loop callback each):
+            # acks=0 appends have nobody awaiting them; an awaiter still gets it raised.
+            self.durable.exception()
         callbacks, self.on_settled = self.on_settled, None
         for callback in callbacks or ():
             callback()
@@ -208,7 +211,6 @@ class PartitionLog:
             base, offset, data, assigned, asyncio.get_running_loop().create_future(),
             producer_ids={b.producer_id for b in assigned if b.is_idempotent},
         )
-        pending.durable.add_done_callback(_retrieve)
         self._pending.append(pending)
         self._submit(pending)
         return pending
@@ -453,8 +455,3 @@ class PartitionLog:
     def idle(self) -> bool:
         return not self._pending and self._inflight == 0
 
-
-def _retrieve(f: asyncio.Future[None]) -> None:
-    """Mark a durability failure as seen: acks=0 appends have nobody awaiting them."""
-    if not f.cancelled():
-        f.exception()
