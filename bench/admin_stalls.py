@@ -73,14 +73,24 @@ class StallMeter:
         self._task.cancel()
 
 
-async def _call(port: int, request: Any, version: int) -> Any:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+def _frame(request: Any, version: int) -> bytes:
     request.API_VERSION = version
     request.with_header(correlation_id=1, client_id="stalls")
-    writer.write(bytes(request.encode(version=version, header=True, framed=True)))
+    return bytes(request.encode(version=version, header=True, framed=True))
+
+
+async def _call(port: int, frame: bytes) -> bytes:
+    """Send one framed request, return the response body (encoding and decoding are
+    left to the caller, outside the measured time: the client shares the loop)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(frame)
     size = int.from_bytes(await reader.readexactly(4), "big")
     body = await reader.readexactly(size)
     writer.close()
+    return body
+
+
+def _decode(request: Any, version: int, body: bytes) -> Any:
     module = kafka.protocol.producer if isinstance(request, ProduceRequest) else kafka.protocol.admin
     response_class = getattr(module, type(request).__name__.replace("Request", "Response"))
     flexible = response_class.flexible_version_q(version)
@@ -163,15 +173,18 @@ async def run(partitions: int, to: int, data_dir: Path, freeze: bool = True,
             await asyncio.sleep(2.0)
         out["idle_2s_worst_stall_ms"] = round(meter.worst_s * 1000, 1)
         for name, request, version in _steps(partitions, to):
+            frame = _frame(request, version)
             started = time.monotonic()
             with meter:
                 with LoopSteps((steps_over_ms or 1e6) / 1000) as steps:
-                    response = await _call(port, request, version)
+                    body = await _call(port, frame)
+            elapsed_s = time.monotonic() - started
+            response = _decode(request, version, body)
             if steps_over_ms:
                 print(f"--- {name}\n{steps.report()}", flush=True)
             if any(_errors(response)):
                 raise SystemExit(f"{name}: {str(response)[:2000]}")
-            out[f"{name}_s"] = round(time.monotonic() - started, 3)
+            out[f"{name}_s"] = round(elapsed_s, 3)
             out[f"{name}_worst_stall_ms"] = round(meter.worst_s * 1000, 1)
             if steps.worst_cpu is not None and steps.worst_iteration is not None:
                 out[f"{name}_worst_step_cpu_ms"] = steps.worst_cpu.cpu_ms

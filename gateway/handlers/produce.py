@@ -299,10 +299,12 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         return None
     timeout_s = min(max(request.timeout_ms, 0), ctx.config.fetch_max_wait_ms_max) / 1000
     await _settled(works, max(timeout_s, 0.001))
-    outcomes = [_outcome(w) for w in works]
     by_topic: dict[str, list[PartitionProduceResult]] = {}
     leaders: dict[int, tuple[str, int]] = {}
-    for work, (error, base) in zip(works, outcomes, strict=True):
+    for n, work in enumerate(works):
+        if n % PARTITIONS_PER_STEP == PARTITIONS_PER_STEP - 1:
+            await asyncio.sleep(0)  # the answer to many partitions: a slice per loop step
+        error, base = _outcome(work)
         start = work.plog.log_start_offset if work.plog is not None else -1
         current = None
         if error == ErrorCode.NOT_LEADER_OR_FOLLOWER and ctx.cluster is not None:

@@ -43,7 +43,7 @@ import functools
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tidegate.core.controller.api import SegmentRecord
 from tidegate.core.segmentstore.api import (
@@ -91,7 +91,7 @@ UNAVAILABLE_RETRY_S = 0.5
 RECENT_ENTRIES_MAX = 64
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # slots: one object fewer per append for the collector
 class PendingAppend:
     base_offset: int
     end_offset: int
@@ -102,7 +102,7 @@ class PendingAppend:
     segment: SegmentRecord | None = None
     position: int = -1
     attempts: int = 0
-    producer_ids: set[int] = field(default_factory=set)
+    producer_ids: tuple[int, ...] = ()  # the empty tuple is shared, a set would not be
     #: Called synchronously, once, right after ``durable`` is resolved: a waiting
     #: handler resumes one event-loop hop later (a done callback takes two).
     on_settled: list[Callable[[], None]] | None = None
@@ -114,6 +114,9 @@ class PendingAppend:
             self.durable.set_result(None)
         else:
             self.durable.set_exception(exc)
+            # Seen here, not by a done callback per append (one loop callback each):
+            # acks=0 appends have nobody awaiting them; an awaiter still gets it raised.
+            self.durable.exception()
         callbacks, self.on_settled = self.on_settled, None
         for callback in callbacks or ():
             callback()
@@ -206,9 +209,8 @@ class PartitionLog:
             traffic.record(self.topic, self.partition, n, offset - base)
         pending = PendingAppend(
             base, offset, data, assigned, asyncio.get_running_loop().create_future(),
-            producer_ids={b.producer_id for b in assigned if b.is_idempotent},
+            producer_ids=tuple({b.producer_id for b in assigned if b.is_idempotent}),
         )
-        pending.durable.add_done_callback(_retrieve)
         self._pending.append(pending)
         self._submit(pending)
         return pending
@@ -453,8 +455,3 @@ class PartitionLog:
     def idle(self) -> bool:
         return not self._pending and self._inflight == 0
 
-
-def _retrieve(f: asyncio.Future[None]) -> None:
-    """Mark a durability failure as seen: acks=0 appends have nobody awaiting them."""
-    if not f.cancelled():
-        f.exception()

@@ -1,5 +1,6 @@
 """`python -m bench.admin_stalls` at 2,000 partitions (issue 22, finding 4): every admin
-request is answered without error and none runs long on the event loop.
+request, and a Produce with a batch for each partition, is answered without error and
+none runs long on the event loop.
 
 The bound is on the CPU the loop thread used in one loop iteration, not on wall time: on
 a shared machine a step waits for a CPU for as long as the other load makes it, which
@@ -22,8 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 ADMIN = ["create_topics_200", "create_partitions_200_to_2000", "delete_topics_2000",
          "create_topics_2000", "delete_records_2000", "alter_configs_2000",
          "incremental_alter_configs_2000", "delete_topics_2000_compacted"]
-#: Most loop-thread CPU one iteration may use while an admin request of 2,000 partitions
-#: runs (a request over 10,000 takes one loop step per slice of partitions).
+#: Most loop-thread CPU one iteration may use while an admin request (or a Produce) of
+#: 2,000 partitions runs (a request over 10,000 takes one loop step per slice of partitions).
 ITERATION_CPU_MS_MAX = 60.0
 
 
@@ -40,6 +41,6 @@ def test_admin_requests_at_2000_partitions_keep_the_loop_free() -> None:
     assert "idle_2s_worst_stall_ms" in result
     for name in [*ADMIN, "produce_2000"]:
         assert result[f"{name}_s"] > 0 and f"{name}_worst_stall_ms" in result, (name, result)
-    over = {name: result[f"{name}_worst_iteration_cpu_ms"] for name in ADMIN
+    over = {name: result[f"{name}_worst_iteration_cpu_ms"] for name in [*ADMIN, "produce_2000"]
             if result[f"{name}_worst_iteration_cpu_ms"] > ITERATION_CPU_MS_MAX}
     assert not over, (over, result)
