@@ -5,10 +5,10 @@ Per partition: check the batch header (magic 2, lengths, CRC-32C), its size agai
 framing, count: ``gateway.log.validate``), what the topic's configs ask
 (``gateway/log/batch_policy.py``: keys of compacted topics, timestamp bounds, LogAppendTime
 stamping), the producer's id/epoch/sequence; then assign offsets, rewrite the base offset
-in place and append. Records are never rewritten or recompressed. All partitions of a
-request are assigned and submitted in one synchronous step, after which the next request
-on the connection may start; the answer waits until the appends are durable (acks=1/all)
-or is not sent at all (acks=0).
+in place and append. Records are never rewritten or recompressed. Partitions are checked,
+assigned and submitted in order, a slice of ``PARTITIONS_PER_STEP`` per loop step; the
+next request on the connection starts once all are submitted; the answer waits until the
+appends are durable (acks=1/all) or is not sent at all (acks=0).
 """
 
 from __future__ import annotations
