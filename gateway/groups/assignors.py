@@ -9,8 +9,12 @@ subscriptions and the previous target in, the new target assignment out.
   usual case) are assigned by quotas in linear time; mixed subscriptions by a greedy
   pass and moves, asking one heap per distinct subscription for the least loaded.
 - ``range`` gives, topic by topic, contiguous ranges of partitions to the members
-  subscribed to it, in member id order (the first ``partitions % members`` get one
-  more), so members subscribed to co-partitioned topics get the same partition numbers.
+  subscribed to it (the first ``partitions % members`` get one more), static members
+  first in instance id order, then the others in member id order: members with the
+  same subscription get the same partition numbers of co-partitioned topics. As Kafka's
+  (since KAFKA-16944) it is recomputed from the membership alone, not sticky: a static
+  member that rejoins under a new member id gets back what it had, but a join or a
+  leave shifts the ranges after it.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ class AssignmentSpec:
 
     member_id: str
     subscribed: frozenset[str]
+    #: ``group.instance.id`` of a static member: orders it in ``range``
+    instance_id: str | None = None
 
 
 def uniform(
@@ -161,22 +167,43 @@ def range_(
     partitions: Mapping[str, int],
     previous: Mapping[str, Assignment],
 ) -> dict[str, Assignment]:
-    del previous  # range is a function of the membership alone
-    out: dict[str, dict[str, set[int]]] = {m.member_id: {} for m in members}
-    topics = sorted({t for m in members for t in m.subscribed})
-    for topic in topics:
+    """Kafka's server-side range, topic by topic over the subscribers in range order;
+    members with the same subscription share one ordered list, so this is
+    O(partitions + topics + members x distinct subscriber sets)."""
+    del previous  # a function of the membership alone, as Kafka's since KAFKA-16944
+    ordered = sorted(members, key=_range_order)
+    classes_of_topic: dict[str, set[frozenset[str]]] = {}
+    for subscription in {m.subscribed for m in members}:
+        for topic in subscription:
+            classes_of_topic.setdefault(topic, set()).add(subscription)
+    subscribers_of: dict[frozenset[frozenset[str]], list[str]] = {}
+    out: dict[str, dict[str, frozenset[int]]] = {m.member_id: {} for m in members}
+    for topic, classes in classes_of_topic.items():
         n = partitions.get(topic, 0)
-        subscribers = sorted(m.member_id for m in members if topic in m.subscribed)
-        if n <= 0 or not subscribers:
+        if n <= 0:
             continue
+        key = frozenset(classes)
+        subscribers = subscribers_of.get(key)
+        if subscribers is None:
+            subscribers = [m.member_id for m in ordered if m.subscribed in key]
+            subscribers_of[key] = subscribers
         quota, extra = divmod(n, len(subscribers))
         start = 0
-        for i, mid in enumerate(subscribers):
+        # with fewer partitions than members only the first ``extra`` get one
+        for i, mid in enumerate(subscribers if quota else subscribers[:extra]):
             count = quota + (1 if i < extra else 0)
-            if count:
-                out[mid][topic] = set(range(start, start + count))
+            out[mid][topic] = frozenset(range(start, start + count))
             start += count
-    return {mid: {t: frozenset(ps) for t, ps in a.items()} for mid, a in out.items()}
+    return out
+
+
+def _range_order(m: AssignmentSpec) -> tuple[int, bytes, bytes]:
+    """Static members first by instance id, then dynamic ones by member id (Kafka's
+    order, so a static member that rejoins under a new member id keeps its ranges).
+    UTF-16 code units compare as Java's ``String.compareTo`` does."""
+    if m.instance_id is not None:
+        return (0, m.instance_id.encode("utf-16-be"), m.member_id.encode("utf-16-be"))
+    return (1, m.member_id.encode("utf-16-be"), b"")
 
 
 def _as_assignment(tps: set[tuple[str, int]]) -> Assignment:

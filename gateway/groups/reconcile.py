@@ -80,7 +80,9 @@ def compute_target(g: ConsumerGroup) -> None:
     g.assignor = preferred_assignor(g)
     all_names = list(g.topics)
     specs = [
-        AssignmentSpec(m.member_id, frozenset(t for t in subscribed_topics(m, all_names) if t in g.topics))
+        AssignmentSpec(
+            m.member_id, frozenset(t for t in subscribed_topics(m, all_names) if t in g.topics), m.instance_id
+        )
         for m in g.members.values()
     ]
     partitions = {t: n for t, (_, n) in g.topics.items()}

@@ -158,6 +158,8 @@ def test_java_static_members_with_the_range_assignor(java: Java, server: Tidegat
         _wait(settled, "two static members with two partitions each", describe)
         first = describe()
         assert "assignor=range" in first, first
+        # Kafka's range order: static members by instance id, whatever their member ids
+        assert [m.assignment() for m in members] == [{0, 1}, {2, 3}], first
         epoch = _describe_line(first).rsplit(" epoch=", 1)[1]
         before = members[0].assignment()
         other_changes = len([ln for ln in members[1].log.read_text().splitlines() if ln.startswith("A ")])
@@ -175,3 +177,27 @@ def test_java_static_members_with_the_range_assignor(java: Java, server: Tidegat
     assert len(got) == len(set(got)) == 40
     # The other member's assignment did not change while the static member was away.
     assert len([ln for ln in members[1].log.read_text().splitlines() if ln.startswith("A ")]) == other_changes
+
+
+def test_java_range_third_static_member_gets_kafkas_ranges(
+    java: Java, server: Tidegate, tmp_path: Path  # noqa: F811
+) -> None:
+    """Kafka's range is recomputed, not sticky: with static members ``inst-1``,
+    ``inst-2`` on 6 partitions ({0,1,2}, {3,4,5}), ``inst-3`` joining makes the ranges
+    {0,1}, {2,3}, {4,5}: partitions 2 and 5 move, as they would on a Kafka 4.x broker."""
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    admin.create_topics([NewTopic(TOPIC, num_partitions=6, replication_factor=1)])
+    admin.close()
+
+    def describe() -> str:
+        return java.run("ConsumerGroupAdmin", server.bootstrap, GROUP, TOPIC, "6")
+
+    members = [_member(f"s{i}", "java", java, server, tmp_path, "consumer:range", f"inst-{i}") for i in (1, 2)]
+    try:
+        _wait(lambda: [m.assignment() for m in members] == [{0, 1, 2}, {3, 4, 5}], "two ranges of three", describe)
+        members.append(_member("s3", "java", java, server, tmp_path, "consumer:range", "inst-3"))
+        _wait(lambda: [m.assignment() for m in members] == [{0, 1}, {2, 3}, {4, 5}], "three ranges of two", describe)
+        assert "assignor=range" in describe()
+    finally:
+        for m in members:
+            m.finish()
