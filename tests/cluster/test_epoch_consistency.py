@@ -19,7 +19,7 @@ from tidegate.protocol.controller_grpc import pb2
 from tests.cluster.clients import QUIET, leaders
 from tests.cluster.nodes import Node, start_nodes
 from tests.cluster.test_leader_epochs import _call
-from tests.cluster.test_leader_scale import CONTAINERS, _stub, _zk_state
+from tests.cluster.test_leader_scale import CONTAINERS, _stub, _zk_state, successor_numbers
 from tests.cluster.zk import ZooKeeperServer
 
 SPREAD = 6
@@ -86,7 +86,8 @@ def test_epochs_name_one_leader_through_a_scale_and_a_kill9(
         moving = next(
             f"moving-{i}" for i in range(1000)
             if owners[container_of(f"kafka/moving-{i}/0", CONTAINERS)]
-            != owners[container_of(f"kafka/moving-{i}/1", CONTAINERS)]
+            != owners[container_of(f"kafka/moving-{i}/{successor_numbers(owners, f'moving-{i}', 2)[0]}",
+                                   CONTAINERS)]
         )
         admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
         for name, count in ((moving, 1), ("spread", SPREAD)):
@@ -104,7 +105,8 @@ def test_epochs_name_one_leader_through_a_scale_and_a_kill9(
             scope="kafka", stream=moving, sealed_segments=[0],
             new_ranges=[pb2.KeyRange(start=0.0, end=0.5), pb2.KeyRange(start=0.5, end=1.0)],
         ), timeout=30)
-        after_node = owners[container_of(f"kafka/{moving}/1", CONTAINERS)]
+        first = successor_numbers(owners, moving, 2)[0]  # the placement's number for keys [0, 0.5)
+        after_node = owners[container_of(f"kafka/{moving}/{first}", CONTAINERS)]
         deadline = time.monotonic() + 30
         while leaders(bootstrap, moving).get(0) != after_node and time.monotonic() < deadline:
             time.sleep(0.1)
