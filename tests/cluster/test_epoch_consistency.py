@@ -11,6 +11,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from tidegate.core.segmentstore.service import container_of
@@ -74,6 +75,9 @@ def _latest(seen: list[Seen], topic: str, partition: int, after: float) -> tuple
     return max(found)[1:] if found else None
 
 
+# Failed once in a fresh-clone CI run at c030775, after the other cluster tests; passed in
+# the CI run before it and alone (6 of 6): the cause is not found yet (issue 28).
+@pytest.mark.known_flaky
 def test_epochs_name_one_leader_through_a_scale_and_a_kill9(
     tmp_path: Path, zookeeper: ZooKeeperServer
 ) -> None:
