@@ -98,19 +98,26 @@ def carry_on_then_drain(producing: Producing, consuming: Consuming, acked_at_lea
 
 def read_back(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60) -> list[tuple[int, int, bytes]]:
     """Every record of every partition, from offset 0 to the high watermark."""
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": "read-back", "enable.auto.commit": False, **QUIET,
-    })
+    def connect() -> Consumer:
+        return Consumer({
+            "bootstrap.servers": bootstrap, "group.id": "read-back", "enable.auto.commit": False,
+            "topic.metadata.refresh.interval.ms": 1000, **QUIET,
+        })
+
+    consumer = connect()
     ends = {}
     deadline = time.monotonic() + timeout_s
     for p in range(partitions):
         while True:  # a partition whose leader just died answers once its new owner serves it
             try:
-                _, ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=20)
+                _, ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
                 break
             except KafkaException:
                 if time.monotonic() > deadline:
                     raise
+                # librdkafka keeps asking the leader it knows; a new client asks who leads now
+                consumer.close()
+                consumer = connect()
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     out: list[tuple[int, int, bytes]] = []
     seen = {p: 0 for p in range(partitions)}

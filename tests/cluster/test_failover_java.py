@@ -19,8 +19,7 @@ PARTITIONS = 6
 COUNT = 150_000
 
 
-def _stored(bootstrap: str, topic: str) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe", **QUIET})
+def _stored(consumer: Consumer, topic: str) -> int:
     try:
         return sum(
             consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
@@ -28,8 +27,6 @@ def _stored(bootstrap: str, topic: str) -> int:
         )
     except KafkaException:  # the topic not known to this client yet
         return 0
-    finally:
-        consumer.close()
 
 
 def test_java_producer_carries_on_over_a_kill9(
@@ -46,15 +43,18 @@ def test_java_producer_carries_on_over_a_kill9(
             lead = leaders(bootstrap, "java")
             time.sleep(0.2)
         victim = next(n for n in nodes if n.node_id in lead.values() and n.node_id != 1)
-        proc = java.popen("ProducerScenario", bootstrap, "java", str(COUNT), str(PARTITIONS), "0")
+        # paced to at most 50 sends a millisecond, so the kill lands while it is sending
+        proc = java.popen("ProducerScenario", bootstrap, "java", str(COUNT), str(PARTITIONS), "0", "50")
+        probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe", **QUIET})
         try:
             deadline = time.monotonic() + 60
-            while _stored(bootstrap, "java") < COUNT // 10 and time.monotonic() < deadline:
+            while _stored(probe, "java") < COUNT // 10 and time.monotonic() < deadline:
                 assert proc.poll() is None, proc.communicate()[0][-3000:]
                 time.sleep(0.05)
             victim.kill9()
             out, _ = proc.communicate(timeout=200)
         finally:
+            probe.close()
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()

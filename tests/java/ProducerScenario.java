@@ -2,7 +2,8 @@
 // kafka-clients 4.x), as Spark's Kafka sink uses it. Sends `count` records round-robin
 // over `partitions` partitions with explicit timestamps (base + i) and checks that the
 // offsets the broker assigns are dense per partition.
-// Usage: ProducerScenario BOOTSTRAP TOPIC COUNT PARTITIONS TIMESTAMP_BASE
+// Usage: ProducerScenario BOOTSTRAP TOPIC COUNT PARTITIONS TIMESTAMP_BASE [PAUSE_EVERY]
+// PAUSE_EVERY > 0 sleeps 1 ms after every that many sends, so a test can act mid-stream.
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -22,6 +23,7 @@ public final class ProducerScenario {
         int count = Integer.parseInt(args[2]);
         int partitions = Integer.parseInt(args[3]);
         long tsBase = Long.parseLong(args[4]);
+        int pauseEvery = args.length > 5 ? Integer.parseInt(args[5]) : 0;
         Properties p = Check.props(bootstrap);
         p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
         p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
@@ -31,6 +33,9 @@ public final class ProducerScenario {
             for (int i = 0; i < count; i++) {
                 sent.add(producer.send(new ProducerRecord<>(
                         topic, i % partitions, tsBase + i, "k-" + i, "v-" + i)));
+                if (pauseEvery > 0 && i % pauseEvery == pauseEvery - 1) {
+                    Thread.sleep(1);
+                }
             }
             producer.flush();
             Map<Integer, Long> next = new HashMap<>();
