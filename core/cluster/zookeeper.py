@@ -35,6 +35,7 @@ from kazoo.exceptions import KazooException
 from kazoo.exceptions import NodeExistsError as _NodeExists
 from kazoo.exceptions import NoNodeError as _NoNode
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,17 @@ LEADER_PATH = "/controller/leader"
 MAP_PATH = "/containers/map"
 
 Members = dict[int, dict[str, Any]]
+
+#: The longest pause between reconnection attempts: kazoo's own doubles up to an hour, so
+#: a node cut off for minutes would stay away long after ZooKeeper is back.
+RECONNECT_MAX_DELAY_S = 2.0
+
+
+def _kazoo(hosts: str, session_timeout_s: float = 10.0) -> KazooClient:
+    return KazooClient(
+        hosts=hosts, timeout=session_timeout_s,
+        connection_retry=KazooRetry(max_tries=-1, max_delay=RECONNECT_MAX_DELAY_S),
+    )
 
 
 class CoordinationError(Exception):
@@ -59,7 +71,7 @@ class ClusterSession:
     def __init__(self, hosts: str, node_id: int, *, session_timeout_s: float = 6.0) -> None:
         self.hosts = hosts
         self.node_id = node_id
-        self._client = KazooClient(hosts=hosts, timeout=session_timeout_s)
+        self._client = _kazoo(hosts, session_timeout_s)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._registration: bytes | None = None
         self._lock = threading.Lock()
@@ -265,7 +277,7 @@ class ClusterSession:
 
 def _ensure_chroot(hosts: str, chroot: str, timeout_s: float) -> None:
     """Create the chroot of ``--zookeeper`` before the session that lives in it starts."""
-    client = KazooClient(hosts=hosts)
+    client = _kazoo(hosts)
     client.start(timeout=timeout_s)
     try:
         client.ensure_path(chroot)
@@ -314,7 +326,7 @@ class ZooKeeper:
     def __init__(self, hosts: str, *, timeout_s: float = 10.0, session_timeout_s: float = 10.0) -> None:
         self.hosts = hosts
         self._timeout_s = timeout_s
-        self._client = KazooClient(hosts=hosts, timeout=session_timeout_s)
+        self._client = _kazoo(hosts, session_timeout_s)
         self._ephemerals: dict[str, bytes] = {}
         self._lock = threading.Lock()
         self._start_lock = threading.Lock()

@@ -59,3 +59,20 @@ async def test_a_call_while_kazoo_reconnects_fails_in_bounded_time_then_works(
         assert data == b"v"
     finally:
         await asyncio.wait_for(zk.stop(), 20)
+
+
+async def test_reconnects_soon_after_a_long_outage(zookeeper: ZooKeeperServer) -> None:
+    """kazoo's own backoff doubles up to an hour between attempts: 40 s without ZooKeeper
+    left the next attempt 10-30 s after it was back. Capped, it comes within seconds."""
+    zk = ZooKeeper(zookeeper.hosts, timeout_s=2.0, session_timeout_s=20.0)
+    await zk.start()
+    try:
+        zookeeper.close()
+        await _until(lambda: not zk.connected, 15)
+        await asyncio.sleep(40)
+        zookeeper.start()  # the same port and data: the session may even survive
+        back = time.monotonic()
+        await _until(lambda: zk.connected, 30)
+        assert time.monotonic() - back < 8, f"reconnected {time.monotonic() - back:.1f} s after"
+    finally:
+        await asyncio.wait_for(zk.stop(), 20)
