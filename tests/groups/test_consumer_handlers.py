@@ -149,11 +149,13 @@ async def test_classic_apis_on_a_consumer_group(client: RawClient) -> None:
     join = await client.call(
         JoinGroupRequest(
             group_id="cg", session_timeout_ms=10_000, rebalance_timeout_ms=10_000, member_id="",
-            group_instance_id=None, protocol_type="consumer",
+            group_instance_id=None, protocol_type="connect",
             protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"m")], reason=None,
         ),
         5, JoinGroupResponse,
     )
+    # A classic member may join a consumer group (online migration), but only with the
+    # consumer embedded protocol.
     assert join.error_code == E.INCONSISTENT_GROUP_PROTOCOL
 
     def commit(epoch: int, member: str = "m1") -> Any:
