@@ -145,7 +145,7 @@ async def test_classic_apis_on_a_consumer_group(client: RawClient) -> None:
     assert (v5.groups[0].error_code, v5.groups[0].group_state) == (0, "Dead")
     v6 = await client.call(DescribeGroupsRequest(groups=["cg"], include_authorized_operations=False), 6,
                            DescribeGroupsResponse)
-    assert v6.groups[0].error_code == E.GROUP_ID_NOT_FOUND
+    assert (v6.groups[0].error_code, v6.groups[0].error_message) == (E.GROUP_ID_NOT_FOUND, "Group cg is not a classic group.")
     join = await client.call(
         JoinGroupRequest(
             group_id="cg", session_timeout_ms=10_000, rebalance_timeout_ms=10_000, member_id="",
