@@ -112,6 +112,8 @@ def test_rolling_upgrade_and_downgrade_exactly_once(server: Tidegate, tmp_path: 
     finally:
         outputs = {m.name: m.finish() for m in members}
     print("seconds from change to every record delivered:", phases)
+    reads = [r for m in members for r in m.lines("R")]
+    print("records read more than once (a read whose commit failed):", len(reads) - len(set(reads)))
 
     for m in members:
         assert "OK closed" in outputs[m.name], (m.name, outputs[m.name][-2000:])
