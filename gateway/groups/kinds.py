@@ -103,6 +103,11 @@ class GroupKinds(Membership):
                     E.GROUP_ID_NOT_FOUND, f"Cannot upgrade the classic group {req.group_id} to consumer "
                     "group because the embedded consumer protocol is malformed.",
                 )
+            result = await self.consumer.heartbeat(req, topics)
+            # The classic side is written empty after the consumer group (a crash between
+            # the two writes: the consumer group's entry wins at load).
+            self._store.put_group(classic).add_done_callback(_log_failure)
+            return result
         return await self.consumer.heartbeat(req, topics)
 
     def _upgrade(self, classic: Group) -> None:
@@ -117,9 +122,6 @@ class GroupKinds(Membership):
             m.awaiting_join = m.awaiting_sync = None
         migration.empty_classic_holder(classic, self._clock_ms(), self._wall_clock_ms())
         self.consumer.groups[cg.group_id] = cg
-        # Written after the heartbeat's write of the consumer group (a crash between the
-        # two: the consumer group wins at load).
-        self._store.put_group(classic).add_done_callback(_log_failure)
 
     def _downgrade(self, cg: ConsumerGroup, leaving: str) -> asyncio.Future[None] | None:
         """The online downgrade (``migration.py``) when ``leaving`` goes; None if not."""
