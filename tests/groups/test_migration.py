@@ -13,8 +13,9 @@ from kafka.protocol.consumer.metadata import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
 )
+from tidegate.core.segmentstore.api import TableUpdate
 from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
-from tidegate.gateway.groups import GroupCoordinator, JoinRequest, OffsetCommit
+from tidegate.gateway.groups import GroupCoordinator, JoinRequest, OffsetCommit, SyncResult
 from tidegate.gateway.groups.consumer_groups import HeartbeatResult
 from tidegate.protocol.errors import ErrorCode as E
 
@@ -226,3 +227,59 @@ async def test_a_classic_member_that_does_not_rejoin_is_removed(coord: GroupCoor
     # A classic LeaveGroup removes b (the group stays a consumer group: C speaks KIP-848).
     assert coord.leave_group("g", [(b, None)]) == (E.NONE, [(b, None, E.NONE)])
     assert set(coord.consumer.groups["g"].members) == {"C"}
+
+
+async def test_a_crash_between_an_upgrades_writes_keeps_the_consumer_group(
+    store: InMemorySegmentStore, clock: FakeClock
+) -> None:
+    """The consumer group is written first, the emptied classic side after: if only the
+    first write made it, the consumer group's entry wins at load."""
+    coord = make_coordinator(store, clock)
+    await coord.start(ticker=False)
+    a, b, generation = await _classic_group(coord)
+    table = coord.config.table
+    classic_entry = [e for e in await store.table_entries(table) if e.key == b"gg"]
+    assert len(classic_entry) == 1
+    assert (await coord.consumer_heartbeat(_hb("C", 0, group="g"), Catalog(t=P))).error == E.NONE
+    await coord.close()
+    await store.table_put(table, [TableUpdate(b"gg", classic_entry[0].value)])  # the lost write
+    again = make_coordinator(store, clock)
+    await again.start(ticker=False)
+    try:
+        assert set(again.consumer.groups["g"].members) == {a, b, "C"}
+        g = again.group("g")
+        assert g is not None and not g.members and g.state.value == "Empty"
+        assert again.heartbeat("g", generation, a, None) == E.REBALANCE_IN_PROGRESS
+    finally:
+        await again.close()
+
+
+async def test_a_new_classic_member_joins_a_consumer_group(coord: GroupCoordinator) -> None:
+    cat = Catalog(t=P)
+    c = await coord.consumer_heartbeat(_hb("C", 0, group="g"), cat)
+    assert c.error == E.NONE and len(_parts_of(c)) == P
+    first = await coord.join_group(JoinRequest(**{**_fields(_join("")), "require_known_member_id": True}), cat)
+    assert first.error == E.MEMBER_ID_REQUIRED and first.member_id
+    j = await coord.join_group(_join(first.member_id), cat)
+    assert (j.error, j.leader_id, j.members) == (E.NONE, "", ())
+    s = await coord.sync_group("g", j.generation_id, first.member_id, None, "consumer", "range", {})
+    assert s.error == E.NONE and _decode(s.assignment) == set()  # C still owns them all
+    assert await coord.sync_group("g", j.generation_id, first.member_id, None, "consumer", "roundrobin", {}) == (
+        SyncResult(E.INCONSISTENT_GROUP_PROTOCOL)
+    )
+    # A classic member with no protocol in common with the classic members is refused.
+    other = JoinRequest(**{**_fields(_join("")), "protocols": [("roundrobin", _sub())]})
+    assert (await coord.join_group(other, cat)).error == E.INCONSISTENT_GROUP_PROTOCOL
+    # C gives half up; the classic member is told to rejoin and gets them.
+    r = await coord.consumer_heartbeat(_hb("C", c.member_epoch, {"t": frozenset(range(P))}, group="g"), cat)
+    kept = _parts_of(r)
+    r = await coord.consumer_heartbeat(_hb("C", c.member_epoch, {"t": frozenset(kept)}, group="g"), cat)
+    assert coord.heartbeat("g", j.generation_id, first.member_id, None) == E.REBALANCE_IN_PROGRESS
+    generation, got = await _classic_round(coord, cat, first.member_id, set())
+    assert got == set(range(P)) - kept and generation == r.member_epoch
+    assert coord.heartbeat("g", generation, first.member_id, None) == E.NONE
+
+
+def _parts_of(r: HeartbeatResult) -> set[int]:
+    assert r.assignment is not None
+    return set(r.assignment.get("t", frozenset()))
