@@ -5,8 +5,9 @@ and ``reconcile.py``; the group is written durably (one table entry) before a
 heartbeat that changed it is answered, so after a restart every member carries on with
 the epoch and partitions it was last told.
 
-A group id is one kind: the coordinator (``coordinator.py``) keeps classic and consumer
-groups apart and answers a request for the other kind as Kafka 4.0 does.
+A group id is one kind at a time: ``kinds.py`` routes each request to the kind its group
+is now and moves live groups between the kinds (``migration.py``); a consumer group may
+hold classic-protocol members (``ClassicMetadata`` set, ``classic_members.py``).
 """
 
 from __future__ import annotations
