@@ -5,6 +5,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+#: Kafka's ``ConsumerGroupMigrationPolicy``: name -> (upgrade enabled, downgrade enabled).
+MIGRATION_POLICIES: dict[str, tuple[bool, bool]] = {
+    "bidirectional": (True, True),
+    "upgrade": (True, False),
+    "downgrade": (False, True),
+    "disabled": (False, False),
+}
+_STRINGS = frozenset({"table", "consumer_migration_policy"})
+
 
 @dataclass(frozen=True, slots=True)
 class GroupConfig:
@@ -32,10 +41,29 @@ class GroupConfig:
     #: KIP-848 ("consumer" protocol) members are told and held to.
     consumer_heartbeat_interval_ms: int = 5_000
     consumer_session_timeout_ms: int = 45_000
+    #: group.consumer.migration.policy: whether a live classic group becomes a consumer
+    #: group when a consumer-protocol member joins (upgrade) and back when its last
+    #: consumer-protocol member leaves (downgrade); one of ``MIGRATION_POLICIES``.
+    consumer_migration_policy: str = "bidirectional"
     #: How often session, join and sync deadlines are checked.
     tick_interval_ms: int = 100
     #: Bound on durable writes queued and not yet done.
     queue_writes_max: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.consumer_migration_policy.lower() not in MIGRATION_POLICIES:
+            raise ValueError(
+                f"consumer_migration_policy {self.consumer_migration_policy!r}: "
+                f"expected one of {', '.join(MIGRATION_POLICIES)}"
+            )
+
+    @property
+    def upgrade_enabled(self) -> bool:
+        return MIGRATION_POLICIES[self.consumer_migration_policy.lower()][0]
+
+    @property
+    def downgrade_enabled(self) -> bool:
+        return MIGRATION_POLICIES[self.consumer_migration_policy.lower()][1]
 
     @classmethod
     def from_table(cls, values: dict[str, object]) -> GroupConfig:
@@ -44,5 +72,5 @@ class GroupConfig:
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"unknown [groups] config keys {unknown}; known: {sorted(known)}")
-        kwargs = {k: v if k == "table" else int(str(v)) for k, v in values.items()}
+        kwargs = {k: str(v) if k in _STRINGS else int(str(v)) for k, v in values.items()}
         return cls(**kwargs)  # type: ignore[arg-type]  # each value has its field's type (above)

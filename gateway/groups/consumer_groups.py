@@ -5,8 +5,9 @@ and ``reconcile.py``; the group is written durably (one table entry) before a
 heartbeat that changed it is answered, so after a restart every member carries on with
 the epoch and partitions it was last told.
 
-A group id is one kind: the coordinator (``coordinator.py``) keeps classic and consumer
-groups apart and answers a request for the other kind as Kafka 4.0 does.
+A group id is one kind at a time: ``kinds.py`` routes each request to the kind its group
+is now and moves live groups between the kinds (``migration.py``); a consumer group may
+hold classic-protocol members (``ClassicMetadata`` set, ``classic_members.py``).
 """
 
 from __future__ import annotations
@@ -130,6 +131,13 @@ def _durable_view(g: ConsumerGroup | None, member_id: str) -> object:
     return (g.group_epoch, g.assignment_epoch, g.assignor, tuple(g.members), member)
 
 
+def _expired(m: ConsumerMember, now_ms: int) -> bool:
+    return any(
+        deadline is not None and now_ms >= deadline
+        for deadline in (m.session_deadline_ms, m.revocation_deadline_ms, m.join_deadline_ms, m.sync_deadline_ms)
+    )
+
+
 def _log_failure(done: asyncio.Future[None]) -> None:
     if not done.cancelled() and done.exception() is not None:
         log.error("writing a consumer group failed: %r", done.exception())
@@ -141,8 +149,11 @@ class ConsumerGroups:
     ) -> None:
         self.config = config
         self._store = store
-        self._clock_ms = clock_ms
+        self._clock_ms = self.clock_ms = clock_ms
         self.groups: dict[str, ConsumerGroup] = {}
+        #: Called before a member is removed (left, expired, fenced): may turn the group
+        #: into a classic one instead (the online downgrade), then returns the write.
+        self.downgrade: Callable[[ConsumerGroup, str], asyncio.Future[None] | None] | None = None
 
     def load(self, entries: list[TableEntry]) -> None:
         now = self._clock_ms()
@@ -157,7 +168,7 @@ class ConsumerGroups:
                 if g is not None and mid is not None:
                     decode_member(g, mid, e.value, now, self.config.consumer_session_timeout_ms)
 
-    def _persist(
+    def persist(
         self, g: ConsumerGroup, before_epochs: tuple[int, int] | None, before_ids: set[str],
         member_id: str | None,
     ) -> asyncio.Future[None]:
@@ -174,7 +185,9 @@ class ConsumerGroups:
 
     # -- ConsumerGroupHeartbeat ----------------------------------------------------------
 
-    async def heartbeat(self, r: HeartbeatRequest, catalog: TopicCatalog) -> HeartbeatResult:
+    @staticmethod
+    def check(r: HeartbeatRequest) -> HeartbeatResult | None:
+        """The request's own errors (before any group is looked at), or None."""
         problem = _validate(r)
         if problem is not None:
             return HeartbeatResult(E.INVALID_REQUEST, problem)
@@ -190,43 +203,69 @@ class ConsumerGroups:
                 return HeartbeatResult(
                     INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {r.subscribed_regex!r}: {exc}"
                 )
+        return None
+
+    async def heartbeat(self, r: HeartbeatRequest, catalog: TopicCatalog) -> HeartbeatResult:
+        refused = self.check(r)
+        if refused is not None:
+            return refused
         g = self.groups.get(r.group_id)
         before = _durable_view(g, r.member_id)
         before_epochs = None if g is None else (g.group_epoch, g.assignment_epoch)
         before_ids = set() if g is None else set(g.members)
+        converted: asyncio.Future[None] | None = None
         if r.member_epoch < 0:
-            result = self._leave(g, r)
+            result, converted = self._leave(g, r)
         else:
             result = self._heartbeat(g, r, catalog)
+        if converted is not None:
+            try:
+                await converted
+            except Exception:  # noqa: BLE001 - reported to the client, which retries
+                log.exception("writing group %r as a classic group failed", r.group_id)
+                return HeartbeatResult(E.COORDINATOR_NOT_AVAILABLE, "the group could not be written")
+            return result
         g = self.groups.get(r.group_id)
         if result.error == E.NONE and g is not None and _durable_view(g, result.member_id or "") != before:
             try:
-                await self._persist(g, before_epochs, before_ids, result.member_id)
+                await self.persist(g, before_epochs, before_ids, result.member_id)
             except Exception:  # noqa: BLE001 - reported to the client, which retries
                 log.exception("writing consumer group %r failed", r.group_id)
                 return HeartbeatResult(E.COORDINATOR_NOT_AVAILABLE, "the group could not be written")
         return result
 
-    def _leave(self, g: ConsumerGroup | None, r: HeartbeatRequest) -> HeartbeatResult:
+    def _leave(
+        self, g: ConsumerGroup | None, r: HeartbeatRequest
+    ) -> tuple[HeartbeatResult, asyncio.Future[None] | None]:
         if g is None:
-            return HeartbeatResult(E.UNKNOWN_MEMBER_ID, f"Group {r.group_id} has no member {r.member_id}.")
+            return HeartbeatResult(E.UNKNOWN_MEMBER_ID, f"Group {r.group_id} has no member {r.member_id}."), None
         if r.instance_id is not None:
             mid = g.static_members.get(r.instance_id)
             if mid is None:
-                return HeartbeatResult(E.UNKNOWN_MEMBER_ID, f"Instance id {r.instance_id} is unknown.")
+                return HeartbeatResult(E.UNKNOWN_MEMBER_ID, f"Instance id {r.instance_id} is unknown."), None
             if mid != r.member_id:
                 return HeartbeatResult(
                     E.FENCED_INSTANCE_ID, f"Instance id {r.instance_id} belongs to another member."
-                )
+                ), None
             m = g.members[mid]
             if r.member_epoch == STATIC_LEAVE_EPOCH:
                 # The static member keeps its partitions until it rejoins or its session ends.
                 m.member_epoch = STATIC_LEAVE_EPOCH
-                return HeartbeatResult(E.NONE, None, m.member_id, STATIC_LEAVE_EPOCH)
-        elif r.member_id not in g.members:
-            return HeartbeatResult(E.UNKNOWN_MEMBER_ID, f"Member {r.member_id} is not in group {g.group_id}.")
-        self.remove_member(g, r.member_id)
-        return HeartbeatResult(E.NONE, None, r.member_id, LEAVE_EPOCH)
+                return HeartbeatResult(E.NONE, None, m.member_id, STATIC_LEAVE_EPOCH), None
+        elif r.member_id not in g.members or g.members[r.member_id].classic is not None:
+            return HeartbeatResult(E.UNKNOWN_MEMBER_ID, f"Member {r.member_id} is not in group {g.group_id}."), None
+        converted = self.fence(g, r.member_id)
+        return HeartbeatResult(E.NONE, None, r.member_id, LEAVE_EPOCH), converted
+
+    def fence(self, g: ConsumerGroup, member_id: str) -> asyncio.Future[None] | None:
+        """Remove a member that left or expired; when the rest speak the classic protocol
+        the group may become a classic group instead (returns that write)."""
+        if self.downgrade is not None:
+            converted = self.downgrade(g, member_id)
+            if converted is not None:
+                return converted
+        self.remove_member(g, member_id)
+        return None
 
     def remove_member(self, g: ConsumerGroup, member_id: str) -> None:
         m = g.members.pop(member_id)
@@ -324,7 +363,7 @@ class ConsumerGroups:
         self, g: ConsumerGroup | None, r: HeartbeatRequest
     ) -> tuple[ConsumerGroup, ConsumerMember] | HeartbeatResult:
         m = g.members.get(r.member_id) if g is not None else None
-        if g is None or m is None:
+        if g is None or m is None or m.classic is not None:
             return HeartbeatResult(E.UNKNOWN_MEMBER_ID, f"Member {r.member_id} is not in group {r.group_id}.")
         if r.instance_id is not None and g.static_members.get(r.instance_id) != m.member_id:
             return HeartbeatResult(E.FENCED_INSTANCE_ID, f"Instance id {r.instance_id} belongs to another member.")
@@ -343,20 +382,21 @@ class ConsumerGroups:
     # -- timeouts ------------------------------------------------------------------------
 
     def maintain(self) -> None:
-        """Drop members whose session ended or that did not revoke in time."""
+        """Drop members whose session ended, that did not revoke in time, or (classic
+        members) that did not rejoin or sync within their rebalance timeout."""
         now = self._clock_ms()
-        for g in self.groups.values():
+        for g in list(self.groups.values()):
             before_epochs, before_ids = (g.group_epoch, g.assignment_epoch), set(g.members)
-            expired = [
-                m.member_id for m in g.members.values()
-                if now >= m.session_deadline_ms
-                or (m.revocation_deadline_ms is not None and now >= m.revocation_deadline_ms)
-            ]
+            expired = [m.member_id for m in g.members.values() if _expired(m, now)]
+            converted = None
             for mid in expired:
                 log.info("consumer group %r: member %s expired", g.group_id, mid)
-                self.remove_member(g, mid)
-            if expired:
-                self._persist(g, before_epochs, before_ids, None).add_done_callback(_log_failure)
+                converted = self.fence(g, mid)
+                if converted is not None:  # the group is classic now, its write covers all
+                    converted.add_done_callback(_log_failure)
+                    break
+            if expired and converted is None:
+                self.persist(g, before_epochs, before_ids, None).add_done_callback(_log_failure)
 
     # -- offsets and admin ---------------------------------------------------------------
 
@@ -375,6 +415,8 @@ class ConsumerGroups:
         m = g.members.get(member_id)
         if m is None:
             return E.UNKNOWN_MEMBER_ID, {}
+        if m.classic is not None:  # its generation is its member epoch, checked exactly
+            return (E.NONE if member_epoch == m.member_epoch else E.ILLEGAL_GENERATION), {}
         if api_version < 9:
             return E.UNSUPPORTED_VERSION, {}
         if member_epoch > m.member_epoch:
@@ -396,7 +438,7 @@ class ConsumerGroups:
         if m is None:
             return E.UNKNOWN_MEMBER_ID
         if member_epoch != m.member_epoch:
-            return E.STALE_MEMBER_EPOCH
+            return E.STALE_MEMBER_EPOCH if m.classic is None else E.ILLEGAL_GENERATION
         return E.NONE
 
     def describe(

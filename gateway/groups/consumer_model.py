@@ -22,6 +22,7 @@ Sessions are not stored: they start again when the group is loaded.
 
 from __future__ import annotations
 
+import base64
 import enum
 import json
 import struct
@@ -72,6 +73,20 @@ class ConsumerGroupState(enum.Enum):
 
 
 @dataclass(slots=True)
+class ClassicMetadata:
+    """What a member speaking the classic protocol inside a consumer group keeps of its
+    JoinGroup (Kafka's ``ClassicMemberMetadata``): its session timeout and protocols."""
+
+    session_timeout_ms: int
+    #: ``(name, ConsumerProtocol subscription)`` in the member's order of preference.
+    protocols: list[tuple[str, bytes]]
+    #: The protocol named in its JoinGroup answers: its most preferred one.
+    @property
+    def protocol_name(self) -> str:
+        return self.protocols[0][0]
+
+
+@dataclass(slots=True)
 class ConsumerMember:
     member_id: str
     instance_id: str | None = None
@@ -90,9 +105,18 @@ class ConsumerMember:
     #: KIP-1251: the member epoch at which each owned partition was given to it (a
     #: commit at an older epoch is good for partitions owned since then).
     assignment_epochs: dict[tuple[str, int], int] = field(default_factory=dict)
-    #: Monotonic deadlines (not stored).
+    #: Set for a member that speaks the classic protocol (JoinGroup/SyncGroup/Heartbeat).
+    classic: ClassicMetadata | None = None
+    #: Monotonic deadlines (not stored); a classic member must rejoin after being told
+    #: REBALANCE_IN_PROGRESS, and send SyncGroup after its JoinGroup, within its
+    #: rebalance timeout.
     session_deadline_ms: int = 0
     revocation_deadline_ms: int | None = None
+    join_deadline_ms: int | None = None
+    sync_deadline_ms: int | None = None
+
+    def session_timeout_ms(self, consumer_session_timeout_ms: int) -> int:
+        return consumer_session_timeout_ms if self.classic is None else self.classic.session_timeout_ms
 
 
 @dataclass(slots=True)
@@ -163,6 +187,10 @@ def encode_member(g: ConsumerGroup, m: ConsumerMember) -> bytes:
             "assigned": _enc_assignment(m.assigned), "revoking": _enc_assignment(m.revoking),
             "target": _enc_assignment(g.target.get(m.member_id, {})),
             "assignment_epochs": sorted([t, p, e] for (t, p), e in m.assignment_epochs.items()),
+            "classic": None if m.classic is None else {
+                "session_ms": m.classic.session_timeout_ms,
+                "protocols": [[n, base64.b64encode(md).decode()] for n, md in m.classic.protocols],
+            },
         },
         sort_keys=True,
     ).encode()
@@ -191,8 +219,13 @@ def decode_member(
         state=MemberState(md["state"]), assigned=_dec_assignment(md["assigned"]),
         revoking=_dec_assignment(md["revoking"]),
         assignment_epochs={(t, int(p)): int(e) for t, p, e in md["assignment_epochs"]},
-        session_deadline_ms=now_ms + session_timeout_ms,
     )
+    classic = md.get("classic")
+    if classic is not None:
+        m.classic = ClassicMetadata(
+            int(classic["session_ms"]), [(n, base64.b64decode(b)) for n, b in classic["protocols"]]
+        )
+    m.session_deadline_ms = now_ms + m.session_timeout_ms(session_timeout_ms)
     if m.state is MemberState.UNREVOKED_PARTITIONS:
         m.revocation_deadline_ms = now_ms + m.rebalance_timeout_ms
     g.members[member_id] = m

@@ -1,5 +1,6 @@
-"""The group coordinator: membership (``membership.py``) plus committed offsets and the
-admin views of groups (DescribeGroups, ListGroups, DeleteGroups, OffsetDelete).
+"""The group coordinator: classic and KIP-848 groups (``kinds.py``, over
+``membership.py`` and ``consumer_groups.py``) plus committed offsets and the admin views
+of groups (DescribeGroups, ListGroups, DeleteGroups, OffsetDelete).
 
 Committed offsets follow Kafka's rules: a commit with generation -1 (a "simple"
 consumer using ``assign``, or an admin) is accepted only while the group has no
@@ -19,22 +20,16 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from tidegate.core.segmentstore.api import SegmentStore, TooLargeError
+from tidegate.gateway.groups import migration
 from tidegate.gateway.groups.config import GroupConfig
-from tidegate.gateway.groups.consumer_groups import (
-    ConsumerGroups,
-    HeartbeatRequest,
-    HeartbeatResult,
-)
-from tidegate.gateway.groups.consumer_model import ConsumerGroup
 from tidegate.gateway.groups.errors import (
     GROUP_SUBSCRIBED_TO_TOPIC,
     NON_EMPTY_GROUP,
     OFFSET_METADATA_TOO_LARGE,
 )
 from tidegate.gateway.groups.errors import ErrorCode as E
-from tidegate.gateway.groups.membership import JoinRequest, Membership
-from tidegate.gateway.groups.model import CommittedOffset, Group, GroupState, JoinResult
-from tidegate.gateway.groups.reconcile import TopicCatalog
+from tidegate.gateway.groups.kinds import GroupKinds
+from tidegate.gateway.groups.model import CommittedOffset, Group, GroupState
 from tidegate.gateway.groups.store import (
     GroupStore,
     decode_group,
@@ -73,6 +68,8 @@ class GroupDescription:
     protocol_type: str
     protocol_data: str
     members: tuple[MemberDescription, ...] = ()
+    #: DescribeGroups v6's error message, where Kafka has one of its own.
+    message: str | None = None
 
 
 def _monotonic_ms() -> int:
@@ -83,7 +80,7 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class GroupCoordinator(Membership):
+class GroupCoordinator(GroupKinds):
     """Every group of this node. ``start()`` loads the durable state and starts the
     deadline ticker and the writer; ``close()`` stops both after pending writes."""
 
@@ -106,9 +103,6 @@ class GroupCoordinator(Membership):
         )
         self._ticker: asyncio.Task[None] | None = None
         self._retention_checked_ms = clock_ms()
-        #: KIP-848 groups; a group id is either one of these or a classic group, whose
-        #: ``Group`` object then only holds the committed offsets.
-        self.consumer = ConsumerGroups(self._store, config, clock_ms)
 
     async def start(self, *, ticker: bool = True) -> None:
         """Load groups and offsets. With ``ticker=False`` nothing runs in the
@@ -128,6 +122,11 @@ class GroupCoordinator(Membership):
                 g = self._groups.get(gid) or self._new_group(gid)
                 g.offsets[(topic, partition)] = decode_offset(e.value)
         self.consumer.load(entries)
+        for gid in self.consumer.groups:
+            holder = self._groups.get(gid)
+            if holder is not None and holder.members:
+                # A crash between an upgrade's writes: the consumer group's entry wins.
+                migration.empty_classic_holder(holder, now, self._wall_clock_ms())
         self._loaded = True
         if ticker:
             self._ticker = asyncio.create_task(self._tick(), name="group-coordinator-ticker")
@@ -410,7 +409,8 @@ class GroupCoordinator(Membership):
             if g is None or gid in self.consumer.groups:
                 # Kafka 4.0: a consumer group is "not a classic group" here.
                 err = E.GROUP_ID_NOT_FOUND if unknown_is_error else E.NONE
-                out.append(GroupDescription(err, gid, S.DEAD.value, "", ""))
+                message = f"Group {gid} is not a classic group." if gid in self.consumer.groups else f"Group {gid} not found."
+                out.append(GroupDescription(err, gid, S.DEAD.value, "", "", message=message))
                 continue
             stable = g.is_(S.STABLE)
             members = tuple(
@@ -492,42 +492,6 @@ class GroupCoordinator(Membership):
                 log.exception("deleting group %r failed", gid)
                 result[gid] = E.COORDINATOR_NOT_AVAILABLE
         return result
-
-    # -- KIP-848 consumer groups --------------------------------------------------------
-
-    async def consumer_heartbeat(self, req: HeartbeatRequest, topics: TopicCatalog) -> HeartbeatResult:
-        if not self._loaded:
-            return HeartbeatResult(self.unloaded_error)
-        classic = self._groups.get(req.group_id)
-        if req.group_id not in self.consumer.groups and classic is not None and (
-            not classic.is_(S.EMPTY) or req.member_epoch != 0
-        ):
-            # Kafka 4.0 converts an empty classic group (its commits stay); a live one is
-            # not a consumer group.
-            return HeartbeatResult(E.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a consumer group.")
-        return await self.consumer.heartbeat(req, topics)
-
-    def describe_consumer_groups(
-        self, group_ids: Sequence[str]
-    ) -> list[tuple[str, int, str | None, ConsumerGroup | None]]:
-        """``(group id, error, message, group)`` for ConsumerGroupDescribe."""
-        if not self._loaded:
-            return [(gid, self.unloaded_error, None, None) for gid in group_ids]
-        return self.consumer.describe(group_ids, classic=self._groups)
-
-    def consumer_group_members(self, group_id: str) -> int:
-        """How many members a KIP-848 group has (0 when it is not one)."""
-        cg = self.consumer.groups.get(group_id)
-        return 0 if cg is None else len(cg.members)
-
-    async def join_group(self, req: JoinRequest) -> JoinResult:
-        cg = self.consumer.groups.get(req.group_id)
-        if cg is not None and self._loaded:
-            if cg.members:
-                return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id)
-            # An empty consumer group becomes a classic one (its commits stay).
-            self._store.submit(removals=self.consumer.delete(req.group_id))
-        return await super().join_group(req)
 
     # -- introspection for tests and the REST service -------------------------------------
 

@@ -1,7 +1,7 @@
 """ConsumerGroupDescribe (key 69), v0-1: KIP-848 groups with their epochs, assignor
-and each member's current and target assignment (v1: member type, always "consumer"
-here). A classic group is GROUP_ID_NOT_FOUND, as in Kafka 4.0, which sends the admin
-client to DescribeGroups. Authorized operations are not computed (no ACLs)."""
+and each member's current and target assignment (v1: member type, classic or consumer:
+a consumer group keeps classic members after an online upgrade). A classic group is
+GROUP_ID_NOT_FOUND, as in Kafka 4.0, which sends the admin client to DescribeGroups. Authorized operations are not computed (no ACLs)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,9 @@ _Group = ConsumerGroupDescribeResponse.DescribedGroup
 _Member = _Group.Member
 _Assignment = _Member.Assignment
 _TopicPartitions = _Assignment.TopicPartitions
-#: KIP-1099's member type of a member speaking the consumer protocol.
+#: KIP-1099's member types: a member speaking the classic protocol (in a consumer group
+#: after an online upgrade) and one speaking the consumer protocol.
+_CLASSIC_MEMBER = 0
 _CONSUMER_MEMBER = 1
 
 
@@ -64,7 +66,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                 subscribed_topic_regex=m.subscribed_regex,
                 assignment=_assignment(ctx, m.assigned),
                 target_assignment=_assignment(ctx, g.target.get(m.member_id, {})),
-                member_type=_CONSUMER_MEMBER,
+                member_type=_CONSUMER_MEMBER if m.classic is None else _CLASSIC_MEMBER,
             )
             for m in g.members.values()
         ]

@@ -30,7 +30,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     groups = [
         _Group(
             error_code=d.error,
-            error_message=None if d.error == 0 else f"group {d.group_id!r}: error {d.error}",
+            error_message=None if d.error == 0 else d.message or f"group {d.group_id!r}: error {d.error}",
             group_id=d.group_id,
             group_state=d.state,
             protocol_type=d.protocol_type,

@@ -34,7 +34,8 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             client_id=req.client_id or "",
             client_host=client_host(req.peer),
             require_known_member_id=v >= 4,
-        )
+        ),
+        ctx.topics,
     )
     members = [
         JoinGroupResponse.JoinGroupResponseMember(

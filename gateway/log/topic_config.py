@@ -43,6 +43,7 @@ from tidegate.core.controller.api import (
     StreamConfig,
 )
 from tidegate.gateway.config import GatewayConfig
+from tidegate.gateway.groups.config import GroupConfig
 
 _LONG_MAX = (1 << 63) - 1
 
@@ -313,6 +314,10 @@ def stream_config(configs: Mapping[str, str], partitions: int) -> StreamConfig:
 KAFKA_VERSION = "3.9"
 
 
+def _migration_policy(g: GatewayConfig) -> str:
+    return GroupConfig.from_table(g.groups).consumer_migration_policy.lower()
+
+
 def broker_configs(g: GatewayConfig) -> dict[str, tuple[str, ConfigType, str]]:
     """The broker configs DescribeConfigs reports: name → (value, type, documentation).
     Read-only: a node's settings come from ``tidegate serve`` flags and its config file."""
@@ -352,6 +357,10 @@ def broker_configs(g: GatewayConfig) -> dict[str, tuple[str, ConfigType, str]]:
         "max.incremental.fetch.session.cache.slots": (
             str(g.max_incremental_fetch_session_cache_slots), _T.INT,
             "Incremental fetch sessions kept (KIP-227)."),
+        "group.consumer.migration.policy": (
+            _migration_policy(g), _T.STRING,
+            "Whether live groups move between the classic and the consumer protocol "
+            "(bidirectional, upgrade, downgrade, disabled)."),
     }
     for d in TOPIC_CONFIGS.values():
         if d.broker_synonym is not None and d.broker_synonym not in values:

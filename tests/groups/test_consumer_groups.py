@@ -215,7 +215,7 @@ async def test_offset_commit_and_fetch_check_member_epochs(coord: GroupCoordinat
 async def test_classic_and_consumer_groups_coexist(coord: GroupCoordinator) -> None:
     cat = Catalog(t=1)
     await coord.consumer_heartbeat(_hb("A", 0, group="cg"), cat)
-    # A classic member cannot join a live consumer group.
+    # A classic member whose subscription does not decode cannot join a live consumer group.
     join = await coord.join_group(JoinRequest(
         group_id="cg", member_id="", group_instance_id=None, protocol_type="consumer",
         protocols=[("range", b"")], session_timeout_ms=10_000, rebalance_timeout_ms=10_000,
@@ -229,7 +229,7 @@ async def test_classic_and_consumer_groups_coexist(coord: GroupCoordinator) -> N
     ))
     assert classic.error == E.NONE
     coord.maintain()
-    # A live classic group is not a consumer group.
+    # A live classic group whose embedded protocol does not decode is not upgraded.
     r = await coord.consumer_heartbeat(_hb("B", 0, group="old"), cat)
     assert r.error == E.GROUP_ID_NOT_FOUND
     # Listing and describing: each kind in its own place.

@@ -1,7 +1,8 @@
 """The KIP-848 APIs on the wire, raw requests against an in-process gateway:
 ConsumerGroupHeartbeat and ConsumerGroupDescribe (v0 and v1), their error cases, and
-how the classic APIs (DescribeGroups, ListGroups, JoinGroup, OffsetCommit/OffsetFetch
-v9, Metadata by topic id) answer for a consumer group."""
+how the classic APIs (DescribeGroups, ListGroups, JoinGroup/SyncGroup/Heartbeat of a
+classic member, OffsetCommit/OffsetFetch v9, Metadata by topic id) answer for a
+consumer group."""
 
 from __future__ import annotations
 
@@ -15,12 +16,20 @@ from kafka.protocol.admin import (
     ListGroupsResponse,
 )
 from kafka.protocol.consumer import (
+    HeartbeatRequest,
+    HeartbeatResponse,
     JoinGroupRequest,
     JoinGroupResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kafka.protocol.consumer.metadata import (
+    ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription,
 )
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
@@ -145,15 +154,17 @@ async def test_classic_apis_on_a_consumer_group(client: RawClient) -> None:
     assert (v5.groups[0].error_code, v5.groups[0].group_state) == (0, "Dead")
     v6 = await client.call(DescribeGroupsRequest(groups=["cg"], include_authorized_operations=False), 6,
                            DescribeGroupsResponse)
-    assert v6.groups[0].error_code == E.GROUP_ID_NOT_FOUND
+    assert (v6.groups[0].error_code, v6.groups[0].error_message) == (E.GROUP_ID_NOT_FOUND, "Group cg is not a classic group.")
     join = await client.call(
         JoinGroupRequest(
             group_id="cg", session_timeout_ms=10_000, rebalance_timeout_ms=10_000, member_id="",
-            group_instance_id=None, protocol_type="consumer",
+            group_instance_id=None, protocol_type="connect",
             protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"m")], reason=None,
         ),
         5, JoinGroupResponse,
     )
+    # A classic member may join a consumer group (online migration), but only with the
+    # consumer embedded protocol.
     assert join.error_code == E.INCONSISTENT_GROUP_PROTOCOL
 
     def commit(epoch: int, member: str = "m1") -> Any:
@@ -197,3 +208,49 @@ async def test_metadata_by_topic_id(client: RawClient) -> None:
     assert [(t.name, t.topic_id, t.error_code) for t in by_id.topics] == [
         ("t", tid, 0), (None, unknown, E.UNKNOWN_TOPIC_ID)
     ]
+
+
+async def test_classic_member_of_a_consumer_group_on_the_wire(client: RawClient) -> None:
+    """A classic consumer joins a consumer group (JoinGroup v5 with MEMBER_ID_REQUIRED,
+    SyncGroup v5, Heartbeat v4): answered from the consumer group, and described by
+    ConsumerGroupDescribe v1 as a classic member (type 0)."""
+    c = await client.call(_hb("m1", 0), 1, ConsumerGroupHeartbeatResponse)
+    assert c.error_code == 0
+    sub = bytes(ConsumerProtocolSubscription(version=1, topics=["t"], user_data=None, owned_partitions=[]).encode(version=1))
+
+    def join(member_id: str) -> Any:
+        return JoinGroupRequest(
+            group_id="cg", session_timeout_ms=10_000, rebalance_timeout_ms=10_000, member_id=member_id,
+            group_instance_id=None, protocol_type="consumer",
+            protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=sub)], reason=None,
+        )
+
+    first = await client.call(join(""), 5, JoinGroupResponse)
+    assert first.error_code == E.MEMBER_ID_REQUIRED
+    joined = await client.call(join(first.member_id), 5, JoinGroupResponse)
+    assert (joined.error_code, joined.leader, joined.protocol_name, joined.members) == (0, "", "range", [])
+    synced = await client.call(
+        SyncGroupRequest(group_id="cg", generation_id=joined.generation_id, member_id=joined.member_id,
+                         group_instance_id=None, protocol_type="consumer", protocol_name="range", assignments=[]),
+        5, SyncGroupResponse,
+    )
+    assert synced.error_code == 0
+    assert ConsumerProtocolAssignment.decode(synced.assignment).assigned_partitions == []  # m1 owns both
+    beat = await client.call(
+        HeartbeatRequest(group_id="cg", generation_id=joined.generation_id, member_id=joined.member_id,
+                         group_instance_id=None), 4, HeartbeatResponse,
+    )
+    assert beat.error_code == 0
+    wrong = await client.call(
+        HeartbeatRequest(group_id="cg", generation_id=joined.generation_id + 7, member_id=joined.member_id,
+                         group_instance_id=None), 4, HeartbeatResponse,
+    )
+    assert wrong.error_code == E.ILLEGAL_GENERATION
+    described = await client.call(
+        ConsumerGroupDescribeRequest(group_ids=["cg"], include_authorized_operations=False), 1,
+        ConsumerGroupDescribeResponse,
+    )
+    types = {m.member_id: (m.member_type, m.subscribed_topic_names) for m in described.groups[0].members}
+    assert types == {"m1": (1, ["t"]), joined.member_id: (0, ["t"])}
+    listed = await client.call(ListGroupsRequest(states_filter=[], types_filter=[]), 5, ListGroupsResponse)
+    assert [(g.group_id, g.protocol_type, g.group_type) for g in listed.groups] == [("cg", "consumer", "consumer")]
