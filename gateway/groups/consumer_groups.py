@@ -429,6 +429,25 @@ class ConsumerGroups:
         }
         return E.NONE, stale
 
+    def check_txn_commit(
+        self, group_id: str, member_id: str, member_epoch: int, group_instance_id: str | None
+    ) -> int:
+        """Kafka's ``ConsumerGroup.validateOffsetCommit`` for TxnOffsetCommit: the member
+        fields are optional there, and checked only when one is given; the epoch exactly."""
+        g = self.groups[group_id]
+        if member_epoch < 0 and not g.members:
+            return E.NONE
+        if member_epoch < 0 and not member_id and group_instance_id is None:
+            return E.NONE
+        m = g.members.get(member_id)
+        if m is None:
+            return E.UNKNOWN_MEMBER_ID
+        if member_epoch == m.member_epoch:
+            return E.NONE
+        if m.classic is not None:
+            return E.ILLEGAL_GENERATION
+        return E.FENCED_MEMBER_EPOCH if member_epoch > m.member_epoch else E.STALE_MEMBER_EPOCH
+
     def check_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
         """Kafka's ``ConsumerGroup.validateOffsetFetch`` (OffsetFetch v9+)."""
         g = self.groups[group_id]

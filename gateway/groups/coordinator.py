@@ -281,6 +281,8 @@ class GroupCoordinator(GroupKinds):
             return self.unloaded_error
         if not group_id:
             return E.INVALID_GROUP_ID
+        if group_id in self.consumer.groups:
+            return self.consumer.check_txn_commit(group_id, member_id, generation_id, group_instance_id)
         g = self._groups.get(group_id)
         if g is None:
             return E.ILLEGAL_GENERATION if generation_id >= 0 else E.NONE

@@ -207,6 +207,12 @@ async def test_offset_commit_and_fetch_check_member_epochs(coord: GroupCoordinat
     assert coord.fetch_offsets("g", None, member_id="A", member_epoch=e + 1)[0] == E.STALE_MEMBER_EPOCH
     assert coord.fetch_offsets("g", None, member_id="X", member_epoch=e)[0] == E.UNKNOWN_MEMBER_ID
     assert coord.fetch_offsets("g", None)[0] == E.NONE  # an admin
+    # TxnOffsetCommit: the member fields are optional, checked when given.
+    assert coord.check_txn_commit("g", e, "A", None) == E.NONE
+    assert coord.check_txn_commit("g", -1, "", None) == E.NONE
+    assert coord.check_txn_commit("g", e + 1, "A", None) == E.FENCED_MEMBER_EPOCH
+    assert coord.check_txn_commit("g", e - 1, "A", None) == E.STALE_MEMBER_EPOCH
+    assert coord.check_txn_commit("g", e, "X", None) == E.UNKNOWN_MEMBER_ID
     await coord.consumer_heartbeat(_hb("A", -1), cat)
     # Empty: admin commits (epoch -1) are accepted.
     assert await coord.commit_offsets("g", -1, "", None, tp) == {("t", 0): E.NONE}
