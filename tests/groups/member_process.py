@@ -120,6 +120,16 @@ class GroupRun:
     def delivered(self) -> list[tuple[int, int]]:
         return [r for m in self.members for r in m.lines("D")]
 
+    def check_committed_at_ends(self, group: str, partitions: int) -> None:
+        """The group's committed offsets are each partition's end: all was consumed."""
+        from kafka import KafkaAdminClient
+
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
+        committed = admin.list_group_offsets(group)[group]
+        admin.close()
+        ends = {p: max(o for q, o in self.produced if q == p) + 1 for p in range(partitions)}
+        assert {tp.partition: om.offset for tp, om in committed.items()} == ends
+
     def all_delivered(self) -> bool:
         missing = self.produced - set(self.delivered())
         read_by_killed = {r for m in self.members if m.killed for r in m.lines("R")}

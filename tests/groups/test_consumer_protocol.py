@@ -123,11 +123,7 @@ def test_consumer_protocol_group_exactly_once(java: Java, server: Tidegate, tmp_
     for m in members:
         assert m.lines("D"), f"{m.name} ({m.client}) delivered nothing"
 
-    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
-    committed = admin.list_group_offsets(GROUP)[GROUP]
-    admin.close()
-    ends = {p: max(o for q, o in produced if q == p) + 1 for p in range(PARTITIONS)}
-    assert {tp.partition: om.offset for tp, om in committed.items()} == ends
+    run.check_committed_at_ends(GROUP, PARTITIONS)
 
 
 def _describe_line(out: str) -> str:

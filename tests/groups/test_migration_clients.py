@@ -122,11 +122,7 @@ def test_rolling_upgrade_and_downgrade_exactly_once(server: Tidegate, tmp_path: 
     duplicates = {r for r in got if got.count(r) > 1}
     assert not duplicates, f"delivered twice: {sorted(duplicates)[:20]}"
     assert set(got) == produced
-    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
-    committed = admin.list_group_offsets(GROUP)[GROUP]
-    admin.close()
-    ends = {p: max(o for q, o in produced if q == p) + 1 for p in range(PARTITIONS)}
-    assert {tp.partition: om.offset for tp, om in committed.items()} == ends
+    run.check_committed_at_ends(GROUP, PARTITIONS)
 
 
 def test_disabled_policy_refuses_the_upgrade(tmp_path: Path) -> None:
