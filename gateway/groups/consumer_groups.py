@@ -149,14 +149,14 @@ class ConsumerGroups:
     ) -> None:
         self.config = config
         self._store = store
-        self._clock_ms = self.clock_ms = clock_ms
+        self.clock_ms = clock_ms
         self.groups: dict[str, ConsumerGroup] = {}
         #: Called before a member is removed (left, expired, fenced): may turn the group
         #: into a classic one instead (the online downgrade), then returns the write.
         self.downgrade: Callable[[ConsumerGroup, str], asyncio.Future[None] | None] | None = None
 
     def load(self, entries: list[TableEntry]) -> None:
-        now = self._clock_ms()
+        now = self.clock_ms()
         for e in entries:
             if e.key.startswith(b"c"):
                 gid, _ = parse_key(e.key)
@@ -277,7 +277,7 @@ class ConsumerGroups:
     def _heartbeat(
         self, g: ConsumerGroup | None, r: HeartbeatRequest, catalog: TopicCatalog
     ) -> HeartbeatResult:
-        now = self._clock_ms()
+        now = self.clock_ms()
         if r.member_epoch == 0:
             if g is None:
                 g = self.groups[r.group_id] = ConsumerGroup(r.group_id)
@@ -384,7 +384,7 @@ class ConsumerGroups:
     def maintain(self) -> None:
         """Drop members whose session ended, that did not revoke in time, or (classic
         members) that did not rejoin or sync within their rebalance timeout."""
-        now = self._clock_ms()
+        now = self.clock_ms()
         for g in list(self.groups.values()):
             before_epochs, before_ids = (g.group_epoch, g.assignment_epoch), set(g.members)
             expired = [m.member_id for m in g.members.values() if _expired(m, now)]

@@ -22,6 +22,9 @@ Committed offsets belong to the group id and are untouched by either conversion.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from kafka.protocol.consumer.metadata import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
@@ -56,10 +59,7 @@ def decode_subscription(metadata: bytes) -> ConsumerProtocolSubscription:
 def owned_partitions(sub: ConsumerProtocolSubscription) -> Assignment:
     """What a classic member says it owns (v1+; an older subscription owns nothing:
     eager clients give everything up before they rejoin)."""
-    out: dict[str, frozenset[int]] = {}
-    for tp in getattr(sub, "owned_partitions", None) or ():
-        out[tp.topic] = out.get(tp.topic, frozenset()) | frozenset(tp.partitions)
-    return {t: ps for t, ps in out.items() if ps}
+    return _assignment_of(getattr(sub, "owned_partitions", None) or ())
 
 
 def decode_assignment(data: bytes) -> Assignment:
@@ -69,8 +69,14 @@ def decode_assignment(data: bytes) -> Assignment:
         a = ConsumerProtocolAssignment.decode(data)
     except Exception as exc:  # noqa: BLE001 - any decoding failure is a malformed protocol
         raise MalformedProtocol(str(exc)) from exc
+    return _assignment_of(a.assigned_partitions or ())
+
+
+def _assignment_of(tps: Iterable[Any]) -> Assignment:
+    """ConsumerProtocol ``(topic, partitions)`` entries as an Assignment (a topic named
+    twice is merged, one with no partitions left out)."""
     out: dict[str, frozenset[int]] = {}
-    for tp in a.assigned_partitions or ():
+    for tp in tps:
         out[tp.topic] = out.get(tp.topic, frozenset()) | frozenset(tp.partitions)
     return {t: ps for t, ps in out.items() if ps}
 
