@@ -64,6 +64,9 @@ from tidegate.core.segmentstore.api import (
 log = logging.getLogger(__name__)
 
 DEFAULT_CONFIG = ControllerConfig()
+#: Segment lengths a tail cut reads between two yields to the event loop (streams of
+#: tens of thousands of segments must not hold it for one whole read).
+TAIL_READS_PER_STEP = 1000
 
 
 class StreamController:
@@ -376,10 +379,12 @@ class StreamController:
     async def get_tail_cut(self, scope: str, stream: str) -> dict[int, int]:
         """The current epoch's segments at their present lengths."""
         h = await self.history(await self.stream_meta(scope, stream))
-        return {
-            s.id: (await self.store.get_info(qualified_segment_name(scope, stream, s.id))).length
-            for s in h.current.segments
-        }
+        tail: dict[int, int] = {}
+        for i, s in enumerate(h.current.segments, 1):
+            tail[s.id] = (await self.store.get_info(qualified_segment_name(scope, stream, s.id))).length
+            if i % TAIL_READS_PER_STEP == 0:  # the lookups complete without suspending
+                await asyncio.sleep(0)
+        return tail
 
     async def get_sealed_sizes(self, scope: str, stream: str) -> dict[int, int]:
         meta = await self.stream_meta(scope, stream)

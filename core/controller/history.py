@@ -16,7 +16,7 @@ epoch replaces some segments by new ones covering exactly their key space):
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from tidegate.core.controller.api import (
     ConflictError,
@@ -31,6 +31,25 @@ from tidegate.core.controller.keyspace import check_cover
 
 def _overlap(a: SegmentRecord, b: SegmentRecord) -> bool:
     return a.key_start < b.key_end and b.key_start < a.key_end
+
+
+class _Cover:
+    """Disjoint segments (a StreamCut's, or an epoch's) ordered by key, so the ones
+    overlapping a key range are found by bisection: cut arithmetic stays near-linear for
+    streams of tens of thousands of segments (retention runs it every round)."""
+
+    def __init__(self, segments: Iterable[SegmentRecord]) -> None:
+        self.ordered = sorted(segments, key=lambda x: x.key_start)
+        self.starts = [x.key_start for x in self.ordered]
+
+    def overlapping(self, s: SegmentRecord) -> Iterator[SegmentRecord]:
+        ordered = self.ordered
+        for i in range(max(bisect.bisect_right(self.starts, s.key_start) - 1, 0), len(ordered)):
+            c = ordered[i]
+            if c.key_start >= s.key_end:
+                return
+            if _overlap(s, c):
+                yield c
 
 
 class History:
@@ -133,10 +152,11 @@ class History:
                 raise InvalidArgumentError(f"StreamCut offset {offset!r} of {seg_id} is not >= 0")
             segs.append(self.segment(seg_id))
         check_cover([KeyRange(s.key_start, s.key_end) for s in segs], "StreamCut segments")
+        cover = _Cover(segs)
         for other in self.segments.values():
             if other.id in cut:
                 continue
-            older = {other.epoch < c.epoch for c in segs if _overlap(other, c)}
+            older = {other.epoch < c.epoch for c in cover.overlapping(other)}
             if len(older) != 1:
                 raise InvalidArgumentError(
                     f"StreamCut is inconsistent: segment {other.id} lies both before and after it"
@@ -144,21 +164,19 @@ class History:
 
     def before(self, cut: StreamCut) -> set[int]:
         """Ids of the segments wholly before a valid ``cut``."""
-        cut_segs = [self.segments[i] for i in cut]
+        cover = _Cover(self.segments[i] for i in cut)
         out = set()
         for s in self.segments.values():
-            if s.id not in cut and any(_overlap(s, c) and s.epoch < c.epoch for c in cut_segs):
+            if s.id not in cut and any(s.epoch < c.epoch for c in cover.overlapping(s)):
                 out.add(s.id)
         return out
 
     def cut_ge(self, a: StreamCut, b: StreamCut) -> bool:
         """Whether valid cut ``a`` is at or after valid cut ``b`` everywhere."""
-        bsegs = [self.segments[i] for i in b]
+        bcover = _Cover(self.segments[i] for i in b)
         for ai, aoff in a.items():
             sa = self.segments[ai]
-            for sb in bsegs:
-                if not _overlap(sa, sb):
-                    continue
+            for sb in bcover.overlapping(sa):
                 if sa.id == sb.id:
                     if aoff < b[sb.id]:
                         return False
@@ -168,25 +186,29 @@ class History:
 
     def position(self, cut: StreamCut, seg_id: int, size: Callable[[int], int]) -> int:
         """Bytes of ``seg_id`` that lie before ``cut``."""
+        return self._position(cut, _Cover(self.segments[c] for c in cut), seg_id, size)
+
+    def _position(
+        self, cut: StreamCut, cover: _Cover, seg_id: int, size: Callable[[int], int]
+    ) -> int:
         if seg_id in cut:
             return cut[seg_id]
         s = self.segments[seg_id]
-        for c in cut:
-            sc = self.segments[c]
-            if _overlap(s, sc):
-                return size(seg_id) if s.epoch < sc.epoch else 0
+        for sc in cover.overlapping(s):
+            return size(seg_id) if s.epoch < sc.epoch else 0
         raise AssertionError("a valid cut overlaps every segment")
 
     def bytes_before(self, cut: StreamCut, size: Callable[[int], int]) -> int:
         """Bytes from the very beginning of the stream up to ``cut``; ``size`` gives the
         final length of a sealed segment."""
-        return sum(self.position(cut, s, size) for s in self.segments)
+        cover = _Cover(self.segments[c] for c in cut)
+        return sum(self._position(cut, cover, s, size) for s in self.segments)
 
     def bytes_between(self, a: StreamCut, b: StreamCut, size: Callable[[int], int]) -> int:
         """Bytes from ``b`` up to ``a`` (``a >= b``, else ``ConflictError``)."""
         if not self.cut_ge(a, b):
             raise ConflictError("the first StreamCut is not at or after the second")
-        return sum(self.position(a, s, size) - self.position(b, s, size) for s in self.segments)
+        return self.bytes_before(a, size) - self.bytes_before(b, size)
 
 
 def head_cut(history: History, truncation: Mapping[int, int] | None) -> dict[int, int]:

@@ -2,7 +2,9 @@
 is a broker, and a partition's leader is the owner of its current segment's container,
 answered with its leader epoch from the same map, ``gateway/cluster/leadership.py``);
 a single node's epochs are 0. Unknown topics are created when both the request
-(``allow_auto_topic_creation``, v4+) and ``auto.create.topics.enable`` allow it."""
+(``allow_auto_topic_creation``, v4+) and ``auto.create.topics.enable`` allow it, at most
+``AUTO_CREATE_MAX`` per request: the others answer LEADER_NOT_AVAILABLE (retriable, as Kafka
+answers while a topic is being created) and are created by the client's next asks."""
 
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ SPEC = ApiSpec(MetadataRequest, MetadataResponse, 0, 12)
 
 #: Topics whose leaders one Metadata request reads at once (cluster mode).
 LEADER_READS_MAX = 64
+#: Topics one Metadata request may auto-create: bounds the work one request starts.
+AUTO_CREATE_MAX = 16
 
 _Topic = MetadataResponse.MetadataResponseTopic
 _Partition = _Topic.MetadataResponsePartition
@@ -63,27 +67,28 @@ def _error_topic(name: str | None, error: ErrorCode, topic_id: uuid.UUID = _NO_T
     return _Topic(error_code=error, name=name, topic_id=topic_id, is_internal=False, partitions=[])
 
 
-async def ensure_topic(ctx: HandlerContext, name: str, allow_create: bool) -> TopicInfo | ErrorCode:
+class _AutoCreate:
+    """What one request may still auto-create."""
+
+    def __init__(self, allowed: bool) -> None:
+        self.allowed = allowed
+        self.left = AUTO_CREATE_MAX
+
+
+async def ensure_topic(ctx: HandlerContext, name: str, create: _AutoCreate) -> TopicInfo | ErrorCode:
     """The topic, auto-created if allowed; or the error to answer with."""
     info = ctx.topics.get(name)
     if info is not None:
         return info
     if topic_name_error(name) is not None:
         return ErrorCode.INVALID_TOPIC_EXCEPTION
-    if not (allow_create and ctx.config.auto_create_topics_enable):
+    if not (create.allowed and ctx.config.auto_create_topics_enable):
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if create.left <= 0:
+        return ErrorCode.LEADER_NOT_AVAILABLE
+    create.left -= 1
     await ctx.topics.create(name, ctx.config.num_partitions)
     return ctx.topics.get(name) or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-
-
-def _name_of(ctx: HandlerContext, topic_id: uuid.UUID) -> str | None:
-    """v10+ asks for topics by id (KIP-516; librdkafka does for the ids a KIP-848
-    assignment names); an unknown id answers UNKNOWN_TOPIC_ID."""
-    for name in ctx.topics.names():
-        info = ctx.topics.get(name)
-        if info is not None and info.topic_id == topic_id:
-            return name
-    return None
 
 
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
@@ -95,10 +100,13 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         names = list(ctx.topics.names())
         allow = False
     else:
-        names = [t.name if t.name is not None or version < 10 else _name_of(ctx, t.topic_id)
+        # v10+ asks for topics by id (KIP-516; librdkafka does for the ids a KIP-848
+        # assignment names); an unknown id answers UNKNOWN_TOPIC_ID.
+        names = [t.name if t.name is not None or version < 10 else ctx.topics.name_of(t.topic_id)
                  for t in requested]
         ids = [t.topic_id if version >= 10 else _NO_TOPIC_ID for t in requested]
         allow = version < 4 or bool(request.allow_auto_topic_creation)
+    create = _AutoCreate(allow)
     topics: list[Any] = []
     cluster = ctx.cluster
     led: list[tuple[int, TopicInfo]] = []  # cluster mode: (place in topics, topic)
@@ -107,7 +115,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             # Kafka answers an unknown id with that id and no name (v12+ names are nullable).
             topics.append(_error_topic(None if version >= 12 else "", ErrorCode.UNKNOWN_TOPIC_ID, ids[i]))
             continue
-        found = await ensure_topic(ctx, name, allow)
+        found = await ensure_topic(ctx, name, create)
         if isinstance(found, ErrorCode):
             topics.append(_error_topic(name, found))
         elif cluster is not None:
