@@ -117,6 +117,19 @@ class ProducerStates:
             return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
         return None
 
+    def is_copy(self, topic: str, partition: int, header: BatchHeader) -> bool:
+        """Whether a batch found past the indexed end of a segment is a copy of one this
+        state already holds: of an older epoch, or not past the last sequence, yet at an
+        offset after that of the last batch (a producer's offsets follow its sequence,
+        so a batch merely re-sent late, with its own offsets, is never taken for one)."""
+        entry = self._get(topic, partition, header.producer_id)
+        if entry is None or not entry.batches or header.base_offset <= entry.batches[-1].last_offset:
+            return False
+        if header.producer_epoch != entry.epoch:
+            return header.producer_epoch < entry.epoch
+        behind = (entry.batches[-1].last_seq - header.last_sequence) % _SEQ_MOD
+        return behind < _SEQ_MOD // 2
+
     def record(
         self,
         topic: str,
