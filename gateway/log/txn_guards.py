@@ -30,6 +30,9 @@ class TxnGuards:
         self._guards: OrderedDict[tuple[str, int, int], Guard] = OrderedDict()
         self._entries_max = entries_max
 
+    def __len__(self) -> int:
+        return len(self._guards)
+
     def guard(self, topic: str, partition: int, producer_id: int, epoch: int) -> Guard:
         """The guard of this producer's transaction in the partition: the one already
         there for ``epoch``, else a new, unverified one."""
