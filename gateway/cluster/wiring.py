@@ -25,6 +25,7 @@ from tidegate.gateway.cluster.groups import GroupPlacement
 from tidegate.gateway.cluster.internode import InterNode, inter_node
 from tidegate.gateway.cluster.leadership import PartitionLeaders
 from tidegate.gateway.cluster.txn_markers import ClusterMarkerWriter
+from tidegate.gateway.cluster.txn_verify import RemoteTxnVerifier
 from tidegate.gateway.config import GatewayConfig, parse_host_port
 
 log = logging.getLogger(__name__)
@@ -149,6 +150,7 @@ class ClusterWiring:
         ctx.cluster = self.leaders
         markers = ClusterMarkerWriter(ctx.txn_markers, self.leaders, ctx.topics,
                                       internode=_internode(self.config))
+        ctx.txn_verifier = RemoteTxnVerifier(self.leaders, internode=_internode(self.config))
         groups = GroupPlacement(ctx, self.routing, self.local.config.container_count, markers)
         self.leaders.groups_container = groups.container
         leaders = self.leaders

@@ -42,6 +42,7 @@ from typing import Any
 from tidegate.core.controller.api import Controller
 from tidegate.core.segmentstore.api import SegmentStore
 from tidegate.gateway.cluster.leadership import PartitionLeaders
+from tidegate.gateway.cluster.txn_verify import RemoteTxnVerifier as TxnVerifier
 from tidegate.gateway.config import GatewayConfig
 from tidegate.gateway.fetch.sessions import FetchSessionCache
 from tidegate.gateway.groups.coordinator import GroupCoordinator
@@ -226,6 +227,9 @@ class HandlerContext:
     transactions: TransactionCoordinator | None = None
     partition_txns: PartitionTxns | None = None
     txn_markers: LogMarkerWriter | None = None
+    #: Cluster mode: asks the transaction coordinator on another node whether a
+    #: transaction holds a partition (``gateway/cluster/txn_verify.py``).
+    txn_verifier: TxnVerifier | None = None
     #: SASL mechanisms, SCRAM credentials, ACLs and the authorizer (``gateway/security``).
     security: Security | None = None
     #: Incremental fetch sessions (KIP-227); None: every fetch is sessionless.

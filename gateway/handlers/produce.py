@@ -28,6 +28,7 @@ from tidegate.gateway.log.partition_log import (
 from tidegate.gateway.log.partitions import PARTITIONS_PER_STEP
 from tidegate.gateway.log.producer_state import BatchRecord, Duplicate
 from tidegate.gateway.log.topics import topic_name_error
+from tidegate.gateway.log.txn_guards import Guard
 from tidegate.gateway.log.validate import RecordsError, validate_records
 from tidegate.gateway.security.acls import Operation, ResourceType
 from tidegate.gateway.security.item_acls import refusal
@@ -55,7 +56,7 @@ class _Work:
     """One partition of the request on its way through the handler."""
 
     __slots__ = ("topic", "partition", "records", "head", "plog", "batch", "error", "message",
-                 "pending", "duplicate", "append_time_ms")
+                 "pending", "duplicate", "append_time_ms", "guard")
 
     def __init__(
         self, topic: str, partition: int, records: memoryview | None, head: memoryview | None
@@ -73,6 +74,8 @@ class _Work:
         self.pending: PendingAppend | None = None
         self.duplicate: BatchRecord | None = None
         self.append_time_ms = -1
+        #: The transaction's guard here, when a coordinator elsewhere verified it.
+        self.guard: Guard | None = None
 
 
 def _validate(ctx: HandlerContext, work: _Work) -> None:
@@ -142,10 +145,9 @@ def _assign(ctx: HandlerContext, work: _Work) -> None:
     batch, plog = work.batch, work.plog
     assert batch is not None and plog is not None and work.records is not None
     if batch.is_transactional:  # gateway/txn: the transaction must hold the partition
-        verify = ctx.transactions.verify_produce if ctx.transactions is not None else None
-        error = verify(work.topic, work.partition, batch.producer_id, batch.producer_epoch) if verify else 0
-        if error:
-            work.error = ErrorCode(error)
+        error = _txn_error(ctx, work, batch)
+        if error != ErrorCode.NONE:
+            work.error = error
             return
     if batch.is_idempotent:
         verdict = ctx.producers.check(work.topic, work.partition, batch)
@@ -165,6 +167,67 @@ def _assign(ctx: HandlerContext, work: _Work) -> None:
             work.topic, work.partition, work.pending.batches[0], work.pending.base_offset,
             work.pending.durable,
         )
+
+
+def _txn_error(ctx: HandlerContext, work: _Work, batch: BatchHeader) -> ErrorCode:
+    """Whether a transactional batch belongs to an ongoing transaction holding the
+    partition, checked in the step that assigns its offset (DESIGN.md invariant 7)."""
+    if ctx.transactions is not None:  # the coordinator is here: its state decides
+        return ErrorCode(ctx.transactions.verify_produce(
+            work.topic, work.partition, batch.producer_id, batch.producer_epoch))
+    if work.guard is not None:  # verified by the coordinator elsewhere (``_verify_remote``)
+        if ctx.producers.txn_guards.holds(work.topic, work.partition, batch.producer_id, work.guard):
+            return ErrorCode.NONE
+        work.message = "the transaction ended in this partition while the batch was verified"
+        return ErrorCode.INVALID_TXN_STATE
+    if ctx.cluster is None:
+        return ErrorCode.NONE  # no transactions wired (an embedded test gateway)
+    work.message = "the transaction coordinator is moving; retry"
+    return ErrorCode.NOT_ENOUGH_REPLICAS
+
+
+def _verify_answer(code: int) -> ErrorCode:
+    """A verification answer as a Produce error: Kafka answers NOT_ENOUGH_REPLICAS
+    (retriable) while the coordinator cannot answer, and keeps the fatal ones."""
+    if code == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if code in (ErrorCode.NONE, ErrorCode.INVALID_TXN_STATE, ErrorCode.INVALID_PRODUCER_EPOCH,
+                ErrorCode.INVALID_PRODUCER_ID_MAPPING):
+        return ErrorCode(code)
+    return ErrorCode.NOT_ENOUGH_REPLICAS
+
+
+async def _verify_remote(ctx: HandlerContext, works: list[_Work], transactional_id: str | None) -> None:
+    """Cluster mode, the transaction coordinator on another node: each transactional
+    batch's transaction verified there once per partition (``gateway/log/txn_guards.py``)."""
+    verifier = ctx.txn_verifier
+    if ctx.transactions is not None or verifier is None:
+        return
+    asking: dict[tuple[int, int], list[_Work]] = {}
+    for work in works:
+        batch = work.batch
+        if work.error != ErrorCode.NONE or batch is None or not batch.is_transactional:
+            continue
+        work.guard = ctx.producers.txn_guards.guard(
+            work.topic, work.partition, batch.producer_id, batch.producer_epoch)
+        if not work.guard.verified:
+            asking.setdefault((batch.producer_id, batch.producer_epoch), []).append(work)
+    for (pid, epoch), asked in asking.items():
+        if transactional_id is None:
+            answers = {}
+        else:
+            answers = await verifier.verify(
+                transactional_id, pid, epoch, [(w.topic, w.partition) for w in asked])
+        for work in asked:
+            code = answers.get((work.topic, work.partition), ErrorCode.INVALID_TXN_STATE)
+            error = _verify_answer(code)
+            if error == ErrorCode.NONE:
+                assert work.guard is not None
+                work.guard.verified = True
+            else:
+                work.error = error
+                work.message = f"transaction verification: {ErrorCode(code).name}" if (
+                    transactional_id is not None) else "a transactional batch without a transactional id"
 
 
 def _waiting(work: _Work) -> asyncio.Future[None] | None:
@@ -282,6 +345,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                     await work.plog.ensure_segment()
                 except Exception as exc:  # controller unreachable or stream gone
                     work.error, work.message = ErrorCode.NOT_LEADER_OR_FOLLOWER, repr(exc)
+        await _verify_remote(ctx, works, request.transactional_id)
         # Each partition's check, offset assignment and submission is one synchronous
         # step (``_assign``); later requests of this connection wait for the release, and
         # a request to many partitions submits a slice per loop step (each slice then

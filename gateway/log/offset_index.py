@@ -20,6 +20,8 @@ Keys (topic names never contain NUL):
 - ``x`` and ``a``: the transaction index of each partition (see ``gateway.txn.partition_txns``)
 - ``e`` topic NUL partition:u32 epoch:u32 → the first offset appended in that leader
   epoch (``gateway.log.leader_epochs``)
+- ``n`` topic NUL partition:u32 → the end of the last copy the rebuild left out (a re-sent
+  append already stored, see ``partitions``): the next offset never goes below it
 - ``c`` topic NUL partition:u32 → the cleaner's checkpoint of a compacted partition
   (``gateway/log/compaction``), written with sync together with the entries it points
   to the clean segment: entries below it are not derivable from the stream's segments
@@ -155,7 +157,7 @@ class OffsetIndex:
         segment names, so stale markers would hide its data from the rebuild)."""
         name = topic.encode()
         wb = WriteBatch(raw_mode=True)
-        for kind in (b"o", b"t", b"s", b"p", b"x", b"a", b"c", b"e"):
+        for kind in (b"o", b"t", b"s", b"p", b"x", b"a", b"c", b"e", b"n"):
             wb.delete_range(kind + name + b"\x00", kind + name + b"\x01")
         prefix = b"m" + segment_prefix.encode()
         wb.delete_range(prefix, prefix + b"\xff" * 8)
@@ -193,6 +195,11 @@ class OffsetIndex:
     def log_start(self, topic: str, partition: int) -> int | None:
         raw = self._db.get(_tp(b"s", topic, partition))
         return None if raw is None else int(_U64.unpack(raw)[0])
+
+    def end_floor(self, topic: str, partition: int) -> int:
+        """The offset a partition's next append may not go below (``IndexWrite.end_floor``)."""
+        raw = self._db.get(_tp(b"n", topic, partition))
+        return 0 if raw is None else int(_U64.unpack(raw)[0])
 
     def marker(self, segment: str) -> int:
         raw = self._db.get(b"m" + segment.encode())
@@ -286,6 +293,10 @@ class IndexWrite:
 
     def marker(self, segment: str, end: int) -> None:
         self._wb.put(b"m" + segment.encode(), _U64.pack(end))
+
+    def end_floor(self, topic: str, partition: int, end: int) -> None:
+        """Offsets below ``end`` were handed out (to a copy left out of the index)."""
+        self._wb.put(_tp(b"n", topic, partition), _U64.pack(end))
 
     def producer_state(self, topic: str, partition: int, producer_id: int, raw: bytes) -> None:
         self._wb.put(_tp(b"p", topic, partition) + _U64.pack(producer_id), raw)

@@ -19,12 +19,12 @@ from typing import Any
 from tidegate.core.segmentstore.api import SegmentNotFoundError, SegmentStore, SegmentTruncatedError
 from tidegate.gateway.log.envelope import ENVELOPE_BYTES, InvalidEnvelopeError, decode_envelope
 from tidegate.gateway.log.log_services import IndexHook, TrafficSink
-from tidegate.gateway.log.offset_index import IndexEntry, OffsetIndex
+from tidegate.gateway.log.offset_index import IndexEntry, IndexWrite, OffsetIndex
 from tidegate.gateway.log.partition_log import UNAVAILABLE_RETRY_S, PartitionLog
 from tidegate.gateway.log.producer_state import ProducerStates
 from tidegate.gateway.log.topic_io import TopicIO
 from tidegate.gateway.log.topics import TopicRegistry
-from tidegate.protocol.record_batch import InvalidBatchError, iter_batches
+from tidegate.protocol.record_batch import BatchHeader, InvalidBatchError, iter_batches
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +141,8 @@ class PartitionLogs:
             if start is None:
                 start = first.base_offset if first is not None else 0
             next_offset = last.last_offset + 1 if last is not None else start
+            # A copy the rebuild left out may end the log: its offsets were handed out.
+            next_offset = max(next_offset, self.index.end_floor(topic, partition))
             max_ts = self.index.max_timestamp(topic, partition)
             plog = PartitionLog(
                 self, topic, partition, max(next_offset, start), start,
@@ -214,21 +216,23 @@ class PartitionLogs:
     async def rebuild(self) -> int:
         """Index everything past the markers; return the number of envelopes indexed."""
         count = 0
+        ends: dict[tuple[str, int], int] = {}
         for topic in self.topics.names():
             for seg in await self.topics.all_segments(topic):
-                count += await self._rebuild_segment(topic, seg.id)
+                count += await self._rebuild_segment(topic, seg.id, ends)
         return count
 
     async def rebuild_where(self, pick: Callable[[str], bool]) -> int:
         """Index what the picked segments (by name) hold past their markers (cluster mode:
         a node that newly leads partitions catches up on what another node appended)."""
         count = 0
+        ends: dict[tuple[str, int], int] = {}
         for topic in self.topics.names():
             for seg in await self.topics.all_segments(topic):
                 name = self.topics.segment_name(topic, seg.id)
                 if pick(name):
                     self.forget_marker(name)  # what this node knew of it may be behind
-                    count += await self._rebuild_segment(topic, seg.id)
+                    count += await self._rebuild_segment(topic, seg.id, ends)
         return count
 
     def cached(self, topic: str, partition: int) -> PartitionLog | None:
@@ -252,7 +256,10 @@ class PartitionLogs:
                 out += chunk
         return bytes(out)
 
-    async def _rebuild_segment(self, topic: str, segment_id: int) -> int:
+    async def _rebuild_segment(self, topic: str, segment_id: int,
+                               ends: dict[tuple[str, int], int]) -> int:
+        """Index the envelopes of one segment past its marker. ``ends``: each partition's
+        indexed end as this rebuild began (filled as partitions are met)."""
         name = self.topics.segment_name(topic, segment_id)
         try:
             info = await self.store.get_info(name)
@@ -271,7 +278,12 @@ class PartitionLogs:
                 log.error("index rebuild stops in %s at %d: %r", name, position, exc)
                 break
             write = self.index.batch()
-            for b in batches:
+            end = ends.get((topic, env.partition))
+            if end is None:
+                last = self.index.last(topic, env.partition)
+                end = ends[(topic, env.partition)] = last.last_offset + 1 if last else 0
+            kept = [b for b in batches if self._indexable(write, topic, env.partition, end, b)]
+            for b in kept:
                 entry = IndexEntry(
                     b.base_offset, b.last_offset, segment_id,
                     position + ENVELOPE_BYTES + b.position, b.size, b.max_timestamp,
@@ -286,12 +298,34 @@ class PartitionLogs:
                 if b.is_idempotent:
                     self.producers.replay(write, topic, env.partition, b)
             if self.index_hook is not None:
-                self.index_hook.on_indexed(write, topic, env.partition, batches, payload)
+                self.index_hook.on_indexed(write, topic, env.partition, kept, payload)
             position += env.size
             write.marker(name, position)
             write.commit()
             count += 1
         return count
+
+    def _indexable(self, write: IndexWrite, topic: str, partition: int, indexed_end: int,
+                   b: BatchHeader) -> bool:
+        """Whether the rebuild indexes a batch found in a segment. Left out, so that a
+        batch is stored once: an append that landed though it was reported failed (a
+        Tier-1 failover; its producer retried it at new offsets), which is a batch below
+        the partition's indexed end that the index does not hold (the leader skipped its
+        offsets and served the log without it), or past that end a copy of an idempotent
+        batch already indexed. Their offsets are never handed out again (``end_floor``)."""
+        held = self.index.floor(topic, partition, b.base_offset)
+        if held is not None and held.base_offset == b.base_offset:
+            return True  # indexed already (walked again from an older marker)
+        if b.base_offset >= indexed_end and not (
+            b.is_idempotent and not b.is_control and self.producers.is_copy(topic, partition, b)
+        ):
+            return True
+        log.warning("index rebuild: %s/%d offsets %d-%d (producer %d, sequence %d) hold an "
+                    "append reported failed or a copy of one stored before; left out", topic,
+                    partition, b.base_offset, b.last_offset, b.producer_id, b.base_sequence)
+        if b.last_offset + 1 > self.index.end_floor(topic, partition):
+            write.end_floor(topic, partition, b.last_offset + 1)
+        return False
 
     # -- reads -------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from tidegate.gateway.log.offset_index import IndexWrite, OffsetIndex
+from tidegate.gateway.log.txn_guards import TxnGuards
 from tidegate.protocol.errors import ErrorCode
 from tidegate.protocol.record_batch import BatchHeader
 
@@ -69,6 +70,8 @@ class ProducerStates:
         self._index = index
         self._cache: OrderedDict[tuple[str, int, int], ProducerEntry] = OrderedDict()
         self._cache_entries_max = cache_entries_max
+        #: Which transactions the coordinator confirmed hold a partition (gateway/log/txn_guards.py).
+        self.txn_guards = TxnGuards()
 
     def _get(self, topic: str, partition: int, producer_id: int) -> ProducerEntry | None:
         key = (topic, partition, producer_id)
@@ -114,6 +117,19 @@ class ProducerStates:
             return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
         return None
 
+    def is_copy(self, topic: str, partition: int, header: BatchHeader) -> bool:
+        """Whether a batch found past the indexed end of a segment is a copy of one this
+        state already holds: of an older epoch, or not past the last sequence, yet at an
+        offset after that of the last batch (a producer's offsets follow its sequence,
+        so a batch merely re-sent late, with its own offsets, is never taken for one)."""
+        entry = self._get(topic, partition, header.producer_id)
+        if entry is None or not entry.batches or header.base_offset <= entry.batches[-1].last_offset:
+            return False
+        if header.producer_epoch != entry.epoch:
+            return header.producer_epoch < entry.epoch
+        behind = (entry.batches[-1].last_seq - header.last_sequence) % _SEQ_MOD
+        return behind < _SEQ_MOD // 2
+
     def record(
         self,
         topic: str,
@@ -150,7 +166,9 @@ class ProducerStates:
     def end_transaction(self, topic: str, partition: int, producer_id: int, epoch: int) -> None:
         """A transaction marker of ``epoch`` is appended: a higher epoch than the
         partition knows (the coordinator fenced the producer) makes every batch of an
-        older epoch INVALID_PRODUCER_EPOCH from now on, as Kafka's marker does."""
+        older epoch INVALID_PRODUCER_EPOCH from now on, as Kafka's marker does; a later
+        batch of the producer must be verified again (``TxnGuards``)."""
+        self.txn_guards.clear(topic, partition, producer_id)
         entry = self._get(topic, partition, producer_id)
         if entry is None or epoch > entry.epoch:
             self._remember((topic, partition, producer_id), ProducerEntry(epoch))
@@ -158,6 +176,7 @@ class ProducerStates:
     def forget_topic(self, topic: str) -> None:
         for key in [k for k in self._cache if k[0] == topic]:
             del self._cache[key]
+        self.txn_guards.forget_topic(topic)
 
     def persist(
         self, write: IndexWrite, topic: str, partition: int, producer_id: int, durable_end: int
