@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -28,7 +29,7 @@ from tidegate.protocol.errors import ErrorCode
 
 from tests.clients.requests import record_batch
 from tests.cluster.clients import QUIET, read_back
-from tests.cluster.nodes import Node
+from tests.cluster.nodes import Node, start_nodes
 from tests.cluster.zk import ZooKeeperServer
 from tests.conftest import free_port
 from tests.gateway.conftest import RawClient
@@ -146,3 +147,45 @@ def test_a_node_started_before_zookeeper_waits_for_it(tmp_path: Path) -> None:
         for node in nodes:
             node.close()
         zookeeper.close()
+
+
+def _produce_all(bootstrap: str, topic: str, partitions: int, values: range) -> list[tuple[int, int, bytes]]:
+    acked: list[tuple[int, int, bytes]] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "message.timeout.ms": 120_000, **QUIET})
+    for i in values:
+        producer.produce(topic, value=b"%d" % i, partition=i % partitions, on_delivery=lambda err, msg:
+                         acked.append((msg.partition(), msg.offset(), msg.value()))
+                         if err is None else None)
+    assert producer.flush(150) == 0 and len(acked) == len(values)
+    return acked
+
+
+def test_a_node_restarted_while_another_is_down_serves(
+    tmp_path: Path, zookeeper: ZooKeeperServer
+) -> None:
+    """Issue 36: node 3 killed, node 1 restarted meanwhile: node 1 starts (the offset
+    index rebuild does not stop on node 3's containers), every partition is served
+    again once they moved, and node 3 joins back."""
+    partitions = 6
+    nodes = start_nodes(tmp_path, zookeeper.hosts + "/restart", 3, container_count=6)
+    try:
+        admin = AdminClient({"bootstrap.servers": nodes[0].bootstrap, **QUIET})
+        admin.create_topics([NewTopic("kept", partitions, 1)])["kept"].result(30)
+        everyone = ",".join(n.bootstrap for n in nodes)
+        acked = _produce_all(everyone, "kept", partitions, range(0, 300))
+        nodes[2].kill9()
+        assert nodes[0].stop() == 0, nodes[0].tail()
+        nodes[0].start()
+        assert "Traceback" not in _log(nodes[0])
+        survivors = f"{nodes[0].bootstrap},{nodes[1].bootstrap}"
+        acked += _produce_all(survivors, "kept", partitions, range(300, 600))
+        nodes[2].start()
+        acked += _produce_all(everyone, "kept", partitions, range(600, 900))
+        stored = read_back(everyone, "kept", partitions)
+        assert sorted(stored) == sorted(acked)
+        for p in range(partitions):
+            assert [o for q, o, _ in sorted(stored) if q == p] == list(range(150))
+    finally:
+        for node in nodes:
+            node.close()
