@@ -189,3 +189,17 @@ def test_a_node_restarted_while_another_is_down_serves(
     finally:
         for node in nodes:
             node.close()
+
+
+def test_sigterm_stops_a_waiting_node(tmp_path: Path) -> None:
+    zookeeper = ZooKeeperServer(tmp_path / "zk")  # never started: the node waits for it
+    node = Node(tmp_path, 1, zookeeper.hosts, 4, tier1="file")
+    try:
+        node.spawn()
+        node.wait_ready(WAITING)
+        assert node.stop() == 0, node.tail()
+        text = _log(node)
+        assert "tidegate stopping before it was ready (waiting for ZooKeeper at" in text
+        assert "tidegate stopped" in text and "Traceback" not in text, node.tail()
+    finally:
+        node.close()
