@@ -43,8 +43,10 @@ class StartupState:
     def waiting_for(self) -> str:
         if self.ready:
             return ""
-        parts = [f"{self.step}: {self.error}" if self.error else self.step] if self.step else []
-        parts += [d for describe in self.details if (d := describe())]
+        # What is missing first (the containers), then the step that needs it.
+        parts = [d for describe in self.details if (d := describe())]
+        if self.step:
+            parts.append(f"{self.step} ({self.error})" if self.error else self.step)
         return "; ".join(parts) or "starting"
 
 
@@ -96,4 +98,6 @@ class Waiter:
 def _reason(exc: BaseException, attempt_timeout_s: float) -> str:
     if isinstance(exc, TimeoutError) and not str(exc):
         return f"no answer within {attempt_timeout_s:.0f} s"
-    return str(exc) or type(exc).__name__
+    if isinstance(exc, OSError):  # cluster mode's own sentences (gateway/cluster/wiring.py)
+        return str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {exc}"

@@ -238,32 +238,30 @@ class ClusterNode:
                 await asyncio.sleep(self.start_retry_ms / 1000)
                 self._reconcile_wake.set()
 
-    def _start_failed(self, cid: int, exc: BaseException, message: str, *args: Any) -> None:
-        """Kept for ``waiting_for``; logged when it changes, else once a while."""
+    def _start_failed(self, cid: int, exc: BaseException) -> bool:
+        """Kept for ``waiting_for``; whether to log it (it changed, or once a while)."""
         self.start_errors[cid] = exc
         text, now = repr(exc), asyncio.get_running_loop().time()
         last = self._start_logged.get(cid)
         if last is None or last[0] != text or now - last[1] >= START_FAILURE_LOG_S:
             self._start_logged[cid] = (text, now)
-            log.warning(message, *args)
+            return True
+        return False
 
     def waiting_for(self) -> str | None:
         """The containers this node owns and could not start yet, and why (None: none)."""
         waiting = sorted(c for c in self.owned() - self.running if c in self.start_errors)
         if not waiting:
             return None
-        why: dict[str, list[int]] = {}
+        why: dict[tuple[str, str], list[int]] = {}
         for cid in waiting:
             exc = self.start_errors[cid]
             missing = getattr(exc, "missing", 0)
-            reason = str(exc) or type(exc).__name__
-            if missing > 0:
-                servers = "server" if missing == 1 else "servers"
-                reason = f"{missing} more plog {servers} ({reason})"
-            why.setdefault(reason, []).append(cid)
+            what = f"{missing} more plog server{'s' if missing > 1 else ''}" if missing > 0 else ""
+            why.setdefault((what, f"{type(exc).__name__}: {exc}"), []).append(cid)
         return "; ".join(
-            f"{reason} to start container{'s' if len(cids) > 1 else ''} "
-            f"{', '.join(map(str, cids))}" for reason, cids in why.items()
+            f"{what or 'a retry'} to start container{'s' if len(cids) > 1 else ''} "
+            f"{', '.join(map(str, cids))} ({reason})" for (what, reason), cids in why.items()
         )
 
     async def _reconcile(self) -> None:
@@ -284,6 +282,7 @@ class ClusterNode:
             await self.local.stop_container(cid)
         gained: set[int] = set()
         failed = False
+        unlogged: dict[str, list[int]] = {}  # failures to log: one line for each cause
         for cid in sorted(want - self.running):
             bound = asyncio.timeout(self.start_timeout_ms / 1000)
             try:
@@ -291,12 +290,14 @@ class ClusterNode:
                     await self.local.start_container(cid)
             except TimeoutError as exc:
                 stuck = "its start is stuck" if bound.expired() else repr(exc)
-                self._start_failed(cid, exc, "container %d did not start within %d ms (%s); retrying",
-                                   cid, self.start_timeout_ms, stuck)
+                if self._start_failed(cid, exc):
+                    log.warning("container %d did not start within %d ms (%s); retrying",
+                                cid, self.start_timeout_ms, stuck)
                 failed = True
                 continue
             except Exception as exc:  # noqa: BLE001 - retried while the map says so
-                self._start_failed(cid, exc, "container %d did not start (%r); retrying", cid, exc)
+                if self._start_failed(cid, exc):
+                    unlogged.setdefault(repr(exc), []).append(cid)
                 failed = True
                 continue
             self.start_errors.pop(cid, None)
@@ -304,6 +305,9 @@ class ClusterNode:
             log.info("container %d started here", cid)
             self.running.add(cid)
             gained.add(cid)
+        for text, cids in unlogged.items():
+            log.warning("container%s %s did not start (%s); retrying",
+                        "s" if len(cids) > 1 else "", ", ".join(map(str, cids)), text)
         gained |= self._untold_gained & self.running
         lost |= self._untold_lost - self.running
         if (gained or lost) and self.on_owned is not None:
