@@ -47,7 +47,7 @@ class StartupState:
         parts = [d for describe in self.details if (d := describe())]
         if self.step:
             parts.append(f"{self.step} ({self.error})" if self.error else self.step)
-        return "; ".join(parts) or "starting"
+        return "; ".join(parts) or "its stored state to load"
 
 
 class Waiter:
