@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.metadata import (
@@ -34,6 +35,8 @@ from tests.cluster.zk import ZooKeeperServer
 from tests.conftest import free_port
 from tests.gateway.conftest import RawClient
 
+#: Each test leaves a node alone this long, then starts its peers: more than the default.
+pytestmark = pytest.mark.timeout(480)
 #: Longer than any retry limit start-up had (its container map waited 30 s at most).
 ALONE_S = 45.0
 WAITING = b"tidegate.gateway.waiting: waiting for "
