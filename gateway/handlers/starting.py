@@ -1,6 +1,7 @@
 """What a node answers before it serves everything (``gateway/waiting.py``): its listener
 is open from the start, ApiVersions is answered as always, Metadata names this node and
-answers each asked topic LEADER_NOT_AVAILABLE, and every other request is refused whole
+answers each asked topic LEADER_NOT_AVAILABLE, a SASL login is not answered (the
+connection closes: the client connects again), and every other request is refused whole
 with a retriable error saying what the node waits for (a client retries it)."""
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from tidegate.protocol.apis import API_VERSIONS_KEY, ApiSpec
 from tidegate.protocol.errors import ErrorCode
 
 METADATA_KEY = 3
+#: SaslHandshake and SaslAuthenticate: a client takes any error there as a failed login
+#: (not retried), so the connection is closed unanswered and the client connects again.
+_SASL_KEYS = {17, 36}
 #: Requests on partitions: the client looks for the partition's leader again.
 _PARTITION_APIS = {0, 1, 2, 23}
 #: Requests to a group or transaction coordinator: the client looks for it again.
@@ -42,6 +46,8 @@ def starting_registry(serving: Registry, waiting_for: Callable[[], str]) -> Regi
             registry.register(api.spec, api.handle)
         elif key == METADATA_KEY:
             registry.register(api.spec, _metadata)
+        elif key in _SASL_KEYS:
+            registry.register(api.spec, _close)
         else:
             registry.register(api.spec, _refuse(api.spec, waiting_for))
     return registry
@@ -55,6 +61,12 @@ def _refuse(spec: ApiSpec, waiting_for: Callable[[], str]) -> Any:
         return refusal(spec, request, req.api_version, error, message)
 
     return handle
+
+
+async def _close(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
+    if req.session is not None:
+        req.session.closing = True  # no answer; closed as after a failed login
+    return None
 
 
 async def _metadata(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:

@@ -14,6 +14,7 @@ from kafka.protocol.metadata import (
     MetadataRequest,
     MetadataResponse,
 )
+from kafka.protocol.sasl import SaslHandshakeRequest
 from tidegate.core.controller.controller import StreamController
 from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
 from tidegate.gateway.app import Gateway
@@ -36,6 +37,9 @@ async def test_a_gateway_answers_while_it_loads_and_serves_once_loaded(tmp_path:
         for request in kreq.corpus("t"):  # one frame per API and version: each answered
             answer = await asyncio.to_thread(kreq.exchange, port, request, 10.0)
             assert len(kreq.split_frames(answer)) == 1, request[:16]
+        # A SASL login is closed unanswered (any answer would be a failed login, not retried).
+        handshake = kreq.frame(SaslHandshakeRequest(mechanism="PLAIN"), 1)
+        assert await asyncio.to_thread(kreq.exchange, port, handshake, 10.0) == b""
         client = await RawClient.connect(port)
         found = await client.call(FindCoordinatorRequest(key="g", key_type=0), 2,
                                   FindCoordinatorResponse)
