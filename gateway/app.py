@@ -18,6 +18,7 @@ from tidegate.gateway.fetch.metrics import FetchSessionCollector
 from tidegate.gateway.fetch.sessions import FetchSessionCache
 from tidegate.gateway.groups import GroupConfig, GroupCoordinator
 from tidegate.gateway.handlers import HandlerContext, Registry, default_registry
+from tidegate.gateway.handlers.starting import starting_registry
 from tidegate.gateway.log.compaction.cleaner import LogCleaner
 from tidegate.gateway.log.leader_epochs import IndexHooks, LeaderEpochs
 from tidegate.gateway.log.log_start import RetentionFollower, truncate_to_log_starts
@@ -34,6 +35,7 @@ from tidegate.gateway.security.authorizer import Authorizer, parse_super_users
 from tidegate.gateway.security.credentials import CredentialStore
 from tidegate.gateway.security.sasl import SUPPORTED
 from tidegate.gateway.security.session import LoginLog, Security
+from tidegate.gateway.waiting import StartupState, Waiter
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,8 @@ class Gateway:
         controller_counts: ControllerCounts | None = None,
         before_listen: Callable[[HandlerContext], Awaitable[None]] | None = None,
         local_store: object | None = None,
+        waiter: Waiter | None = None,
+        container_of: Callable[[str], int] | None = None,
     ) -> None:
         """``traffic`` counts produce traffic per partition; pass the one the controller's
         auto-scaler reads (``StreamController(key_traffic=...)``). ``controller_counts``
@@ -58,7 +62,10 @@ class Gateway:
         ``before_listen(ctx)`` runs once the handler context is built, before the first
         request can arrive (cluster mode installs partition leadership there).
         ``local_store`` is this node's own store where ``store`` routes to others (cluster
-        mode): the metrics describe this node's containers."""
+        mode): the metrics describe this node's containers. ``waiter`` runs the start-up
+        steps that read stored state (cluster mode: waiting for containers elsewhere);
+        with ``container_of`` (a segment's container) the offset-index rebuild leaves the
+        segments of unavailable containers for when their partitions are led."""
         self.config = config
         self.store = store
         self.controller = controller
@@ -71,6 +78,10 @@ class Gateway:
             config.scope, int(config.store.get("traffic_window_ms", 10_000))
         )
         self.before_listen = before_listen
+        self.container_of = container_of
+        self.waiter = waiter or Waiter(StartupState(), patient=False)
+        #: Whether every API is served yet, and if not what the node waits for.
+        self.state = self.waiter.state
         self.ctx: HandlerContext | None = None
         self.server: KafkaServer | None = None
         self.cleaner: LogCleaner | None = None
@@ -83,10 +94,16 @@ class Gateway:
         return 0 if cluster is None else cluster.leader_epoch(topic, partition)
 
     async def start(self) -> tuple[str, int]:
-        """Load topics, rebuild the offset index past its markers, then listen."""
+        """Listen, then load topics and rebuild the offset index past its markers."""
+        address = await self.listen()
+        await self.load()
+        return address
+
+    async def listen(self) -> tuple[str, int]:
+        """Build what needs no stored state and listen: until ``load`` has finished the
+        listener answers as a node that is starting (``gateway/handlers/starting.py``)."""
         index = OffsetIndex(self.config.data_dir / "gateway" / "index")
         topics = TopicRegistry(self.controller, self.store, self.config.scope)
-        await topics.start()
         producers = ProducerStates(index)
         io = TopicIO(self.traffic)
         logs = PartitionLogs(
@@ -94,6 +111,7 @@ class Gateway:
             rebuild_read_bytes=self.config.rebuild_read_bytes, traffic=io,
         )
         logs.io = io
+        logs.container_of = self.container_of
         self.traffic.bind(lambda t: info.partitions if (info := topics.get(t)) else None)
         scaling = ScalingMetrics(
             self.controller, self.config.scope,
@@ -110,57 +128,17 @@ class Gateway:
         epochs = LeaderEpochs(index, self._leader_epoch)
         logs.index_hook = IndexHooks(partition_txns, epochs)
         logs.epoch_source = epochs.current
-        rebuilt = await logs.rebuild()
-        if rebuilt:
-            log.info("offset index: %d appends indexed from the segments", rebuilt)
-        producer_ids = ProducerIdAllocator(self.store)
-        await producer_ids.start()
-        # Consumer groups (gateway/groups): coordinator state from its table segment; in
-        # cluster mode the node owning that segment's container loads it (before_listen).
-        groups = None
-        if not self.config.zookeeper:
-            groups = GroupCoordinator(self.store, GroupConfig.from_table(self.config.groups))
-            await groups.start()
         self.ctx = HandlerContext(
             config=self.config, controller=self.controller, store=self.store, topics=topics,
-            logs=logs, index=index, producers=producers, producer_ids=producer_ids,
-            registry=self.registry, group_coordinator=groups, clock_ms=self.clock_ms,
-            leader_epochs=epochs,
+            logs=logs, index=index, producers=producers,
+            producer_ids=ProducerIdAllocator(self.store),
+            registry=starting_registry(self.registry, self.state.waiting_for),
+            group_coordinator=None, clock_ms=self.clock_ms, leader_epochs=epochs,
             fetch_sessions=FetchSessionCache(
                 self.config.max_incremental_fetch_session_cache_slots, self.clock_ms),
         )
-        self.metrics.add_collector(FetchSessionCollector(self.ctx.fetch_sessions))
-        # The transaction coordinator: in-doubt transactions are completed before serving.
-        # In cluster mode the groups' coordinator node runs it (gateway/cluster/groups.py).
-        from tidegate.gateway.txn import wiring as txn_wiring
-
         self.ctx.partition_txns = partition_txns
-        markers = txn_wiring.LogMarkerWriter(topics, logs, producers, self.clock_ms)
-        self.ctx.txn_markers = markers
-        if not self.config.zookeeper:
-            txns = txn_wiring.build_coordinator(self.ctx, markers)
-            await txns.start()
-            self.ctx.transactions = txns
-        # Log starts follow the controller's retention truncation (gateway/log/log_start.py).
-        follower = RetentionFollower(self.ctx)
-        follower.start()
-        self.ctx.retention_follower = follower
-        if self.before_listen is not None:
-            await self.before_listen(self.ctx)
-        from tidegate.gateway.handlers.admin_recovery import finish_admin_operations
-
-        await finish_admin_operations(self.ctx)
-        # Compacted topics' cleaner (gateway/log/compaction).
-        ctx = self.ctx
-        self.cleaner = LogCleaner(
-            topics, logs, index, self.store, backoff_ms=self.config.log_cleaner_backoff_ms,
-            dedupe_buffer_bytes=self.config.log_cleaner_dedupe_buffer_size,
-            clock_ms=self.clock_ms, reclaim=lambda topic: truncate_to_log_starts(ctx, topic),
-            io_bytes_per_second_max=self.config.log_cleaner_io_max_bytes_per_second,
-            txns=partition_txns, switch_entries_max=self.config.log_cleaner_switch_entries_max,
-        )
-        self.cleaner.start()
-        self.ctx.security = await _security(self.config, self.store)
+        self.metrics.add_collector(FetchSessionCollector(self.ctx.fetch_sessions))
         self.server = KafkaServer(self.ctx, self.metrics)
         try:
             self.address = await self.server.start()
@@ -173,11 +151,64 @@ class Gateway:
             first = self.config.kafka_listeners()[0].name
             host, port = self.config.advertised_by_listener().get(first, self.address)
             self.config.advertised_listener = f"{host}:{port}"
+        return self.address
+
+    async def load(self) -> None:
+        """What needs the stored state, each step through ``waiter`` (cluster mode waits
+        for containers elsewhere); then every API is served."""
+        ctx, until_done = self.ctx, self.waiter.until_done
+        assert ctx is not None
+        topics, logs, index = ctx.topics, ctx.logs, ctx.index
+        await until_done("the topics", topics.start)
+        rebuilt = await until_done("the offset index rebuild", logs.rebuild)
+        if rebuilt:
+            log.info("offset index: %d appends indexed from the segments", rebuilt)
+        await until_done("the producer ids", ctx.producer_ids.start)
+        # Consumer groups (gateway/groups): coordinator state from its table segment; in
+        # cluster mode the node owning that segment's container loads it (before_listen).
+        if not self.config.zookeeper:
+            groups = GroupCoordinator(self.store, GroupConfig.from_table(self.config.groups))
+            await groups.start()
+            ctx.group_coordinator = groups
+        # The transaction coordinator: in-doubt transactions are completed before serving.
+        # In cluster mode the groups' coordinator node runs it (gateway/cluster/groups.py).
+        from tidegate.gateway.txn import wiring as txn_wiring
+
+        markers = txn_wiring.LogMarkerWriter(topics, logs, ctx.producers, self.clock_ms)
+        ctx.txn_markers = markers
+        if not self.config.zookeeper:
+            txns = txn_wiring.build_coordinator(ctx, markers)
+            await txns.start()
+            ctx.transactions = txns
+        # Log starts follow the controller's retention truncation (gateway/log/log_start.py).
+        follower = RetentionFollower(ctx)
+        follower.start()
+        ctx.retention_follower = follower
+        if self.before_listen is not None:
+            before_listen = self.before_listen
+            await until_done("partition leadership", lambda: before_listen(ctx))
+        from tidegate.gateway.handlers.admin_recovery import finish_admin_operations
+
+        await until_done("unfinished admin operations", lambda: finish_admin_operations(ctx))
+        # Compacted topics' cleaner (gateway/log/compaction).
+        assert ctx.partition_txns is not None
+        self.cleaner = LogCleaner(
+            topics, logs, index, self.store, backoff_ms=self.config.log_cleaner_backoff_ms,
+            dedupe_buffer_bytes=self.config.log_cleaner_dedupe_buffer_size,
+            clock_ms=self.clock_ms, reclaim=lambda topic: truncate_to_log_starts(ctx, topic),
+            io_bytes_per_second_max=self.config.log_cleaner_io_max_bytes_per_second,
+            txns=ctx.partition_txns, switch_entries_max=self.config.log_cleaner_switch_entries_max,
+        )
+        self.cleaner.start()
+        ctx.security = await until_done("the credentials and ACLs",
+                                        lambda: _security(self.config, self.store))
+        assert logs.io is not None
         self.exporter = KafkaExporterMetrics(
-            self.ctx, self.config.node_id, self.config.advertised_address, io
+            ctx, self.config.node_id, self.config.advertised_address, logs.io
         )
         self.metrics.add_collector(self.exporter, self.exporter.refresh)
-        return self.address
+        ctx.registry = self.registry
+        self.state.ready = True
 
     async def kafka_overview(self) -> dict[str, object]:
         """Topics, partitions and groups as the ``/ui`` page shows them."""

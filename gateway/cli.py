@@ -17,10 +17,12 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, NoReturn
 
 from tidegate.gateway import heap
+from tidegate.gateway.admin.servers import AdminServers, enabled
 from tidegate.gateway.config import (
     ENV_PREFIX,
     GatewayConfig,
@@ -32,6 +34,7 @@ from tidegate.gateway.logging_setup import FORMATS
 from tidegate.gateway.logging_setup import configure as configure_logging
 from tidegate.gateway.net.limits import parse_ip_overrides, raise_fd_limit
 from tidegate.gateway.startup import StartupError, check_address_free, lock_data_dir
+from tidegate.gateway.waiting import StartupState, Waiter
 
 log = logging.getLogger("tidegate")
 
@@ -97,10 +100,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _enabled(address: str) -> bool:
-    return address not in ("", "off", "none")
-
-
 async def serve(config: GatewayConfig) -> None:
     from tidegate.core.controller.config import ControllerConfig
     from tidegate.core.controller.controller import StreamController
@@ -132,6 +131,8 @@ async def serve(config: GatewayConfig) -> None:
     store_config = SegmentStoreConfig(**store_settings)
     traffic = PartitionTraffic(config.scope, store_config.traffic_window_ms)
     cluster: Any = None
+    # A cluster node waits for ZooKeeper, its peers and their containers (gateway/waiting.py).
+    waiter = Waiter(StartupState(), patient=bool(config.zookeeper))
     if config.zookeeper:
         from tidegate.gateway.cluster.wiring import ClusterWiring
 
@@ -151,9 +152,6 @@ async def serve(config: GatewayConfig) -> None:
             placement=cluster.routing,  # a scale's successors go to different nodes
         )
         cluster.follow_leadership(controller)
-        await cluster.start()
-        # The leader's controller start makes it too, but this node may serve first.
-        await controller.md.ensure_table(controller.md.scopes_table)
         from tidegate.gateway.cluster.forwarding import LeaderForwarding
 
         front: Any = LeaderForwarding(
@@ -163,59 +161,50 @@ async def serve(config: GatewayConfig) -> None:
         store = local = StreamSegmentStore(
             config.data_dir / "segmentstore", store_config
         )
-        await store.start()
         # The auto-scaler splits topics between partitions, where the gateway's measured
         # per-partition traffic divides (never inside a partition).
         controller = StreamController(
             store, ControllerConfig(**config.controller), key_traffic=traffic
         )
-        await controller.start()
         front = controller
     # Followers' gateway, REST and gRPC writes go to the controller leader; writes
     # another node forwarded here run on this node's own controller (``forwarded``).
     gateway = Gateway(
         config, store, front, traffic=traffic, controller_counts=controller.stats,
         before_listen=cluster.attach if cluster is not None else None, local_store=local,
+        waiter=waiter, container_of=cluster.container_of if cluster is not None else None,
     )  # fmt: skip
     # The admin APIs may not seal, delete or truncate the streams under Kafka topics;
     # writes a follower's gateway forwards to this node's gRPC are the gateway's own.
     admin = KafkaScopeGuard(front, config.scope)
-    grpc_admin = admin
-    rest: tuple[Any, Any] | None = None
-    grpc_server: Any = None
-    try:
-        host, port = await gateway.start()
+    admin_servers: AdminServers | None = None
+
+    async def start() -> None:
+        if cluster is not None:
+            await cluster.start(waiter)
+            # The leader's controller start makes it too, but this node may serve first.
+            await waiter.until_done("the controller's tables",
+                                    lambda: controller.md.ensure_table(controller.md.scopes_table))
+        await gateway.load()
         if cluster is not None:
             await cluster.announce(gateway.server.advertised if gateway.server else None)
-        admin_auth = None
-        if config.admin_authentication and gateway.ctx and gateway.ctx.security:
-            from tidegate.gateway.security.admin_auth import AdminAuth
+        if config.admin_authentication:
+            assert admin_servers is not None
+            await admin_servers.start()
 
-            security = gateway.ctx.security
-            admin_auth = AdminAuth(security.credentials, security.authorizer, config.scope)
-        if _enabled(config.rest):
-            from tidegate.gateway.admin.rest import create_app, serve_rest
-
-            rhost, rport = parse_host_port(config.rest)
-            app = create_app(
-                admin, metrics=gateway.metrics, kafka_overview=gateway.kafka_overview,
-                auth=admin_auth,
-            )
-            rest = await serve_rest(app, rhost, rport, tls=_rest_tls(config))
-        if _enabled(config.grpc):
-            from tidegate.gateway.admin.grpc_service import start_grpc_server
-
-            ghost, gport = parse_host_port(config.grpc)
-            from tidegate.gateway.admin.grpc_auth import AuthInterceptor
-            from tidegate.gateway.admin.grpc_segments import segment_service
-
-            grpc_server = await start_grpc_server(
-                grpc_admin, ghost, gport, forwarded=controller,
-                interceptors=[AuthInterceptor(admin_auth)] if admin_auth else [],
-                tls=_grpc_tls(config),
-                # Reads are routed to each segment's owner: every node answers.
-                services=[segment_service(front, store, config.scope)],
-            )
+    if cluster is None:
+        await local.start()
+        await controller.start()
+    try:
+        # A cluster node listens at once: until it has what it needs (ZooKeeper, its
+        # peers' plog servers, containers) it answers as a starting node.
+        host, port = await gateway.listen()
+        admin_servers = AdminServers(config, admin, front, controller, store, gateway)
+        if not config.admin_authentication:
+            # Up while the node waits: /health says for what (their auth needs the store).
+            await admin_servers.start()
+        if not await _until_stopped(start(), stop, gateway.state.waiting_for):
+            return
         log.info(
             "tidegate ready: kafka=%s:%d listeners=%s advertised=%s rest=%s grpc=%s data-dir=%s",
             host,
@@ -233,13 +222,8 @@ async def serve(config: GatewayConfig) -> None:
         await stop.wait()
         log.info("tidegate stopping")
     finally:
-        if grpc_server is not None:
-            await grpc_server.stop(2)
-        if rest is not None:
-            from tidegate.gateway.admin.rest import stop_rest
-
-            with contextlib.suppress(Exception):
-                await stop_rest(*rest)
+        if admin_servers is not None:
+            await admin_servers.close()
         await gateway.close()
         if front is not controller:
             await front.close_channels()
@@ -250,6 +234,25 @@ async def serve(config: GatewayConfig) -> None:
         if cluster is not None:
             await cluster.close()
         log.info("tidegate stopped")
+
+
+async def _until_stopped(
+    work: Coroutine[Any, Any, None], stop: asyncio.Event, waiting_for: Callable[[], str]
+) -> bool:
+    """Run ``work`` unless SIGTERM comes first (a node may wait long for its peers):
+    whether it finished."""
+    task = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if task.done():
+        task.result()
+        return True
+    log.info("tidegate stopping before it was ready (waiting for %s)", waiting_for())
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return False
 
 
 def _check_security(config: GatewayConfig) -> None:
@@ -275,21 +278,6 @@ def _forward_authorization(config: GatewayConfig) -> str | None:
 
     pair = f"{config.admin_forward_user}:{config.admin_forward_password}".encode()
     return "Basic " + base64.b64encode(pair).decode()
-
-
-def _rest_tls(config: GatewayConfig) -> tuple[str, str, str | None] | None:
-    if not config.admin_tls:
-        return None
-    chain = config.ssl_keystore_certificate_chain or config.ssl_keystore_location
-    return chain, config.ssl_keystore_location, config.ssl_key_password or None
-
-
-def _grpc_tls(config: GatewayConfig) -> tuple[bytes, bytes] | None:
-    if not config.admin_tls:
-        return None
-    chain = config.ssl_keystore_certificate_chain or config.ssl_keystore_location
-    with open(config.ssl_keystore_location, "rb") as key, open(chain, "rb") as certs:
-        return key.read(), certs.read()
 
 
 def _set_malloc_mmap_threshold(threshold_bytes: int) -> None:
@@ -368,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
             what = f"Kafka listener {listener.name}" if config.listeners else "Kafka listener"
             check_address_free(what, listener.host, listener.port)
         for what, address in (("REST", config.rest), ("gRPC", config.grpc)):
-            if _enabled(address):
+            if enabled(address):
                 check_address_free(what, *parse_host_port(address))
     except (StartupError, ValueError) as exc:
         print(f"tidegate: {exc}", file=sys.stderr)
@@ -380,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     raise_fd_limit()  # max.connections of 0 is chosen from it
     try:
         asyncio.run(serve(config))
-    except OSError as exc:
+    except (OSError, StartupError) as exc:
         print(f"tidegate: {exc}", file=sys.stderr)
         return 1
     finally:

@@ -9,6 +9,28 @@ import logging
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 FORMATS = ("text", "json")
+#: kazoo logs each attempt to reach ZooKeeper (a few a second while it is unreachable):
+#: the same line is printed once in this long.
+KAZOO_REPEAT_S = 30.0
+
+
+class RepeatFilter(logging.Filter):
+    """Drops a record whose message (its format, before arguments) was let through
+    less than ``every_s`` ago."""
+
+    def __init__(self, every_s: float) -> None:
+        super().__init__()
+        self.every_s = every_s
+        self._last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = str(record.msg)
+        if record.created - self._last.get(key, -self.every_s) < self.every_s:
+            return False
+        if len(self._last) >= 256:  # bounded: formats are few, never per-call text
+            self._last.clear()
+        self._last[key] = record.created
+        return True
 
 
 class JsonFormatter(logging.Formatter):
@@ -33,3 +55,4 @@ def configure(level: str, fmt: str) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     logging.basicConfig(level=level, handlers=[handler])
+    logging.getLogger("kazoo.client").addFilter(RepeatFilter(KAZOO_REPEAT_S))

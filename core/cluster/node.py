@@ -35,6 +35,12 @@ LEADERSHIP_RETRY_S = 0.5
 LEADERSHIP_RETRY_MAX_S = 5.0
 #: Longest a container's start (its recovery) may take before it is given up and retried.
 START_TIMEOUT_MS = 120_000
+#: A container start failing the same way again is logged once in this long.
+START_FAILURE_LOG_S = 30.0
+
+
+class ContainerCountError(CoordinationError):
+    """This node was given another container count than the cluster has."""
 
 
 class LocalContainers(Protocol):
@@ -72,6 +78,9 @@ class ClusterNode:
         self.peers = PeerStores()
         self.members: Members = {}
         self.running: set[int] = set()
+        #: Why each container this node owns and does not run yet did not start.
+        self.start_errors: dict[int, BaseException] = {}
+        self._start_logged: dict[int, tuple[str, float]] = {}
         #: Gains and losses ``on_owned`` has not taken yet (it failed): told again next time.
         self._untold_gained: set[int] = set()
         self._untold_lost: set[int] = set()
@@ -94,7 +103,7 @@ class ClusterNode:
         owners, version = await self.session.read_map()
         if owners and sorted(owners) != list(range(self.container_count)):
             await self.session.close()
-            raise CoordinationError(
+            raise ContainerCountError(
                 f"the cluster has {len(owners)} segment containers, this node was given "
                 f"{self.container_count} (--container-count must match on every node)"
             )
@@ -229,6 +238,32 @@ class ClusterNode:
                 await asyncio.sleep(self.start_retry_ms / 1000)
                 self._reconcile_wake.set()
 
+    def _start_failed(self, cid: int, exc: BaseException) -> bool:
+        """Kept for ``waiting_for``; whether to log it (it changed, or once a while)."""
+        self.start_errors[cid] = exc
+        text, now = repr(exc), asyncio.get_running_loop().time()
+        last = self._start_logged.get(cid)
+        if last is None or last[0] != text or now - last[1] >= START_FAILURE_LOG_S:
+            self._start_logged[cid] = (text, now)
+            return True
+        return False
+
+    def waiting_for(self) -> str | None:
+        """The containers this node owns and could not start yet, and why (None: none)."""
+        waiting = sorted(c for c in self.owned() - self.running if c in self.start_errors)
+        if not waiting:
+            return None
+        why: dict[tuple[str, str], list[int]] = {}
+        for cid in waiting:
+            exc = self.start_errors[cid]
+            missing = getattr(exc, "missing", 0)
+            what = f"{missing} more plog server{'s' if missing > 1 else ''}" if missing > 0 else ""
+            why.setdefault((what, f"{type(exc).__name__}: {exc}"), []).append(cid)
+        return "; ".join(
+            f"{what or 'a retry'} to start container{'s' if len(cids) > 1 else ''} "
+            f"{', '.join(map(str, cids))} ({reason})" for (what, reason), cids in why.items()
+        )
+
     async def _reconcile(self) -> None:
         if self._session_lost:
             self._session_lost = False
@@ -247,6 +282,7 @@ class ClusterNode:
             await self.local.stop_container(cid)
         gained: set[int] = set()
         failed = False
+        unlogged: dict[str, list[int]] = {}  # failures to log: one line for each cause
         for cid in sorted(want - self.running):
             bound = asyncio.timeout(self.start_timeout_ms / 1000)
             try:
@@ -254,19 +290,24 @@ class ClusterNode:
                     await self.local.start_container(cid)
             except TimeoutError as exc:
                 stuck = "its start is stuck" if bound.expired() else repr(exc)
-                log.warning(
-                    "container %d did not start within %d ms (%s); retrying",
-                    cid, self.start_timeout_ms, stuck,
-                )
+                if self._start_failed(cid, exc):
+                    log.warning("container %d did not start within %d ms (%s); retrying",
+                                cid, self.start_timeout_ms, stuck)
                 failed = True
                 continue
             except Exception as exc:  # noqa: BLE001 - retried while the map says so
-                log.warning("container %d did not start (%r); retrying", cid, exc)
+                if self._start_failed(cid, exc):
+                    unlogged.setdefault(repr(exc), []).append(cid)
                 failed = True
                 continue
+            self.start_errors.pop(cid, None)
+            self._start_logged.pop(cid, None)
             log.info("container %d started here", cid)
             self.running.add(cid)
             gained.add(cid)
+        for text, cids in unlogged.items():
+            log.warning("container%s %s did not start (%s); retrying",
+                        "s" if len(cids) > 1 else "", ", ".join(map(str, cids)), text)
         gained |= self._untold_gained & self.running
         lost |= self._untold_lost - self.running
         if (gained or lost) and self.on_owned is not None:

@@ -15,6 +15,7 @@ a call rejected at validation (typed error) affects nothing queued before or aft
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -177,13 +178,20 @@ class StreamSegmentStore:
         host, _, port = listen.rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"tier1_plog_server_listen: expected HOST:PORT, got {listen!r}")
-        self.plog_server = PlogServer(
+        server = PlogServer(
             self.data_dir / "plog", host.strip("[]"), int(port),
             zookeeper=self.config.tier1_plog_zookeeper,
             root=self.config.tier1_plog_zookeeper_root,
             disk_bytes_max=self.config.tier1_plog_server_disk_bytes_max,
         )
-        await self.plog_server.start()
+        try:
+            await server.start()
+        except BaseException:
+            # ZooKeeper not there yet: nothing is left open, and a later start tries again.
+            with contextlib.suppress(Exception):
+                await server.close()
+            raise
+        self.plog_server = server
 
     async def start_container(self, cid: int) -> None:
         """Start (recover) one container; a stopped or failed one is replaced. Once

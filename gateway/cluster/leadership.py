@@ -30,6 +30,7 @@ import time
 from typing import Any, Protocol
 
 from tidegate.core.segmentstore.service import container_of
+from tidegate.gateway.log.partitions import UNAVAILABLE
 from tidegate.gateway.log.topics import partition_point
 from tidegate.protocol.errors import ErrorCode
 
@@ -156,7 +157,11 @@ class PartitionLeaders:
         cid = container_of(name, self.owners.container_count)
         if cid in self.ready and cid in self.node.running:
             if (topic, partition) not in self.leading:
-                await self._catch_up(topic, partition)
+                try:
+                    await self._catch_up(topic, partition)
+                except UNAVAILABLE as exc:  # served once the topic's segments are readable
+                    log.debug("%s/%d not caught up: %r", topic, partition, exc)
+                    return ErrorCode.LEADER_NOT_AVAILABLE
             return ErrorCode.NONE
         self.leading.discard((topic, partition))
         leader = await self.leader(topic, partition)
@@ -173,7 +178,7 @@ class PartitionLeaders:
             if (topic, partition) in self.leading:
                 return
             prefix = self.topics.segment_name(topic, 0).rsplit("/", 1)[0] + "/"
-            indexed = await self.logs.rebuild_where(lambda name: name.startswith(prefix))
+            indexed = await self.logs.rebuild_where(lambda name: name.startswith(prefix), strict=True)
             self.logs.retire_where(lambda t, p: t == topic and p == partition)
             self.leading.add((topic, partition))
             if indexed:

@@ -15,18 +15,20 @@ import logging
 from pathlib import Path
 from typing import Any, Protocol
 
-from tidegate.core.cluster.node import ClusterNode
+from tidegate.core.cluster.node import ClusterNode, ContainerCountError
 from tidegate.core.cluster.routing import RoutingSegmentStore
 from tidegate.core.cluster.zookeeper import ClusterSession, CoordinationError, ZooKeeperError
 from tidegate.core.segmentstore.api import SegmentStore
 from tidegate.core.segmentstore.remote.server import SegmentStoreServer
-from tidegate.core.segmentstore.service import StreamSegmentStore
+from tidegate.core.segmentstore.service import StreamSegmentStore, container_of
 from tidegate.gateway.cluster.groups import GroupPlacement
 from tidegate.gateway.cluster.internode import InterNode, inter_node
 from tidegate.gateway.cluster.leadership import PartitionLeaders
 from tidegate.gateway.cluster.txn_markers import ClusterMarkerWriter
 from tidegate.gateway.cluster.txn_verify import RemoteTxnVerifier
 from tidegate.gateway.config import GatewayConfig, parse_host_port
+from tidegate.gateway.startup import StartupError
+from tidegate.gateway.waiting import StartupState, Waiter
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,9 @@ class ClusterWiring:
         self._topics_task: asyncio.Task[None] | None = None
         self._groups_task: asyncio.Task[None] | None = None
 
+    def container_of(self, segment: str) -> int:
+        return container_of(segment, self.local.config.container_count)
+
     @property
     def store(self) -> SegmentStore:
         store: SegmentStore = self.routing
@@ -111,11 +116,12 @@ class ClusterWiring:
 
         self.node.on_leadership = changed
 
-    async def start(self, map_wait_s: float = 30.0) -> None:
-        try:
-            await self.local.start()  # owns nothing yet: the map decides (its plog server starts)
-        except ZooKeeperError as exc:
-            raise OSError(f"cannot join the cluster at {self.config.zookeeper}: {exc}") from exc
+    async def start(self, waiter: Waiter | None = None) -> None:
+        """Join the cluster; with a patient ``waiter`` (``tidegate serve``) ZooKeeper
+        and the container map are waited for as long as it takes."""
+        waiter = waiter or Waiter(StartupState(), patient=False)
+        # Owns nothing yet: the map decides (its plog server starts and registers).
+        await waiter.until_done(f"ZooKeeper at {self.config.zookeeper}", self._start_local)
         host, port = parse_host_port(self.config.segment_store)
         shost, sport = await self.server.start(host, port)
         self.info.update(
@@ -131,17 +137,32 @@ class ClusterWiring:
                 x.name: configured.get(x.name, (x.host or host, x.port))
                 for x in self.config.kafka_listeners()
             })
-        try:
-            await self.node.start()
-        except CoordinationError as exc:  # reported as a start-up failure, exit code 1
-            raise OSError(f"cannot join the cluster at {self.config.zookeeper}: {exc}") from exc
-        deadline = asyncio.get_running_loop().time() + map_wait_s
-        while len(self.node.containers.owners) < self.local.config.container_count:
-            if asyncio.get_running_loop().time() > deadline:
-                raise OSError(f"no container map in ZooKeeper after {map_wait_s:.0f} s")
-            await self.node.containers.wait_change(0.2)
+        await waiter.until_done(f"ZooKeeper at {self.config.zookeeper}", self._start_node)
+        waiter.state.details.append(self.node.waiting_for)
+        await waiter.until_done("a container map in ZooKeeper", self._container_map)
         log.info("cluster: node %d joined; containers here: %s",
                  self.config.node_id, sorted(self.node.owned()))
+
+    async def _start_local(self) -> None:
+        try:
+            await self.local.start()
+        except ZooKeeperError as exc:
+            raise OSError(f"cannot join the cluster at {self.config.zookeeper}: {exc}") from exc
+
+    async def _start_node(self) -> None:
+        try:
+            await self.node.start()
+        except ContainerCountError as exc:  # a mistake: waiting would not mend it
+            raise StartupError(str(exc)) from None
+        except CoordinationError as exc:
+            raise OSError(f"cannot join the cluster at {self.config.zookeeper}: {exc}") from exc
+
+    async def _container_map(self, wait_s: float = 10.0) -> None:
+        deadline = asyncio.get_running_loop().time() + wait_s
+        while len(self.node.containers.owners) < self.local.config.container_count:
+            if asyncio.get_running_loop().time() > deadline:
+                raise OSError("no container map in ZooKeeper yet (the controller leader writes it)")
+            await self.node.containers.wait_change(0.2)
 
     async def attach(self, ctx: Any) -> None:
         """Before the gateway listens: follow partition leadership, the groups' container

@@ -16,7 +16,13 @@ from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidegate.core.segmentstore.api import SegmentNotFoundError, SegmentStore, SegmentTruncatedError
+from tidegate.core.segmentstore.api import (
+    ContainerNotOwnedError,
+    SegmentNotFoundError,
+    SegmentStore,
+    SegmentTruncatedError,
+    StoreShutdownError,
+)
 from tidegate.gateway.log.envelope import ENVELOPE_BYTES, InvalidEnvelopeError, decode_envelope
 from tidegate.gateway.log.log_services import IndexHook, TrafficSink
 from tidegate.gateway.log.offset_index import IndexEntry, IndexWrite, OffsetIndex
@@ -31,6 +37,8 @@ log = logging.getLogger(__name__)
 #: Partitions one event-loop step handles in operations over a whole topic (DeleteRecords,
 #: truncation): each takes index reads and writes, so 10,000 in one step stall the loop.
 PARTITIONS_PER_STEP = 128
+#: A segment's container is elsewhere and not there now (its node down or starting).
+UNAVAILABLE = (ContainerNotOwnedError, StoreShutdownError, OSError, TimeoutError)
 
 
 @dataclass
@@ -76,6 +84,9 @@ class PartitionLogs:
         self.index_hook: IndexHook | None = None
         #: Set by gateway/app.py: the leader epoch appends are stamped with.
         self.epoch_source: Callable[[str, int], int] | None = None
+        #: Cluster mode: a segment's container, so that a rebuild leaves the segments of
+        #: an unavailable one for later instead of failing.
+        self.container_of: Callable[[str], int] | None = None
 
     def leader_epoch(self, topic: str, partition: int) -> int:
         return -1 if self.epoch_source is None else self.epoch_source(topic, partition)
@@ -217,22 +228,46 @@ class PartitionLogs:
         """Index everything past the markers; return the number of envelopes indexed."""
         count = 0
         ends: dict[tuple[str, int], int] = {}
+        down: set[int] = set()
         for topic in self.topics.names():
             for seg in await self.topics.all_segments(topic):
-                count += await self._rebuild_segment(topic, seg.id, ends)
+                count += await self._rebuild_or_skip(topic, seg.id, down, ends)
         return count
 
-    async def rebuild_where(self, pick: Callable[[str], bool]) -> int:
+    async def rebuild_where(self, pick: Callable[[str], bool], *, strict: bool = False) -> int:
         """Index what the picked segments (by name) hold past their markers (cluster mode:
-        a node that newly leads partitions catches up on what another node appended)."""
+        a node that newly leads partitions catches up on what another node appended).
+        ``strict``: an unavailable segment fails it (a partition about to be served)."""
         count = 0
         ends: dict[tuple[str, int], int] = {}
+        down: set[int] | None = None if strict else set()
         for topic in self.topics.names():
             for seg in await self.topics.all_segments(topic):
                 name = self.topics.segment_name(topic, seg.id)
                 if pick(name):
                     self.forget_marker(name)  # what this node knew of it may be behind
-                    count += await self._rebuild_segment(topic, seg.id, ends)
+                    count += await self._rebuild_or_skip(topic, seg.id, down, ends)
+        return count
+
+    async def _rebuild_or_skip(self, topic: str, segment_id: int, down: set[int] | None,
+                               ends: dict[tuple[str, int], int]) -> int:
+        """With ``container_of`` (cluster mode), a segment whose container is not
+        available is left for later, and so are the rest of that container's
+        in this pass: a partition is caught up before it is served
+        (``gateway/cluster/leadership.py``), so start-up need not wait for it."""
+        if self.container_of is None or down is None:
+            return await self._rebuild_segment(topic, segment_id, ends)
+        name = self.topics.segment_name(topic, segment_id)
+        container = self.container_of(name)
+        if container in down:
+            return 0
+        try:
+            count = await self._rebuild_segment(topic, segment_id, ends)
+        except UNAVAILABLE as exc:
+            down.add(container)
+            log.warning("index rebuild: container %d not available (%r); its segments are "
+                        "indexed when their partitions are next led here", container, exc)
+            return 0
         return count
 
     def cached(self, topic: str, partition: int) -> PartitionLog | None:

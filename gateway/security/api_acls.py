@@ -190,16 +190,13 @@ async def guarded(
     handle: Handler, name_of: NameOf = lambda _: None,
 ) -> Any:
     key = spec.api_key
-    refusal = denied(decider, session, request, key, version, name_of)
-    if refusal is not None:
-        error, message = refusal
+    refused = denied(decider, session, request, key, version, name_of)
+    if refused is not None:
+        error, message = refused
         if key == 24 and error == TOPIC_DENIED:
             return _add_partitions(request, lambda t: not decider.allowed(
                 session.principal, session.client_host, Op.WRITE, T, t))
-        build = DENIALS.get(key)
-        if build is not None:
-            return build(request, version, error, message)
-        return _generic(spec, request, version, error, message)
+        return refusal(spec, request, version, error, message)
     taken = item_acls.split(decider, session, request, key, version, name_of)
     response = await handle()
     if response is None:
@@ -210,6 +207,14 @@ async def guarded(
     if screen is not None:
         screen(decider, session, request, response)
     return response
+
+
+def refusal(spec: ApiSpec, request: Any, version: int, error: ErrorCode, message: str) -> Any:
+    """The answer to ``request`` refused whole with ``error`` (every item answered with it)."""
+    build = DENIALS.get(spec.api_key)
+    if build is not None:
+        return build(request, version, error, message)
+    return _generic(spec, request, version, error, message)
 
 
 def _generic(spec: ApiSpec, request: Any, version: int, error: ErrorCode, message: str) -> Any:

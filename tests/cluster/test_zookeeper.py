@@ -11,7 +11,6 @@ from tidegate.core.cluster.zookeeper import ClusterSession, MapVersionError
 
 from tests.cluster.nodes import Node, start_nodes
 from tests.cluster.zk import ZooKeeperServer
-from tests.conftest import free_port
 
 
 async def _until(check, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
@@ -75,11 +74,3 @@ def test_serve_refuses_a_container_count_the_cluster_does_not_have(
         odd.close()
     finally:
         first.close()
-
-
-def test_serve_without_zookeeper_fails_clearly(tmp_path: Path) -> None:
-    lonely = Node(tmp_path, 1, f"127.0.0.1:{free_port()}", container_count=4)
-    with pytest.raises(AssertionError, match="exited with 1") as failure:
-        lonely.start()
-    assert "cannot join the cluster" in str(failure.value)
-    lonely.close()

@@ -77,9 +77,11 @@ def create_app(
     metrics: Metrics | None = None,
     kafka_overview: KafkaOverview | None = None,
     auth: Auth | None = None,
+    waiting_for: Callable[[], str] | None = None,
 ) -> FastAPI:
     """The admin REST app over ``controller``. ``ready()`` is false until the controller
-    has started: ``/health`` answers 503 and every ``/v1`` call 503 until then. With
+    has started: ``/health`` answers 503 and every ``/v1`` call 503 until then, the
+    health saying what the node waits for (``waiting_for()``). With
     ``metrics``, ``/metrics`` serves them in Prometheus' text format."""
     app = FastAPI(
         title="tidegate controller admin API",
@@ -94,13 +96,15 @@ def create_app(
     @app.get(
         "/health",
         response_model=Health,
+        response_model_exclude_none=True,
         responses={503: {"model": Health}},
         tags=["health"],
     )
     async def health() -> Any:
         if ready():
             return Health(status="ready")
-        return JSONResponse({"status": "starting"}, status_code=503)
+        body = Health(status="starting", waiting_for=waiting_for() if waiting_for else None)
+        return JSONResponse(body.model_dump(exclude_none=True), status_code=503)
 
     if metrics is not None:
 

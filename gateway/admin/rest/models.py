@@ -66,6 +66,8 @@ class Message(BaseModel):
 
 class Health(BaseModel):
     status: Literal["ready", "starting"]
+    #: While starting: what the node waits for (containers, plog servers, ZooKeeper).
+    waiting_for: str | None = None
 
 
 # -- scopes ------------------------------------------------------------------------------

@@ -39,7 +39,11 @@ log = logging.getLogger(__name__)
 
 
 class TooFewServersError(DataLogError):
-    """Fewer live plog servers than the replication factor."""
+    """Fewer live plog servers than the replication factor: ``missing`` more are needed."""
+
+    def __init__(self, message: str, missing: int = 0) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 class NoReplicaError(DataLogError):
@@ -160,7 +164,8 @@ class Replicas:
             full = sorted(s for s in live if s not in healthy and not self.is_suspect(s))
             room = f", {len(full)} more without disk room" if full else ""
             raise TooFewServersError(
-                f"{len(healthy)} live plog servers ({', '.join(healthy) or 'none'}){room}, {needs}"
+                f"{len(healthy)} live plog servers ({', '.join(healthy) or 'none'}){room}, {needs}",
+                least - len(healthy),
             )
         return self._rng.sample(healthy, min(count, len(healthy)))
 

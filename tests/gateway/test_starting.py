@@ -1,0 +1,65 @@
+"""A gateway that listens before it has loaded its state (a cluster node waiting for its
+peers, gateway/handlers/starting.py) answers every request: ApiVersions as always,
+Metadata with LEADER_NOT_AVAILABLE, the rest with a retriable error naming what it
+waits for; once loaded it serves them all."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from kafka.protocol.metadata import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+from kafka.protocol.sasl import SaslHandshakeRequest
+from tidegate.core.controller.controller import StreamController
+from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
+from tidegate.gateway.app import Gateway
+from tidegate.gateway.config import GatewayConfig
+from tidegate.protocol.errors import ErrorCode
+
+from tests.clients import requests as kreq
+from tests.gateway.conftest import RawClient
+from tests.gateway.test_produce_fetch import produce
+
+
+async def test_a_gateway_answers_while_it_loads_and_serves_once_loaded(tmp_path: Path) -> None:
+    store = InMemorySegmentStore()
+    controller = StreamController(store)
+    await store.start()
+    await controller.start()
+    gateway = Gateway(GatewayConfig(data_dir=tmp_path, listen="127.0.0.1:0"), store, controller)
+    _, port = await gateway.listen()
+    try:
+        for request in kreq.corpus("t"):  # one frame per API and version: each answered
+            answer = await asyncio.to_thread(kreq.exchange, port, request, 10.0)
+            assert len(kreq.split_frames(answer)) == 1, request[:16]
+        # A SASL login is closed unanswered (any answer would be a failed login, not retried).
+        handshake = kreq.frame(SaslHandshakeRequest(mechanism="PLAIN"), 1)
+        assert await asyncio.to_thread(kreq.exchange, port, handshake, 10.0) == b""
+        client = await RawClient.connect(port)
+        found = await client.call(FindCoordinatorRequest(key="g", key_type=0), 2,
+                                  FindCoordinatorResponse)
+        assert found.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert found.error_message == "node 0 is starting: waiting for its stored state to load"
+        assert await produce(client, "t", 0, kreq.record_batch([b"x"])) == (
+            ErrorCode.NOT_LEADER_OR_FOLLOWER, -1)
+        md = await client.call(MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name="t")],
+            allow_auto_topic_creation=True), 9, MetadataResponse)
+        assert [(t.name, t.error_code) for t in md.topics] == [("t", ErrorCode.LEADER_NOT_AVAILABLE)]
+        await gateway.load()
+        assert gateway.state.ready
+        md = await client.call(MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name="t")],
+            allow_auto_topic_creation=True), 9, MetadataResponse)
+        assert [(t.name, t.error_code) for t in md.topics] == [("t", 0)]
+        assert await produce(client, "t", 0, kreq.record_batch([b"x"])) == (0, 0)
+        await client.close()
+    finally:
+        await gateway.close()
+        await controller.close()
+        await store.close()
