@@ -26,7 +26,7 @@ from tidegate.gateway.config import (
     GatewayConfig,
     load_config,
     parse_host_port,
-    settings_from_env,
+    unknown_variables,
 )
 from tidegate.gateway.logging_setup import FORMATS
 from tidegate.gateway.logging_setup import configure as configure_logging
@@ -34,9 +34,6 @@ from tidegate.gateway.net.limits import parse_ip_overrides, raise_fd_limit
 from tidegate.gateway.startup import StartupError, check_address_free, lock_data_dir
 
 log = logging.getLogger("tidegate")
-
-#: Variables read as flags' defaults, not config keys.
-_LOGGING_VARIABLES = (f"{ENV_PREFIX}LOG_LEVEL", f"{ENV_PREFIX}LOG_FORMAT")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -101,7 +98,7 @@ def _enabled(address: str) -> bool:
     return address not in ("", "off", "none")
 
 
-async def serve(config: GatewayConfig) -> None:
+async def serve(config: GatewayConfig, grpc_tls: tuple[bytes, bytes] | None = None) -> None:
     from tidegate.core.controller.config import ControllerConfig
     from tidegate.core.controller.controller import StreamController
     from tidegate.core.segmentstore.config import SegmentStoreConfig
@@ -212,7 +209,7 @@ async def serve(config: GatewayConfig) -> None:
             grpc_server = await start_grpc_server(
                 grpc_admin, ghost, gport, forwarded=controller,
                 interceptors=[AuthInterceptor(admin_auth)] if admin_auth else [],
-                tls=_grpc_tls(config),
+                tls=grpc_tls,
                 # Reads are routed to each segment's owner: every node answers.
                 services=[segment_service(front, store, config.scope)],
             )
@@ -285,11 +282,34 @@ def _rest_tls(config: GatewayConfig) -> tuple[str, str, str | None] | None:
 
 
 def _grpc_tls(config: GatewayConfig) -> tuple[bytes, bytes] | None:
+    """The gRPC server's PEM key and chain. gRPC takes no key password: a key encrypted
+    with ``ssl.key.password`` is handed over decrypted (kept in memory only)."""
     if not config.admin_tls:
         return None
+    from cryptography.hazmat.primitives import serialization
+
     chain = config.ssl_keystore_certificate_chain or config.ssl_keystore_location
-    with open(config.ssl_keystore_location, "rb") as key, open(chain, "rb") as certs:
-        return key.read(), certs.read()
+    try:
+        with open(config.ssl_keystore_location, "rb") as key, open(chain, "rb") as certs:
+            key_pem, chain_pem = key.read(), certs.read()
+    except OSError as exc:
+        raise ValueError(f"admin.tls: {exc.filename}: {exc.strerror}") from None
+    password = config.ssl_key_password.encode() or None
+    try:
+        try:
+            private = serialization.load_pem_private_key(key_pem, password)
+        except TypeError:  # a password given for a key that has none, as ssl allows
+            private = serialization.load_pem_private_key(key_pem, None)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(
+            f"admin.tls: the key in {config.ssl_keystore_location} cannot be read with the "
+            f"ssl.key.password given ({exc})"
+        ) from None
+    plain = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    return plain, chain_pem
 
 
 def _set_malloc_mmap_threshold(threshold_bytes: int) -> None:
@@ -347,9 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         config = load_config(args.config, overrides, env=os.environ, sets=args.set)
-        _ = (config.listen_address, config.advertised_address)  # validate early
         listeners = config.kafka_listeners()
-        config.advertised_by_listener()
         inter = config.inter_broker_listener_name.upper()
         if inter and inter not in {listener.name for listener in listeners}:
             raise ValueError(f"inter.broker.listener.name: {inter} is not in listeners")
@@ -359,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
 
             server_context(config)  # unreadable key material fails here, not later
         parse_ip_overrides(config.max_connections_per_ip_overrides)
+        grpc_tls = _grpc_tls(config)  # an encrypted key is decrypted here, once
     except (ValueError, OSError) as exc:
         print(f"tidegate: {exc}", file=sys.stderr)
         return 2
@@ -373,13 +392,12 @@ def main(argv: list[str] | None = None) -> int:
     except (StartupError, ValueError) as exc:
         print(f"tidegate: {exc}", file=sys.stderr)
         return 2
-    unknown = [v for v in settings_from_env(os.environ)[1] if v not in _LOGGING_VARIABLES]
-    if unknown:
-        log.info("environment: %s name no config key (left alone)", ", ".join(unknown))
+    for line in unknown_variables(os.environ):
+        log.warning("%s", line)
     _set_malloc_mmap_threshold(config.malloc_mmap_threshold_bytes)
     raise_fd_limit()  # max.connections of 0 is chosen from it
     try:
-        asyncio.run(serve(config))
+        asyncio.run(serve(config, grpc_tls))
     except OSError as exc:
         print(f"tidegate: {exc}", file=sys.stderr)
         return 1
