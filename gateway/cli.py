@@ -36,6 +36,12 @@ from tidegate.gateway.startup import StartupError, check_address_free, lock_data
 log = logging.getLogger("tidegate")
 
 
+#: Where the help points for more than the flags.
+DOCS = ("Every flag is also a config key (--config FILE, --set KEY=VALUE, TIDEGATE_* "
+        "variables); every key, the metrics and the data directory: docs/operations.md and "
+        "README.md in tidegate's source.")
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """One line (``--help`` shows the usage), exit status 2 as argparse's own."""
@@ -45,37 +51,53 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     from tidegate import __version__
 
-    parser = _Parser(prog="tidegate")
+    parser = _Parser(prog="tidegate", epilog=DOCS)
     parser.add_argument("--version", action="version", version=f"tidegate {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    serve = sub.add_parser("serve", help="run the embedded node")
-    serve.add_argument("--data-dir", help="data directory (default ./tidegate-data)")
-    serve.add_argument("--listen", help="Kafka listener HOST:PORT (default 127.0.0.1:9092)")
-    serve.add_argument("--advertised-listener", help="HOST:PORT given to clients in Metadata")
-    serve.add_argument("--rest", help="admin REST HOST:PORT (default 127.0.0.1:9080; off)")
-    serve.add_argument("--grpc", help="controller gRPC HOST:PORT (default 127.0.0.1:9090; off)")
-    serve.add_argument("--zookeeper", help="join a cluster: ZooKeeper HOST:PORT[/chroot]")
-    serve.add_argument("--node-id", type=int, help="this node's id in the cluster (default 0)")
-    serve.add_argument("--segment-store", help="segment-store HOST:PORT for the other nodes")
-    serve.add_argument("--tier1-dir", help="Tier-1 logs directory (cluster: a shared file log "
-                       "instead of the replicated one)")
-    serve.add_argument("--tier2-dir", help="Tier-2 directory (cluster: shared by all nodes)")
-    serve.add_argument("--container-count", type=int, help="segment containers in the cluster")
-    serve.add_argument("--config", type=Path, help="TOML file; every flag is also a key")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    serve = sub.add_parser(
+        "serve", help="run a node: embedded (default) or in a cluster (--zookeeper)",
+        description="Run a tidegate node: Kafka listener, admin REST, controller gRPC, "
+        "segment store and controller in one process.", epilog=DOCS,
+    )
+    serve.add_argument("--data-dir", metavar="DIR", help="data directory (default ./tidegate-data)")
+    serve.add_argument("--listen", metavar="HOST:PORT", help="Kafka listener HOST:PORT (default 127.0.0.1:9092)")
+    serve.add_argument("--advertised-listener", metavar="HOST:PORT",
+                       help="HOST:PORT given to clients in Metadata (default: --listen)")
+    serve.add_argument("--rest", metavar="HOST:PORT|off", help="admin REST API, /metrics and /ui at HOST:PORT "
+                       "(default 127.0.0.1:9080; off: no REST server)")
+    serve.add_argument("--grpc", metavar="HOST:PORT|off", help="controller gRPC API at HOST:PORT "
+                       "(default 127.0.0.1:9090; off: no gRPC server)")
+    serve.add_argument("--zookeeper", metavar="HOSTS", help="join a cluster: ZooKeeper HOST:PORT[/chroot] "
+                       "(default: none, one embedded node)")
+    serve.add_argument("--node-id", metavar="N", type=int, help="this node's id (default 0)")
+    serve.add_argument("--segment-store", metavar="HOST:PORT", help="cluster: where the other nodes reach this "
+                       "node's segment store, HOST:PORT (default 127.0.0.1:0, any free port)")
+    serve.add_argument("--tier1-dir", metavar="DIR", help="Tier-1 logs directory (default: in the data "
+                       "directory; cluster: replicated plogs, or a file log shared here)")
+    serve.add_argument("--tier2-dir", metavar="DIR", help="Tier-2 directory (default DATA_DIR/segmentstore/"
+                       "tier2; cluster: one directory all nodes share)")
+    serve.add_argument("--container-count", metavar="N", type=int, help="segment containers in the whole "
+                       "cluster, the same on every node (default 4)")
+    serve.add_argument("--config", metavar="FILE", type=Path,
+                       help="TOML file; every flag is also a key (default: none)")
     serve.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="set a config key (repeatable; a table's key as store.KEY); wins over "
         "TIDEGATE_* variables and the file",
     )
-    plog = sub.add_parser("plog-server", help="run a plog server (replicated Tier-1)")
+    plog = sub.add_parser("plog-server", help="run a plog server (replicated Tier-1)",
+                          epilog=DOCS)
     plog.add_argument("--data-dir", type=Path, required=True, help="where its plogs are kept")
     plog.add_argument("--listen", default="127.0.0.1:9190", help="HOST:PORT (default 127.0.0.1:9190)")
-    plog.add_argument("--zookeeper", help="ZooKeeper connect string to register in")
-    plog.add_argument("--zookeeper-root", default="/tidegate/plog", help="its ZooKeeper path")
+    plog.add_argument("--zookeeper", help="ZooKeeper connect string to register in "
+                      "(default: none, not registered)")
+    plog.add_argument("--zookeeper-root", default="/tidegate/plog",
+                      help="its ZooKeeper path (default /tidegate/plog)")
     plog.add_argument("--server-id", help="id in ZooKeeper (default: made once, kept in the data dir)")
     plog.add_argument("--disk-bytes-max", type=int, help="bytes its plogs may take (default: the disk)")
     plog.add_argument("--sweep-interval-ms", type=int, default=300_000,
-                      help="how often plogs no log records are deleted (also at start; 0: at start only)")
+                      help="how often plogs that no log records any more are deleted, in ms "
+                      "(default 300000; also at start; 0: at start only)")
     for p in (serve, plog):
         p.add_argument(
             "--log-level",
@@ -348,7 +370,11 @@ def _plog_server(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # a bare ``tidegate``: what it can do, and where to read more
+        parser.print_help(sys.stderr)
+        return 2
     configure_logging(args.log_level, args.log_format)
     if args.command == "plog-server":
         return _plog_server(args)

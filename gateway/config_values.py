@@ -46,7 +46,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "queued_max_request_bytes": (None, None),  # 0 or less: no bound
     "max_connections": (0, None),
     "max_connections_per_ip": (0, None),
-    "connections_max_idle_ms": (1, None),
+    "connections_max_idle_ms": (0, None),  # 0: never
     "fetch_max_wait_ms_max": (0, None),
     "fetch_max_bytes": (1024, None),
     "max_incremental_fetch_session_cache_slots": (0, None),

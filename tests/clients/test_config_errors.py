@@ -179,3 +179,25 @@ async def test_admin_tls_with_an_encrypted_key(tmp_path: Path) -> None:
     assert lines[0].startswith(
         f"tidegate: admin.tls: the key in {tmp_path / 'key.pem'} cannot be read with the "
         "ssl.key.password given"), lines
+
+
+def test_bare_command_and_help() -> None:
+    """A bare ``tidegate`` prints its usage and where the documents are; ``serve --help``
+    shows every default and what ``off`` means."""
+    bare = subprocess.run([sys.executable, "-m", "tidegate"], capture_output=True, text=True,
+                          timeout=60)
+    assert bare.returncode == 2 and bare.stderr.startswith("usage: tidegate"), bare.stderr
+    assert "serve" in bare.stderr and "docs/operations.md" in bare.stderr, bare.stderr
+    assert "Traceback" not in bare.stderr
+    helped = subprocess.run([sys.executable, "-m", "tidegate", "serve", "--help"],
+                            capture_output=True, text=True, timeout=60)
+    text = " ".join(helped.stdout.split())
+    assert helped.returncode == 0, helped.stderr
+    for shown in ("(default ./tidegate-data)", "(default 127.0.0.1:9092)",
+                  "(default 127.0.0.1:9080; off: no REST server)",
+                  "(default 127.0.0.1:9090; off: no gRPC server)", "(default 0)",
+                  "(default 4)", "(default: --listen)", "(default: none, one embedded node)"):
+        assert shown in text, (shown, text)
+    plog = subprocess.run([sys.executable, "-m", "tidegate", "plog-server", "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert "plogs that no log records any more are deleted" in " ".join(plog.stdout.split())
