@@ -25,6 +25,7 @@ from tidegate.gateway.cluster.groups import GroupPlacement
 from tidegate.gateway.cluster.internode import InterNode, inter_node
 from tidegate.gateway.cluster.leadership import PartitionLeaders
 from tidegate.gateway.cluster.txn_markers import ClusterMarkerWriter
+from tidegate.gateway.cluster.watermarks import PeerWatermarks
 from tidegate.gateway.config import GatewayConfig, parse_host_port
 
 log = logging.getLogger(__name__)
@@ -147,8 +148,10 @@ class ClusterWiring:
         and the topics table, so no request is ever served as by a single node."""
         self.leaders = PartitionLeaders(ctx, self.node, self.routing)
         ctx.cluster = self.leaders
+        internode = _internode(self.config)
         markers = ClusterMarkerWriter(ctx.txn_markers, self.leaders, ctx.topics,
-                                      internode=_internode(self.config))
+                                      internode=internode)
+        self.leaders.peer_watermarks = PeerWatermarks(self.leaders, internode)
         groups = GroupPlacement(ctx, self.routing, self.local.config.container_count, markers)
         self.leaders.groups_container = groups.container
         leaders = self.leaders
