@@ -230,6 +230,7 @@ class GatewayConfig:
             elif name == "sasl":
                 if not isinstance(value, dict):
                     raise ValueError("sasl must be a table ([sasl.users] in the file)")
+                value = {**self.sasl, **value}
             elif name == "data_dir":
                 value = Path(coerce(name, value, str))
             else:
