@@ -193,7 +193,11 @@ class KafkaExporterMetrics(Collector):
         groups = view.group_coordinator
         if groups is not None:
             snap.groups = _groups(groups)
-            unknown = {tp for g in snap.groups for tp in g.offsets} - watermarks.keys()
+            counts = dict(snap.topics)
+            unknown = {
+                (t, p) for g in snap.groups for (t, p), (offset, _) in g.offsets.items()
+                if offset >= 0 and p < counts.get(t, 0)
+            } - watermarks.keys()
             if cluster is not None and unknown:
                 watermarks.update(await cluster.remote_high_watermarks(sorted(unknown)))
             _fill_lag(snap.groups, watermarks)

@@ -50,7 +50,11 @@ class PeerWatermarks:
         """The high watermark of each partition another live node leads and answered for."""
         by_leader: dict[int, list[tuple[str, int]]] = {}
         for topic, partition in partitions:
-            leader = await self._leaders.leader(topic, partition)
+            try:
+                leader = await self._leaders.leader(topic, partition)
+            except Exception as exc:  # noqa: BLE001 - deleted or moving: its lag is unknown
+                log.debug("leader of %s/%d not known: %r", topic, partition, exc)
+                continue
             if leader is not None and leader != self._leaders.node_id:
                 by_leader.setdefault(leader, []).append((topic, partition))
         answers = await asyncio.gather(
