@@ -37,12 +37,19 @@ from typing import Any
 from tidegate.gateway.config_values import (
     check_distinct,
     check_values,
+    check_words,
     coerce,
     coerce_table,
+    invalid,
     key_name,
     unknown_key,
 )
-from tidegate.gateway.security.listeners import Listener, parse_advertised, parse_listeners
+from tidegate.gateway.security.listeners import (
+    Listener,
+    parse_advertised,
+    parse_listeners,
+    parse_protocol_map,
+)
 
 #: The prefix of the environment variables that set config keys.
 ENV_PREFIX = "TIDEGATE_"
@@ -232,6 +239,8 @@ class GatewayConfig:
                     raise ValueError("sasl must be a table ([sasl.users] in the file)")
                 value = {**self.sasl, **value}
             elif name == "data_dir":
+                if not coerce(name, value, str).strip():
+                    raise invalid(name, value, "must name a directory")
                 value = Path(coerce(name, value, str))
             else:
                 value = coerce(name, value, hints[name])
@@ -242,6 +251,9 @@ class GatewayConfig:
         parse and no two servers share one."""
         top = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         check_values(top, {t: getattr(self, t) for t in TABLES})
+        check_words(top, self.controller)
+        if self.listener_security_protocol_map:
+            parse_protocol_map(self.listener_security_protocol_map)
         addresses = [
             (f"listener {listener.name}" if self.listeners else "listen",
              listener.host, listener.port)

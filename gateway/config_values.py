@@ -15,7 +15,9 @@ import typing
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tidegate.core.controller.api import ControllerError
 from tidegate.core.controller.config import ControllerConfig
+from tidegate.core.controller.validation import check_name
 from tidegate.core.segmentstore.config import SegmentStoreConfig
 from tidegate.gateway.groups.config import MIGRATION_POLICIES, GroupConfig
 
@@ -238,6 +240,24 @@ def check_values(top: Mapping[str, Any], tables: Mapping[str, Mapping[str, Any]]
             f"groups.consumer_heartbeat_interval_ms ({beat}) must be less than "
             f"groups.consumer_session_timeout_ms ({session})"
         )
+
+
+def check_words(top: Mapping[str, Any], controller: Mapping[str, Any]) -> None:
+    """Keys whose words have a form: the scope is a controller scope name, the cluster
+    id is not empty, each super user a ``Type:name`` principal (Kafka's form)."""
+    try:
+        check_name("scope", top["scope"], ControllerConfig(**controller))
+    except ControllerError as exc:
+        text = str(exc)
+        allowed = text[text.index("must"):] if "must" in text else text
+        raise invalid("scope", top["scope"], allowed) from None
+    if not str(top["cluster_id"]).strip():
+        raise invalid("cluster_id", top["cluster_id"], "must not be empty")
+    for user in str(top["super_users"]).split(";"):
+        kind, sep, name = user.strip().partition(":")
+        if user.strip() and not (sep and kind and name):
+            raise invalid("super_users", top["super_users"],
+                          "must be principals separated by ';' (User:alice;User:bob)")
 
 
 def check_distinct(addresses: Iterable[tuple[str, str, int]]) -> None:

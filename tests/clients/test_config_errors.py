@@ -98,6 +98,17 @@ def test_misspelt_table_key(tmp_path: Path, how: str, expected: str) -> None:
          "groups.consumer_heartbeat_interval_ms (45000) must be less than "
          "groups.consumer_session_timeout_ms (45000)"),
         (["--set", "admin.tls=true"], "admin.tls needs ssl.keystore.location (a PEM key)"),
+        (["--set", "scope=a/b"],
+         "invalid value 'a/b' for scope: must be 1+ characters of A-Z a-z 0-9 . _ -"),
+        (["--set", "cluster.id="], "invalid value '' for cluster-id: must not be empty"),
+        (["--set", "super.users=alice"], "invalid value 'alice' for super.users: must be "
+         "principals separated by ';' (User:alice;User:bob)"),
+        (["--set", "listener.security.protocol.map=X"],
+         "listener.security.protocol.map: expected NAME:PROTOCOL with PROTOCOL one of "
+         "PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL, got 'X'"),
+        (["--data-dir="], "invalid value '' for data-dir: must name a directory"),
+        (["--set", "store.tier1_plog_server_listen=abc"],
+         "store.tier1_plog_server_listen: expected HOST:PORT, got 'abc'"),
     ],
 )
 def test_bad_value(tmp_path: Path, args: list[str], expected: str) -> None:
