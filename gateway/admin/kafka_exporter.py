@@ -387,12 +387,12 @@ def _group_families(groups: Sequence[_Group]) -> Iterator[Metric]:
             s = sums.setdefault(topic, [0, 0, 0])
             if behind is not None:
                 lag.add_metric([g.group_id, topic, str(partition)], behind)
+                s[2] += 1
             if offset < 0:
                 continue  # never committed: -1 above, left out of the sums
             s[0] += offset
             if behind is not None:
                 s[1] += behind
-                s[2] += 1
         for topic, (offset_sum, behind_sum, known) in sorted(sums.items()):
             current_sum.add_metric([g.group_id, topic], offset_sum)
             if known:

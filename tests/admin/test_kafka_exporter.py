@@ -103,3 +103,29 @@ def test_kafka_exporter_series(rest_server: Tidegate) -> None:
     # The process and GC collectors are served too.
     assert value("process_resident_memory_bytes") > 0
     assert ("python_gc_collections_total", (("generation", "0"),)) in m
+
+
+def test_uncommitted_partitions_of_a_consumer_protocol_group(rest_server: Tidegate) -> None:
+    """A KIP-848 member (``group.protocol=consumer``) assigned every partition, with no
+    commit yet: each partition is -1 and -1, as kafka_exporter reports it."""
+    server = rest_server
+    create_topic(server.bootstrap, TOPIC, PARTITIONS, {})
+    c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "fresh",
+                  "group.protocol": "consumer", "enable.auto.commit": False})
+    try:
+        c.subscribe([TOPIC])
+        for _ in range(120):
+            c.poll(0.25)
+            if len(c.assignment()) == PARTITIONS:
+                break
+        assert len(c.assignment()) == PARTITIONS, c.assignment()
+        m = metrics(server)
+    finally:
+        c.close()
+    for p in range(PARTITIONS):
+        tp = (("consumergroup", "fresh"), ("partition", str(p)), ("topic", TOPIC))
+        assert m[("kafka_consumergroup_current_offset", tp)] == -1
+        assert m[("kafka_consumergroup_lag", tp)] == -1
+    sums = (("consumergroup", "fresh"), ("topic", TOPIC))
+    assert m[("kafka_consumergroup_lag_sum", sums)] == 0  # the -1s are left out
+    assert m[("kafka_consumergroup_members", (("consumergroup", "fresh"),))] == 1
