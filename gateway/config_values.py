@@ -19,14 +19,21 @@ from tidegate.core.controller.api import ControllerError
 from tidegate.core.controller.config import ControllerConfig
 from tidegate.core.controller.validation import check_name
 from tidegate.core.segmentstore.config import SegmentStoreConfig
-from tidegate.gateway.groups.config import MIGRATION_POLICIES, GroupConfig
 
-#: The tables of settings (``[store]`` in the file) and the settings each holds.
-TABLE_TYPES: dict[str, type] = {
-    "store": SegmentStoreConfig,
-    "controller": ControllerConfig,
-    "groups": GroupConfig,
-}
+
+def table_types() -> dict[str, type]:
+    """The tables of settings (``[store]`` in the file) and the settings each holds."""
+    # Imported here: the groups package pulls in the group coordinator, which every
+    # importer of the gateway's config would otherwise load.
+    from tidegate.gateway.groups.config import GroupConfig
+
+    return {"store": SegmentStoreConfig, "controller": ControllerConfig, "groups": GroupConfig}
+
+
+def _migration_policies() -> tuple[str, ...]:
+    from tidegate.gateway.groups.config import MIGRATION_POLICIES
+
+    return tuple(MIGRATION_POLICIES)
 
 #: Keys spelled with dashes, as their flags (``--data-dir``); the others are Kafka-style
 #: dotted names (``num.partitions``).
@@ -113,10 +120,10 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "groups.queue_writes_max": (1, None),
 }
 
-#: Keys that hold one of a few words (compared without case).
-CHOICES: dict[str, tuple[str, ...]] = {
+#: Keys that hold one of a few words (compared without case); a callable gives them.
+CHOICES: dict[str, tuple[str, ...] | typing.Callable[[], tuple[str, ...]]] = {
     "ssl_client_auth": ("required", "requested", "none"),
-    "groups.consumer_migration_policy": tuple(MIGRATION_POLICIES),
+    "groups.consumer_migration_policy": _migration_policies,
 }
 
 #: Pairs of keys where the first may not exceed the second.
@@ -191,7 +198,7 @@ def coerce(key: str, value: Any, hint: Any) -> Any:
 def coerce_table(table: str, values: Mapping[str, Any]) -> dict[str, Any]:
     """A table's settings, each key checked against the table's fields and its value
     converted to the field's type."""
-    cls = TABLE_TYPES[table]
+    cls = table_types()[table]
     hints = typing.get_type_hints(cls)
     out = {}
     for raw, value in values.items():
@@ -219,12 +226,13 @@ def check_values(top: Mapping[str, Any], tables: Mapping[str, Mapping[str, Any]]
     (the tables' defaults filled in)."""
     flat = dict(top)
     for table, values in tables.items():
-        defaults = {f.name: f.default for f in dataclasses.fields(TABLE_TYPES[table])}
+        defaults = {f.name: f.default for f in dataclasses.fields(table_types()[table])}
         for name, value in {**defaults, **values}.items():
             flat[f"{table}.{name}"] = value
     for key, value in flat.items():
         check_number(key, value)
-        allowed = CHOICES.get(key)
+        choices = CHOICES.get(key)
+        allowed = choices() if callable(choices) else choices
         if allowed and str(value).lower() not in allowed:
             raise invalid(key, value, f"must be one of {', '.join(allowed)}")
     for small, large in NOT_ABOVE:

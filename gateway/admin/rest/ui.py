@@ -19,7 +19,6 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse
 from tidegate.core.controller.api import Controller, EpochRecord, StreamNotFoundError
-from tidegate.gateway.log.topics import partition_point
 
 #: Streams drawn per scope, and epochs per stream (the newest): the page stays small.
 STREAMS_PER_SCOPE_MAX = 100
@@ -88,6 +87,10 @@ async def _streams(
 def _epoch(e: EpochRecord, partition_count: int) -> dict[str, Any]:
     """An epoch's segments; a Kafka topic's with the partitions whose points each holds
     (the topic's partitions now: a point never moves, so earlier epochs held the same)."""
+    # Imported here: the Kafka log modules load the group coordinator and kafka.protocol,
+    # which the REST app (also served without a gateway) does not otherwise need.
+    from tidegate.gateway.log.topics import partition_point
+
     labelled = 0 < partition_count <= PARTITIONS_LABELLED_MAX
     points = sorted((partition_point(p), p) for p in range(partition_count if labelled else 0))
     keys = [x for x, _ in points]
