@@ -215,7 +215,7 @@ class Gateway:
         if self.exporter is None:
             return {"node_id": self.config.node_id, "brokers": [], "topics": [], "groups": []}
         await self.exporter.refresh()
-        return self.exporter.overview()
+        return {**self.exporter.overview(), "scope": self.config.scope}
 
     async def close(self, timeout_s: float = 10.0) -> None:
         """Answer what is in flight, wait for appends, close the index."""

@@ -28,7 +28,7 @@ from tidegate.gateway.config import (
     GatewayConfig,
     load_config,
     parse_host_port,
-    settings_from_env,
+    unknown_variables,
 )
 from tidegate.gateway.logging_setup import FORMATS
 from tidegate.gateway.logging_setup import configure as configure_logging
@@ -38,8 +38,11 @@ from tidegate.gateway.waiting import StartupState, Waiter
 
 log = logging.getLogger("tidegate")
 
-#: Variables read as flags' defaults, not config keys.
-_LOGGING_VARIABLES = (f"{ENV_PREFIX}LOG_LEVEL", f"{ENV_PREFIX}LOG_FORMAT")
+
+#: Where the help points for more than the flags.
+DOCS = ("Every flag is also a config key (--config FILE, --set KEY=VALUE, TIDEGATE_* "
+        "variables); every key, the metrics and the data directory: docs/operations.md and "
+        "README.md in tidegate's source.")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -51,37 +54,53 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     from tidegate import __version__
 
-    parser = _Parser(prog="tidegate")
+    parser = _Parser(prog="tidegate", epilog=DOCS)
     parser.add_argument("--version", action="version", version=f"tidegate {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    serve = sub.add_parser("serve", help="run the embedded node")
-    serve.add_argument("--data-dir", help="data directory (default ./tidegate-data)")
-    serve.add_argument("--listen", help="Kafka listener HOST:PORT (default 127.0.0.1:9092)")
-    serve.add_argument("--advertised-listener", help="HOST:PORT given to clients in Metadata")
-    serve.add_argument("--rest", help="admin REST HOST:PORT (default 127.0.0.1:9080; off)")
-    serve.add_argument("--grpc", help="controller gRPC HOST:PORT (default 127.0.0.1:9090; off)")
-    serve.add_argument("--zookeeper", help="join a cluster: ZooKeeper HOST:PORT[/chroot]")
-    serve.add_argument("--node-id", type=int, help="this node's id in the cluster (default 0)")
-    serve.add_argument("--segment-store", help="segment-store HOST:PORT for the other nodes")
-    serve.add_argument("--tier1-dir", help="Tier-1 logs directory (cluster: a shared file log "
-                       "instead of the replicated one)")
-    serve.add_argument("--tier2-dir", help="Tier-2 directory (cluster: shared by all nodes)")
-    serve.add_argument("--container-count", type=int, help="segment containers in the cluster")
-    serve.add_argument("--config", type=Path, help="TOML file; every flag is also a key")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    serve = sub.add_parser(
+        "serve", help="run a node: embedded (default) or in a cluster (--zookeeper)",
+        description="Run a tidegate node: Kafka listener, admin REST, controller gRPC, "
+        "segment store and controller in one process.", epilog=DOCS,
+    )
+    serve.add_argument("--data-dir", metavar="DIR", help="data directory (default ./tidegate-data)")
+    serve.add_argument("--listen", metavar="HOST:PORT", help="Kafka listener HOST:PORT (default 127.0.0.1:9092)")
+    serve.add_argument("--advertised-listener", metavar="HOST:PORT",
+                       help="HOST:PORT given to clients in Metadata (default: --listen)")
+    serve.add_argument("--rest", metavar="HOST:PORT|off", help="admin REST API, /metrics and /ui at HOST:PORT "
+                       "(default 127.0.0.1:9080; off: no REST server)")
+    serve.add_argument("--grpc", metavar="HOST:PORT|off", help="controller gRPC API at HOST:PORT "
+                       "(default 127.0.0.1:9090; off: no gRPC server)")
+    serve.add_argument("--zookeeper", metavar="HOSTS", help="join a cluster: ZooKeeper HOST:PORT[/chroot] "
+                       "(default: none, one embedded node)")
+    serve.add_argument("--node-id", metavar="N", type=int, help="this node's id (default 0)")
+    serve.add_argument("--segment-store", metavar="HOST:PORT", help="cluster: where the other nodes reach this "
+                       "node's segment store, HOST:PORT (default 127.0.0.1:0, any free port)")
+    serve.add_argument("--tier1-dir", metavar="DIR", help="Tier-1 logs directory (default: in the data "
+                       "directory; cluster: replicated plogs, or a file log shared here)")
+    serve.add_argument("--tier2-dir", metavar="DIR", help="Tier-2 directory (default DATA_DIR/segmentstore/"
+                       "tier2; cluster: one directory all nodes share)")
+    serve.add_argument("--container-count", metavar="N", type=int, help="segment containers in the whole "
+                       "cluster, the same on every node (default 4)")
+    serve.add_argument("--config", metavar="FILE", type=Path,
+                       help="TOML file; every flag is also a key (default: none)")
     serve.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="set a config key (repeatable; a table's key as store.KEY); wins over "
         "TIDEGATE_* variables and the file",
     )
-    plog = sub.add_parser("plog-server", help="run a plog server (replicated Tier-1)")
+    plog = sub.add_parser("plog-server", help="run a plog server (replicated Tier-1)",
+                          epilog=DOCS)
     plog.add_argument("--data-dir", type=Path, required=True, help="where its plogs are kept")
     plog.add_argument("--listen", default="127.0.0.1:9190", help="HOST:PORT (default 127.0.0.1:9190)")
-    plog.add_argument("--zookeeper", help="ZooKeeper connect string to register in")
-    plog.add_argument("--zookeeper-root", default="/tidegate/plog", help="its ZooKeeper path")
+    plog.add_argument("--zookeeper", help="ZooKeeper connect string to register in "
+                      "(default: none, not registered)")
+    plog.add_argument("--zookeeper-root", default="/tidegate/plog",
+                      help="its ZooKeeper path (default /tidegate/plog)")
     plog.add_argument("--server-id", help="id in ZooKeeper (default: made once, kept in the data dir)")
     plog.add_argument("--disk-bytes-max", type=int, help="bytes its plogs may take (default: the disk)")
     plog.add_argument("--sweep-interval-ms", type=int, default=300_000,
-                      help="how often plogs no log records are deleted (also at start; 0: at start only)")
+                      help="how often plogs that no log records any more are deleted, in ms "
+                      "(default 300000; also at start; 0: at start only)")
     for p in (serve, plog):
         p.add_argument(
             "--log-level",
@@ -100,7 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def serve(config: GatewayConfig) -> None:
+async def serve(config: GatewayConfig, grpc_tls: tuple[bytes, bytes] | None = None) -> None:
     from tidegate.core.controller.config import ControllerConfig
     from tidegate.core.controller.controller import StreamController
     from tidegate.core.segmentstore.config import SegmentStoreConfig
@@ -199,7 +218,7 @@ async def serve(config: GatewayConfig) -> None:
         # A cluster node listens at once: until it has what it needs (ZooKeeper, its
         # peers' plog servers, containers) it answers as a starting node.
         host, port = await gateway.listen()
-        admin_servers = AdminServers(config, admin, front, controller, store, gateway)
+        admin_servers = AdminServers(config, admin, front, controller, store, gateway, grpc_tls)
         if not config.admin_authentication:
             # Up while the node waits: /health says for what (their auth needs the store).
             await admin_servers.start()
@@ -280,6 +299,37 @@ def _forward_authorization(config: GatewayConfig) -> str | None:
     return "Basic " + base64.b64encode(pair).decode()
 
 
+def _grpc_tls(config: GatewayConfig) -> tuple[bytes, bytes] | None:
+    """The gRPC server's PEM key and chain. gRPC takes no key password: a key encrypted
+    with ``ssl.key.password`` is handed over decrypted (kept in memory only)."""
+    if not config.admin_tls:
+        return None
+    from cryptography.hazmat.primitives import serialization
+
+    chain = config.ssl_keystore_certificate_chain or config.ssl_keystore_location
+    try:
+        with open(config.ssl_keystore_location, "rb") as key, open(chain, "rb") as certs:
+            key_pem, chain_pem = key.read(), certs.read()
+    except OSError as exc:
+        raise ValueError(f"admin.tls: {exc.filename}: {exc.strerror}") from None
+    password = config.ssl_key_password.encode() or None
+    try:
+        try:
+            private = serialization.load_pem_private_key(key_pem, password)
+        except TypeError:  # a password given for a key that has none, as ssl allows
+            private = serialization.load_pem_private_key(key_pem, None)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(
+            f"admin.tls: the key in {config.ssl_keystore_location} cannot be read with the "
+            f"ssl.key.password given ({exc})"
+        ) from None
+    plain = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    return plain, chain_pem
+
+
 def _set_malloc_mmap_threshold(threshold_bytes: int) -> None:
     """Fix glibc's mmap threshold (see ``GatewayConfig.malloc_mmap_threshold_bytes``);
     a libc without ``mallopt`` is left alone."""
@@ -316,7 +366,11 @@ def _plog_server(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # a bare ``tidegate``: what it can do, and where to read more
+        parser.print_help(sys.stderr)
+        return 2
     configure_logging(args.log_level, args.log_format)
     if args.command == "plog-server":
         return _plog_server(args)
@@ -335,9 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         config = load_config(args.config, overrides, env=os.environ, sets=args.set)
-        _ = (config.listen_address, config.advertised_address)  # validate early
         listeners = config.kafka_listeners()
-        config.advertised_by_listener()
         inter = config.inter_broker_listener_name.upper()
         if inter and inter not in {listener.name for listener in listeners}:
             raise ValueError(f"inter.broker.listener.name: {inter} is not in listeners")
@@ -347,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
 
             server_context(config)  # unreadable key material fails here, not later
         parse_ip_overrides(config.max_connections_per_ip_overrides)
+        grpc_tls = _grpc_tls(config)  # an encrypted key is decrypted here, once
     except (ValueError, OSError) as exc:
         print(f"tidegate: {exc}", file=sys.stderr)
         return 2
@@ -361,13 +414,12 @@ def main(argv: list[str] | None = None) -> int:
     except (StartupError, ValueError) as exc:
         print(f"tidegate: {exc}", file=sys.stderr)
         return 2
-    unknown = [v for v in settings_from_env(os.environ)[1] if v not in _LOGGING_VARIABLES]
-    if unknown:
-        log.info("environment: %s name no config key (left alone)", ", ".join(unknown))
+    for line in unknown_variables(os.environ):
+        log.warning("%s", line)
     _set_malloc_mmap_threshold(config.malloc_mmap_threshold_bytes)
     raise_fd_limit()  # max.connections of 0 is chosen from it
     try:
-        asyncio.run(serve(config))
+        asyncio.run(serve(config, grpc_tls))
     except (OSError, StartupError) as exc:
         print(f"tidegate: {exc}", file=sys.stderr)
         return 1

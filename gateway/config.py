@@ -17,20 +17,39 @@ key=value`` in the order given), the environment, the file, the default.
 
 Values from flags and the environment are read as TOML values where they parse as one
 (``3``, ``true``, ``"x"``, ``[1, 2]``), else taken as strings (``0.0.0.0:9092``).
-Unknown keys are an error, so typos do not pass silently; ``TIDEGATE_`` variables that
-name no key are left to whatever else reads them (tests, images), and listed at start.
+Every key and value is checked before anything starts (``config_values``): an unknown
+key, a value of the wrong type or out of its range, or two servers on one port is one line
+and exit status 2. ``TIDEGATE_`` variables that name no key are left to whatever else
+reads them (tests, images), each with a warning at start naming the nearest key.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import tomllib
+import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tidegate.gateway.security.listeners import Listener, parse_advertised, parse_listeners
+from tidegate.gateway.config_values import (
+    check_distinct,
+    check_values,
+    check_words,
+    coerce,
+    coerce_table,
+    invalid,
+    key_name,
+    unknown_key,
+)
+from tidegate.gateway.security.listeners import (
+    Listener,
+    parse_advertised,
+    parse_listeners,
+    parse_protocol_map,
+)
 
 #: The prefix of the environment variables that set config keys.
 ENV_PREFIX = "TIDEGATE_"
@@ -38,10 +57,18 @@ ENV_PREFIX = "TIDEGATE_"
 TABLES = ("store", "controller", "groups")
 
 
-def parse_host_port(value: str) -> tuple[str, int]:
+#: Values of ``rest``, ``grpc`` (and the plog server's listen) that turn the server off.
+OFF = ("", "off", "none")
+
+
+def parse_host_port(value: str, key: str = "") -> tuple[str, int]:
+    """``HOST:PORT`` with the port in 0..65535 (``key`` named in the error)."""
     host, sep, port = value.rpartition(":")
+    where = f"{key_name(key)}: " if key else ""
     if not sep or not host or not port.isdigit():
-        raise ValueError(f"expected HOST:PORT, got {value!r}")
+        raise ValueError(f"{where}expected HOST:PORT, got {value!r}")
+    if int(port) > 65535:
+        raise ValueError(f"{where}port {port} of {value!r} is out of range: must be 0 to 65535")
     return host.strip("[]"), int(port)
 
 
@@ -171,11 +198,13 @@ class GatewayConfig:
 
     @property
     def listen_address(self) -> tuple[str, int]:
-        return parse_host_port(self.listen)
+        return parse_host_port(self.listen, "listen")
 
     @property
     def advertised_address(self) -> tuple[str, int]:
-        return parse_host_port(self.advertised_listener or self.listen)
+        if self.advertised_listener:
+            return parse_host_port(self.advertised_listener, "advertised_listener")
+        return self.listen_address
 
     def kafka_listeners(self) -> list[Listener]:
         """``listeners``, or one PLAINTEXT listener at ``listen``."""
@@ -194,27 +223,59 @@ class GatewayConfig:
         return {}
 
     def apply(self, values: dict[str, Any]) -> None:
-        """Set fields from config keys (``data-dir``, ``num.partitions``, ...)."""
-        names = {f.name for f in dataclasses.fields(self)}
+        """Set fields from config keys (``data-dir``, ``num.partitions``, ...), each value
+        converted to its key's type (``ValueError`` naming the key if it cannot be)."""
+        hints = typing.get_type_hints(GatewayConfig)
         for key, value in values.items():
             name = key.replace(".", "_").replace("-", "_")
-            if name not in names:
-                raise ValueError(f"unknown config key {key!r}")
-            current = getattr(self, name)
-            if name == "data_dir":
-                value = Path(value)
-            elif isinstance(current, bool) and not isinstance(value, bool):
-                raise ValueError(f"{key} must be true or false")
-            elif isinstance(current, int) and not isinstance(current, bool):
-                try:
-                    value = int(value)
-                except (TypeError, ValueError):
-                    raise ValueError(f"{key} must be an integer, got {value!r}") from None
-            elif isinstance(current, dict):
+            if name not in hints:
+                raise unknown_key(key, hints)
+            if name in TABLES:
                 if not isinstance(value, dict):
-                    raise ValueError(f"{key} must be a table")
-                value = {**current, **value}
+                    raise ValueError(f"{name} must be a table ([{name}] in the file)")
+                value = {**getattr(self, name), **coerce_table(name, value)}
+            elif name == "sasl":
+                if not isinstance(value, dict):
+                    raise ValueError("sasl must be a table ([sasl.users] in the file)")
+                value = {**self.sasl, **value}
+            elif name == "data_dir":
+                if not coerce(name, value, str).strip():
+                    raise invalid(name, value, "must name a directory")
+                value = Path(coerce(name, value, str))
+            else:
+                value = coerce(name, value, hints[name])
             setattr(self, name, value)
+
+    def check(self) -> None:
+        """Ranges, choices and relations between keys (``config_values``); the addresses
+        parse and no two servers share one."""
+        top = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        check_values(top, {t: getattr(self, t) for t in TABLES})
+        check_words(top, self.controller)
+        if self.listener_security_protocol_map:
+            parse_protocol_map(self.listener_security_protocol_map)
+        addresses = [
+            (f"listener {listener.name}" if self.listeners else "listen",
+             listener.host, listener.port)
+            for listener in self.kafka_listeners()
+        ]
+        self.advertised_by_listener()
+        for name in ("rest", "grpc"):
+            if getattr(self, name) not in OFF:
+                addresses.append((name, *parse_host_port(getattr(self, name), name)))
+        if self.zookeeper:
+            addresses.append(
+                ("segment-store", *parse_host_port(self.segment_store, "segment-store"))
+            )
+        plog = self.store.get("tier1_plog_server_listen")
+        if plog and plog not in OFF:
+            addresses.append(
+                ("store.tier1_plog_server_listen",
+                 *parse_host_port(plog, "store.tier1_plog_server_listen")),
+            )
+        check_distinct(addresses)
+        if self.admin_tls and not self.ssl_keystore_location:
+            raise ValueError("admin.tls needs ssl.keystore.location (a PEM key)")
 
 
 def parse_value(text: str) -> Any:
@@ -244,23 +305,53 @@ def settings_from_sets(sets: Iterable[str]) -> list[dict[str, Any]]:
     return out
 
 
-def settings_from_env(env: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
-    """The settings ``TIDEGATE_*`` variables make, and the variables that name no key."""
+#: ``TIDEGATE_*`` variables read by tidegate that are not config keys.
+OTHER_VARIABLES = ("TIDEGATE_LOG_LEVEL", "TIDEGATE_LOG_FORMAT", "TIDEGATE_FAILPOINTS")
+
+
+def _env_settings(env: Mapping[str, str]) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+    """Each ``TIDEGATE_*`` variable's setting, and the variables that name no key."""
     names = {f.name for f in dataclasses.fields(GatewayConfig)}
-    settings: dict[str, Any] = {}
+    settings: list[tuple[str, dict[str, Any]]] = []
     unknown = []
     for var, text in sorted(env.items()):
-        if not var.startswith(ENV_PREFIX):
+        if not var.startswith(ENV_PREFIX) or var in OTHER_VARIABLES:
             continue
         key = var[len(ENV_PREFIX):].lower()
         table, sep, rest = key.partition("__")
         if sep and table in TABLES and rest:
-            settings.setdefault(table, {})[rest] = parse_value(text)
+            settings.append((var, {table: {rest: parse_value(text)}}))
         elif key in names and key not in TABLES:
-            settings[key] = parse_value(text)
+            settings.append((var, {key: parse_value(text)}))
         else:
             unknown.append(var)
     return settings, unknown
+
+
+def settings_from_env(env: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """The settings ``TIDEGATE_*`` variables make, and the variables that name no key."""
+    settings: dict[str, Any] = {}
+    each, unknown = _env_settings(env)
+    for _, setting in each:
+        for key, value in setting.items():
+            if key in TABLES:
+                settings.setdefault(key, {}).update(value)
+            else:
+                settings[key] = value
+    return settings, unknown
+
+
+def unknown_variables(env: Mapping[str, str]) -> list[str]:
+    """A line per ``TIDEGATE_*`` variable that names no config key, with the variable
+    it is closest to (``TIDEGATE_NUM_PARTITONS``: did you mean ``TIDEGATE_NUM_PARTITIONS``?)."""
+    known = [ENV_PREFIX + f.name.upper() for f in dataclasses.fields(GatewayConfig)]
+    known += [f"{ENV_PREFIX}{t.upper()}__" for t in TABLES]
+    lines = []
+    for var in _env_settings(env)[1]:
+        near = difflib.get_close_matches(var, known, n=1, cutoff=0.8)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        lines.append(f"environment variable {var} names no config key{hint}; it is ignored")
+    return lines
 
 
 def load_config(
@@ -274,11 +365,20 @@ def load_config(
     ``--set`` flags in order, then the other flags (``overrides``; None: not given)."""
     config = GatewayConfig()
     if path is not None:
-        with open(path, "rb") as f:
-            config.apply(tomllib.load(f))
-    if env is not None:
-        config.apply(settings_from_env(env)[0])
+        try:
+            with open(path, "rb") as f:
+                config.apply(tomllib.load(f))
+        except OSError as exc:
+            raise ValueError(f"config file {path}: {exc.strerror or exc}") from None
+        except ValueError as exc:  # TOMLDecodeError too: its line and column
+            raise ValueError(f"config file {path}: {exc}") from None
+    for var, setting in _env_settings(env or {})[0]:
+        try:
+            config.apply(setting)
+        except ValueError as exc:
+            raise ValueError(f"{var}: {exc}") from None
     for setting in settings_from_sets(sets):
         config.apply(setting)
     config.apply({k: v for k, v in overrides.items() if v is not None})
+    config.check()
     return config

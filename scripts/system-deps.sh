@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests drive, when missing: kcat (librdkafka's CLI),
-# zookeeper (cluster tests), docker.io and debootstrap (the image and Compose tests),
+# zookeeper (cluster tests), docker.io, docker-compose and debootstrap (the image and
+# Compose tests),
 # chromium (the admin page rendered headless), and
 # starts the Docker daemon when it is not running. Needs root; without it, says what is
 # missing and fails.
@@ -9,6 +10,7 @@ missing=()
 command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then

@@ -14,9 +14,15 @@ counters under the names the JMX exporter gives them.
 - ``kafka_server_brokertopicmetrics_{bytesin,bytesout,messagesin}_total{topic}`` and
   ``tidegate_topic_records_out_total{topic}``.
 
-In cluster mode each node reports the partitions it leads and the groups it coordinates,
-so summing over the nodes' scrapes counts each once; lag is reported where this node
-knows the partition's high watermark (it leads it).
+In cluster mode a Prometheus that scrapes every node sees each series once: the
+controller leader alone reports the cluster's series (``kafka_brokers``,
+``kafka_broker_info``, ``kafka_topic_partitions``), each node the partitions it leads,
+and the group coordinator's node the groups, with their lag on every partition (other
+leaders' high watermarks asked with ListOffsets, ``gateway/cluster/watermarks.py``).
+
+A partition a group's members are assigned but the group never committed gets
+``current_offset`` and ``lag`` -1, as kafka_exporter gives them so users can alert on it;
+the ``_sum`` series leave those out.
 
 ``refresh()`` (async: leadership lookups) takes a snapshot before each scrape;
 ``collect()`` turns it into metric families.
@@ -24,7 +30,7 @@ knows the partition's high watermark (it leads it).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -62,6 +68,12 @@ class Leaders(Protocol):
 
     def brokers(self) -> list[tuple[int, str, int]]: ...
 
+    def controller_id(self) -> int: ...
+
+    async def remote_high_watermarks(
+        self, partitions: Iterable[tuple[str, int]]
+    ) -> dict[tuple[str, int], int]: ...
+
 
 class Committed(Protocol):
     @property
@@ -91,6 +103,8 @@ class Groups(Protocol):
     def describe_groups(self, group_ids: Sequence[str]) -> Sequence[Described]: ...
 
     def consumer_group_members(self, group_id: str) -> int: ...
+
+    def assigned_partitions(self, group_id: str) -> set[tuple[str, int]]: ...
 
     def fetch_offsets(
         self, group_id: str, partitions: Sequence[tuple[str, int]] | None
@@ -126,7 +140,8 @@ class _Partition:
 class _Group:
     group_id: str
     members: int
-    #: (topic, partition) -> (committed offset, lag or None where the watermark is not known here).
+    #: (topic, partition) -> (committed offset, lag): -1 and -1 for an assigned partition
+    #: never committed; lag None where the partition's high watermark is not known.
     offsets: dict[tuple[str, int], tuple[int, int | None]] = field(default_factory=dict)
 
 
@@ -136,6 +151,8 @@ class _Snapshot:
     topics: list[tuple[str, int]] = field(default_factory=list)
     partitions: list[_Partition] = field(default_factory=list)
     groups: list[_Group] = field(default_factory=list)
+    #: This node reports the cluster's series (single node, or the controller leader).
+    reports_cluster: bool = True
 
 
 class KafkaExporterMetrics(Collector):
@@ -157,6 +174,7 @@ class KafkaExporterMetrics(Collector):
             snap.brokers = [(self.node_id, *self.address)]
         else:
             snap.brokers = cluster.brokers()
+            snap.reports_cluster = cluster.controller_id() == cluster.node_id
         node = self.node_id if cluster is None else cluster.node_id
         watermarks: dict[tuple[str, int], int] = {}
         for name in sorted(view.topics.names()):
@@ -174,7 +192,15 @@ class KafkaExporterMetrics(Collector):
                 )
         groups = view.group_coordinator
         if groups is not None:
-            snap.groups = _groups(groups, watermarks)
+            snap.groups = _groups(groups)
+            counts = dict(snap.topics)
+            unknown = {
+                (t, p) for g in snap.groups for (t, p), (offset, _) in g.offsets.items()
+                if offset >= 0 and p < counts.get(t, 0)
+            } - watermarks.keys()
+            if cluster is not None and unknown:
+                watermarks.update(await cluster.remote_high_watermarks(sorted(unknown)))
+            _fill_lag(snap.groups, watermarks)
         self._snapshot = snap
 
     def overview(self) -> dict[str, object]:
@@ -200,7 +226,7 @@ class KafkaExporterMetrics(Collector):
                 {
                     "group": g.group_id,
                     "members": g.members,
-                    "lag": sum(lag for _, lag in g.offsets.values() if lag is not None),
+                    "lag": sum(lag for _, lag in g.offsets.values() if lag is not None and lag > 0),
                     "offsets": [
                         {"topic": t, "partition": p, "offset": off, "lag": lag}
                         for (t, p), (off, lag) in sorted(g.offsets.items())
@@ -218,21 +244,8 @@ class KafkaExporterMetrics(Collector):
 
     def collect(self) -> Iterator[Metric]:
         snap = self._snapshot
-        yield GaugeMetricFamily(
-            "kafka_brokers", "Number of Brokers in the Kafka Cluster.", value=len(snap.brokers)
-        )
-        info = GaugeMetricFamily(
-            "kafka_broker_info", "Information about the Kafka Broker.", labels=["address", "id"]
-        )
-        for n, host, port in snap.brokers:
-            info.add_metric([f"{host}:{port}", str(n)], 1)
-        yield info
-        partitions = GaugeMetricFamily(
-            "kafka_topic_partitions", "Number of partitions for this Topic", labels=["topic"]
-        )
-        for topic, count in snap.topics:
-            partitions.add_metric([topic], count)
-        yield partitions
+        if snap.reports_cluster:
+            yield from _cluster_families(snap)
         yield from _partition_families(snap.partitions)
         yield from _group_families(snap.groups)
         yield from self._io_families()
@@ -251,7 +264,9 @@ class KafkaExporterMetrics(Collector):
         yield from families
 
 
-def _groups(groups: Groups, watermarks: Mapping[tuple[str, int], int]) -> list[_Group]:
+def _groups(groups: Groups) -> list[_Group]:
+    """Each group with its committed offsets, and -1 for the partitions its members are
+    assigned and it never committed (lag filled in by ``_fill_lag``)."""
     err, listed = groups.list_groups()
     if err:
         return []
@@ -267,10 +282,37 @@ def _groups(groups: Groups, watermarks: Mapping[tuple[str, int], int]) -> list[_
         for tp, c in ([] if err else sorted(committed.items())):
             if c is None or c.offset < 0:
                 continue
-            hw = watermarks.get(tp)
-            g.offsets[tp] = (c.offset, None if hw is None else max(hw - c.offset, 0))
+            g.offsets[tp] = (c.offset, None)
+        for tp in sorted(groups.assigned_partitions(gid) - g.offsets.keys()):
+            g.offsets[tp] = (-1, -1)
         out.append(g)
     return out
+
+
+def _fill_lag(groups: Sequence[_Group], watermarks: Mapping[tuple[str, int], int]) -> None:
+    for g in groups:
+        for tp, (offset, _) in g.offsets.items():
+            hw = watermarks.get(tp)
+            if offset >= 0 and hw is not None:
+                g.offsets[tp] = (offset, max(hw - offset, 0))
+
+
+def _cluster_families(snap: _Snapshot) -> Iterator[Metric]:
+    yield GaugeMetricFamily(
+        "kafka_brokers", "Number of Brokers in the Kafka Cluster.", value=len(snap.brokers)
+    )
+    info = GaugeMetricFamily(
+        "kafka_broker_info", "Information about the Kafka Broker.", labels=["address", "id"]
+    )
+    for n, host, port in snap.brokers:
+        info.add_metric([f"{host}:{port}", str(n)], 1)
+    yield info
+    partitions = GaugeMetricFamily(
+        "kafka_topic_partitions", "Number of partitions for this Topic", labels=["topic"]
+    )
+    for topic, count in snap.topics:
+        partitions.add_metric([topic], count)
+    yield partitions
 
 
 def _partition_families(parts: Sequence[_Partition]) -> Iterator[Metric]:
@@ -340,14 +382,17 @@ def _group_families(groups: Sequence[_Group]) -> Iterator[Metric]:
     for g in groups:
         members.add_metric([g.group_id], g.members)
         sums: dict[str, list[int]] = {}
-        for (topic, partition), (offset, behind) in g.offsets.items():
+        for (topic, partition), (offset, behind) in sorted(g.offsets.items()):
             current.add_metric([g.group_id, topic, str(partition)], offset)
             s = sums.setdefault(topic, [0, 0, 0])
-            s[0] += offset
             if behind is not None:
                 lag.add_metric([g.group_id, topic, str(partition)], behind)
-                s[1] += behind
                 s[2] += 1
+            if offset < 0:
+                continue  # never committed: -1 above, left out of the sums
+            s[0] += offset
+            if behind is not None:
+                s[1] += behind
         for topic, (offset_sum, behind_sum, known) in sorted(sums.items()):
             current_sum.add_metric([g.group_id, topic], offset_sum)
             if known:

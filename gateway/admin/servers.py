@@ -17,7 +17,7 @@ def enabled(address: str) -> bool:
 class AdminServers:
     def __init__(
         self, config: GatewayConfig, admin: Any, front: Any, controller: Any, store: Any,
-        gateway: Any,
+        gateway: Any, grpc_tls: tuple[bytes, bytes] | None = None,
     ) -> None:
         """``admin`` the controller as the admin APIs may use it, ``front`` the one that
         forwards to the leader, ``controller`` this node's own (writes forwarded here)."""
@@ -27,6 +27,8 @@ class AdminServers:
         self.controller = controller
         self.store = store
         self.gateway = gateway
+        #: The gRPC server's PEM key (decrypted) and chain, with ``admin.tls``.
+        self.grpc_tls = grpc_tls
         self.rest: tuple[Any, Any] | None = None
         self.grpc: Any = None
 
@@ -57,7 +59,7 @@ class AdminServers:
             self.grpc = await start_grpc_server(
                 self.admin, host, port, forwarded=self.controller,
                 interceptors=[AuthInterceptor(admin_auth)] if admin_auth else [],
-                tls=_grpc_tls(config),
+                tls=self.grpc_tls,
                 # Reads are routed to each segment's owner: every node answers.
                 services=[segment_service(self.front, self.store, config.scope)],
             )
@@ -78,10 +80,3 @@ def _rest_tls(config: GatewayConfig) -> tuple[str, str, str | None] | None:
     chain = config.ssl_keystore_certificate_chain or config.ssl_keystore_location
     return chain, config.ssl_keystore_location, config.ssl_key_password or None
 
-
-def _grpc_tls(config: GatewayConfig) -> tuple[bytes, bytes] | None:
-    if not config.admin_tls:
-        return None
-    chain = config.ssl_keystore_certificate_chain or config.ssl_keystore_location
-    with open(config.ssl_keystore_location, "rb") as key, open(chain, "rb") as certs:
-        return key.read(), certs.read()

@@ -27,9 +27,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from tidegate.core.segmentstore.service import container_of
+from tidegate.gateway.cluster.watermarks import PeerWatermarks
 from tidegate.gateway.log.partitions import UNAVAILABLE
 from tidegate.gateway.log.topics import partition_point
 from tidegate.protocol.errors import ErrorCode
@@ -73,6 +75,8 @@ class PartitionLeaders:
         self._catching_up = asyncio.Lock()
         #: The container of the groups' table (``gateway/cluster/groups.py``).
         self.groups_container: int | None = None
+        #: Other leaders' high watermarks, for the exporter's group lag (``watermarks.py``).
+        self.peer_watermarks: PeerWatermarks | None = None
 
     @property
     def node_id(self) -> int:
@@ -194,6 +198,15 @@ class PartitionLeaders:
             if address is not None:
                 out.append((node, *address))
         return out
+
+    async def remote_high_watermarks(
+        self, partitions: Iterable[tuple[str, int]]
+    ) -> dict[tuple[str, int], int]:
+        """High watermarks of partitions other nodes lead, asked of them (empty when
+        this node cannot ask)."""
+        if self.peer_watermarks is None:
+            return {}
+        return await self.peer_watermarks.high_watermarks(partitions)
 
     def controller_id(self) -> int:
         leader = self.node.session.leader_id

@@ -26,6 +26,7 @@ from tidegate.gateway.cluster.internode import InterNode, inter_node
 from tidegate.gateway.cluster.leadership import PartitionLeaders
 from tidegate.gateway.cluster.txn_markers import ClusterMarkerWriter
 from tidegate.gateway.cluster.txn_verify import RemoteTxnVerifier
+from tidegate.gateway.cluster.watermarks import PeerWatermarks
 from tidegate.gateway.config import GatewayConfig, parse_host_port
 from tidegate.gateway.startup import StartupError
 from tidegate.gateway.waiting import StartupState, Waiter
@@ -169,9 +170,11 @@ class ClusterWiring:
         and the topics table, so no request is ever served as by a single node."""
         self.leaders = PartitionLeaders(ctx, self.node, self.routing)
         ctx.cluster = self.leaders
+        internode = _internode(self.config)
         markers = ClusterMarkerWriter(ctx.txn_markers, self.leaders, ctx.topics,
-                                      internode=_internode(self.config))
-        ctx.txn_verifier = RemoteTxnVerifier(self.leaders, internode=_internode(self.config))
+                                      internode=internode)
+        ctx.txn_verifier = RemoteTxnVerifier(self.leaders, internode=internode)
+        self.leaders.peer_watermarks = PeerWatermarks(self.leaders, internode)
         groups = GroupPlacement(ctx, self.routing, self.local.config.container_count, markers)
         self.leaders.groups_container = groups.container
         leaders = self.leaders

@@ -152,6 +152,24 @@ class GroupKinds(Membership):
         cg = self.consumer.groups.get(group_id)
         return 0 if cg is None else len(cg.members)
 
+    def assigned_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        """The partitions the group's members are assigned now (a classic group's only
+        while Stable, from its consumer-protocol assignments), committed or not."""
+        cg = self.consumer.groups.get(group_id)
+        if cg is not None:
+            return {(t, p) for m in cg.members.values() for t, ps in m.assigned.items() for p in ps}
+        g = self._groups.get(group_id)
+        if g is None or not g.is_(GroupState.STABLE) or g.protocol_type != "consumer":
+            return set()
+        out: set[tuple[str, int]] = set()
+        for m in g.members.values():
+            try:
+                assigned = migration.decode_assignment(m.assignment)
+            except migration.MalformedProtocol:
+                continue  # a client's own protocol bytes: nothing to report for it
+            out.update((t, p) for t, ps in assigned.items() for p in ps)
+        return out
+
     async def join_group(self, req: JoinRequest, topics: TopicCatalog | None = None) -> JoinResult:
         cg = self.consumer.groups.get(req.group_id)
         if cg is not None and self._loaded:

@@ -53,6 +53,8 @@ def _endpoint(item: str, what: str) -> tuple[str, str, int]:
     host, colon, port = address.rpartition(":")
     if not sep or not name or not colon or not port.isdigit():
         raise ValueError(f"{what}: expected NAME://HOST:PORT, got {item!r}")
+    if int(port) > 65535:
+        raise ValueError(f"{what}: port {port} of {item!r} is out of range: must be 0 to 65535")
     return name.strip().upper(), host.strip("[]"), int(port)
 
 

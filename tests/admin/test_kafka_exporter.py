@@ -78,9 +78,11 @@ def test_kafka_exporter_series(rest_server: Tidegate) -> None:
         tp = {**g, "topic": TOPIC, "partition": str(p)}
         assert value("kafka_consumergroup_current_offset", **tp) == o
         assert value("kafka_consumergroup_lag", **tp) == SENT[p] - o
-    # kafka_exporter leaves out partitions the group never committed.
-    assert ("kafka_consumergroup_lag", tuple(sorted(
-        {**g, "topic": TOPIC, "partition": "2"}.items()))) not in m
+    # A partition the member is assigned and the group never committed: -1 and -1, as
+    # kafka_exporter gives them (alertable), and left out of the sums.
+    uncommitted = {**g, "topic": TOPIC, "partition": "2"}
+    assert value("kafka_consumergroup_current_offset", **uncommitted) == -1
+    assert value("kafka_consumergroup_lag", **uncommitted) == -1
     assert value("kafka_consumergroup_lag_sum", **g, topic=TOPIC) == sum(
         SENT[p] - o for p, o in COMMITTED.items()
     )
@@ -101,3 +103,29 @@ def test_kafka_exporter_series(rest_server: Tidegate) -> None:
     # The process and GC collectors are served too.
     assert value("process_resident_memory_bytes") > 0
     assert ("python_gc_collections_total", (("generation", "0"),)) in m
+
+
+def test_uncommitted_partitions_of_a_consumer_protocol_group(rest_server: Tidegate) -> None:
+    """A KIP-848 member (``group.protocol=consumer``) assigned every partition, with no
+    commit yet: each partition is -1 and -1, as kafka_exporter reports it."""
+    server = rest_server
+    create_topic(server.bootstrap, TOPIC, PARTITIONS, {})
+    c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "fresh",
+                  "group.protocol": "consumer", "enable.auto.commit": False})
+    try:
+        c.subscribe([TOPIC])
+        for _ in range(120):
+            c.poll(0.25)
+            if len(c.assignment()) == PARTITIONS:
+                break
+        assert len(c.assignment()) == PARTITIONS, c.assignment()
+        m = metrics(server)
+    finally:
+        c.close()
+    for p in range(PARTITIONS):
+        tp = (("consumergroup", "fresh"), ("partition", str(p)), ("topic", TOPIC))
+        assert m[("kafka_consumergroup_current_offset", tp)] == -1
+        assert m[("kafka_consumergroup_lag", tp)] == -1
+    sums = (("consumergroup", "fresh"), ("topic", TOPIC))
+    assert m[("kafka_consumergroup_lag_sum", sums)] == 0  # the -1s are left out
+    assert m[("kafka_consumergroup_members", (("consumergroup", "fresh"),))] == 1

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from PIL import Image
 
 from tests.admin.test_kafka_exporter import COMMITTED, SENT, TOPIC, _consume_and_commit, _produce
@@ -56,9 +57,20 @@ def test_ui_page_in_chromium(rest_server: Tidegate, tmp_path: Path) -> None:
     _produce(server.bootstrap)
     member, _ = _consume_and_commit(server.bootstrap, "ui-group")
     member.close()
+    for group in ("sink.10", "sink.2", "sink.1"):
+        c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": group})
+        c.commit(offsets=[TopicPartition(TOPIC, 0, 1)], asynchronous=False)
+        c.close()
     _scaled_stream(rest)
     overview = httpx.get(f"{rest}/ui/overview.json", timeout=10).json()
     assert overview["status"] == "ready"
+    # Groups in natural order; each band of a topic's stream names its partitions.
+    names = [g["group"] for g in overview["kafka"]["groups"]]
+    assert [n for n in names if n.startswith("sink.")] == ["sink.1", "sink.2", "sink.10"]
+    kafka = next(sc for sc in overview["scopes"] if sc["scope"] == "kafka")
+    topic = next(s for s in kafka["streams"] if s["stream"] == TOPIC)
+    assert sorted(p for seg in topic["epochs"][-1]["segments"] for p in seg["partitions"]) == [
+        0, 1, 2]
 
     dom = _chromium("--dump-dom", f"{rest}/ui").stdout.decode()
     assert 'data-loaded="1"' in dom
@@ -70,6 +82,11 @@ def test_ui_page_in_chromium(rest_server: Tidegate, tmp_path: Path) -> None:
     # Epoch 0: segment 0; epoch 1: segments 1 and 2; epoch 2: 1, 3 and 4.
     assert drawn.count("<rect") == 1 + 2 + 3
     assert 'data-segment="4" data-epoch="2"' in drawn
+    assert drawn.count('class="tick"') == 6  # the time axis: start, 4 between, now
+    bands = dom.split(f'data-stream="kafka/{TOPIC}"', 1)[1].split("</svg>", 1)[0]
+    for p in range(3):
+        assert f'data-partitions="{p}"' in bands, bands
+    assert dom.index("<td>sink.2</td>") < dom.index("<td>sink.10</td>")
 
     shot = tmp_path / "ui.png"
     _chromium(f"--screenshot={shot}", "--window-size=1000,2000", f"{rest}/ui")

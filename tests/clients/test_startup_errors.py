@@ -56,7 +56,7 @@ def test_busy_port(tmp_path: Path, busy_port: int, flag: str) -> None:
     ("args", "expected"),
     [
         (["--log-level", "verbose"], "tidegate: argument --log-level: invalid choice: 'VERBOSE'"),
-        (["--listen", "nowhere"], "tidegate: expected HOST:PORT, got 'nowhere'"),
+        (["--listen", "nowhere"], "tidegate: listen: expected HOST:PORT, got 'nowhere'"),
         (["--no-such-flag"], "tidegate: unrecognized arguments: --no-such-flag"),
     ],
 )

@@ -1,7 +1,9 @@
-"""kafka_exporter's series on a three-node cluster (issue 28): each node reports the
-partitions it leads and the groups it coordinates, so the sums over the nodes' scrapes
-count each partition and each group once, and agree with what the test produced and
-committed."""
+"""kafka_exporter's series on a three-node cluster (issues 28 and 34), scraped from every
+node as a Prometheus does: each series comes from one node only (the cluster's from the
+controller leader, a partition's from its leader, a group's from its coordinator), so
+sums over the scrapes count everything once; a group's lag covers all its partitions,
+wherever they are led, and a partition a live member is assigned but never committed is
+-1, as kafka_exporter gives it."""
 
 from __future__ import annotations
 
@@ -48,8 +50,17 @@ def test_series_summed_over_nodes(tmp_path: Path, zookeeper: ZooKeeperServer) ->
         c.commit(offsets=[TopicPartition("spread", p, o) for p, o in committed.items()],
                  asynchronous=False)
         c.close()
+        # A live member of another group that reads and commits nothing.
+        idle = Consumer({"bootstrap.servers": everyone, "group.id": "idle",
+                         "enable.auto.commit": False, **QUIET})
+        idle.subscribe(["spread"])
+        deadline = time.monotonic() + 60
+        while len(idle.assignment()) < PARTITIONS:
+            assert time.monotonic() < deadline, idle.assignment()
+            idle.poll(0.2)
 
         scrapes = [metrics(n) for n in nodes]
+        idle.close()
 
         def over_nodes(name: str, **labels: str) -> list[float]:
             key = (name, tuple(sorted(labels.items())))
@@ -62,12 +73,24 @@ def test_series_summed_over_nodes(tmp_path: Path, zookeeper: ZooKeeperServer) ->
         for p in range(PARTITIONS):
             tp = {"topic": "spread", "partition": str(p)}
             assert over_nodes("kafka_topic_partition_leader", **tp) == [led[p]]
-        assert over_nodes("kafka_brokers") == [3, 3, 3]
-        assert over_nodes("kafka_topic_partitions", topic="spread") == [PARTITIONS] * 3
+        assert over_nodes("kafka_brokers") == [3]
+        assert len([k for s in scrapes for k in s if k[0] == "kafka_broker_info"]) == 3
+        assert over_nodes("kafka_topic_partitions", topic="spread") == [PARTITIONS]
         g = {"consumergroup": "summed", "topic": "spread"}
         assert over_nodes("kafka_consumergroup_current_offset_sum", **g) == [
             sum(committed.values())
         ]
+        for p in range(PARTITIONS):
+            tp = {**g, "partition": str(p)}
+            assert over_nodes("kafka_consumergroup_current_offset", **tp) == [committed[p]]
+            assert over_nodes("kafka_consumergroup_lag", **tp) == [sent[p] - committed[p]], p
+        assert over_nodes("kafka_consumergroup_lag_sum", **g) == [
+            sum(sent.values()) - sum(committed.values())
+        ]
+        for p in range(PARTITIONS):
+            tp = {"consumergroup": "idle", "topic": "spread", "partition": str(p)}
+            assert over_nodes("kafka_consumergroup_current_offset", **tp) == [-1]
+            assert over_nodes("kafka_consumergroup_lag", **tp) == [-1]
         appended = over_nodes("kafka_server_brokertopicmetrics_messagesin_total", topic="spread")
         assert sum(appended) == sum(sent.values())
     finally:

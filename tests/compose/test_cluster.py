@@ -1,7 +1,9 @@
 """compose/docker-compose.yml brings up ZooKeeper, three tidegate nodes and Prometheus
 in Docker (docker-compose v1, Debian's; images built here with no registry): Metadata
 lists three brokers, a 6-partition topic's leaders spread over them, records
-round-trip through every leader, and Prometheus scrapes every node's /metrics."""
+round-trip through every leader, each node's REST API is published on the host, and
+Prometheus, scraping every node's /metrics, sums kafka_exporter's series to the true
+cluster (each series once, a group's lag on all partitions)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import os
 import shutil
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -32,6 +35,7 @@ def cluster(image: str) -> Iterator[dict[str, object]]:
     if shutil.which("docker-compose") is None:
         pytest.fail("docker-compose is missing (Debian's docker-compose; make test installs it)")
     ports = [free_port() for _ in range(3)]
+    rest_ports = [free_port() for _ in range(3)]
     prometheus = free_port()
     env = {
         **os.environ,
@@ -41,13 +45,15 @@ def cluster(image: str) -> Iterator[dict[str, object]]:
         "TIDEGATE_PORT_2": str(ports[1]),
         "TIDEGATE_PORT_3": str(ports[2]),
         "TIDEGATE_PROMETHEUS_PORT": str(prometheus),
+        **{f"TIDEGATE_REST_PORT_{i + 1}": str(p) for i, p in enumerate(rest_ports)},
     }
     compose = ["docker-compose", "-f", str(COMPOSE_FILE), "-p", f"tg{uuid.uuid4().hex[:8]}"]
     up = subprocess.run([*compose, "up", "-d", "--build"], env=env, capture_output=True,
                         text=True, timeout=UP_TIMEOUT_S)
     try:
         assert up.returncode == 0, up.stderr[-4000:]
-        yield {"ports": ports, "prometheus": prometheus, "compose": compose, "env": env}
+        yield {"ports": ports, "rest_ports": rest_ports, "prometheus": prometheus,
+               "compose": compose, "env": env}
     finally:
         logs = subprocess.run([*compose, "logs", "--tail", "40"], env=env, capture_output=True,
                               text=True, timeout=120)
@@ -60,6 +66,25 @@ def _brokers(bootstrap: str) -> int:
     if done.returncode != 0:
         return 0
     return len(json.loads(done.stdout).get("brokers", []))
+
+
+def _query(prometheus: object, expression: str) -> float | None:
+    """The value of a Prometheus instant query with one result (None: no result yet)."""
+    url = (f"http://127.0.0.1:{prometheus}/api/v1/query?"
+           + urllib.parse.urlencode({"query": expression}))
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            result = json.load(answer)["data"]["result"]
+    except OSError:
+        return None
+    return float(result[0]["value"][1]) if result else None
+
+
+def _until(prometheus: object, expression: str, expected: float) -> None:
+    deadline = time.monotonic() + 120
+    while (value := _query(prometheus, expression)) != expected:
+        assert time.monotonic() < deadline, f"{expression} = {value}, expected {expected}"
+        time.sleep(2)
 
 
 def test_three_nodes_in_docker(cluster: dict[str, object]) -> None:
@@ -98,6 +123,8 @@ def test_three_nodes_in_docker(cluster: dict[str, object]) -> None:
         msg = consumer.poll(1)
         if msg is not None and msg.error() is None:
             got[msg.partition()].append((msg.offset(), msg.value()))
+    consumer.commit(offsets=[TopicPartition("orders", p, 10) for p in range(6)],
+                    asynchronous=False)
     consumer.close()
     for p in range(6):
         assert [o for o, _ in got[p]] == list(range(50))  # dense offsets, each record once
@@ -115,3 +142,15 @@ def test_three_nodes_in_docker(cluster: dict[str, object]) -> None:
             targets = []
         assert time.monotonic() < deadline, f"Prometheus targets: {targets}"
         time.sleep(2)
+    # Summed over every node's scrape, as Grafana's kafka_exporter dashboard does.
+    prometheus = cluster["prometheus"]
+    _until(prometheus, "sum(kafka_brokers)", 3)
+    _until(prometheus, 'sum(kafka_topic_partitions{topic="orders"})', 6)
+    _until(prometheus, 'count(kafka_consumergroup_lag{consumergroup="compose-check"})', 6)
+    _until(prometheus, 'sum(kafka_consumergroup_lag{consumergroup="compose-check"})', 6 * 40)
+    # Each node's REST API (and /ui) is published on the host's loopback.
+    rest_ports = cluster["rest_ports"]
+    assert isinstance(rest_ports, list)
+    for port in rest_ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as answer:
+            assert answer.status == 200
