@@ -148,8 +148,12 @@ class GatewayConfig:
     #: The listener cluster nodes call each other's Kafka APIs on (WriteTxnMarkers), with
     #: the ``admin.forward`` credentials on a SASL one (default: the first listener).
     inter_broker_listener_name: str = ""
-    #: A connection whose login failed closes this long after the answer (Kafka's name).
+    #: A failed login is answered, and its connection closed, this long after it failed
+    #: (Kafka's name).
     connection_failed_authentication_delay_ms: int = 100
+    #: Failed logins from one address in a minute after which its logins are refused
+    #: unchecked until the minute's count falls below it (tidegate's own; 0: no limit).
+    connection_failed_authentications_per_ip_max: int = 300
     #: Most failed-login log lines per minute (the rest are counted in the next line).
     sasl_failed_login_log_per_minute: int = 20
     #: Extra store configuration passed through to the segment store and controller.

@@ -282,15 +282,15 @@ class Connection:
                 return
 
     async def _close_failed_login(self, result: Any, req: RequestContext, spec: ApiSpec) -> None:
-        """Write the refusal, stop reading, and close after Kafka's
-        ``connection.failed.authentication.delay.ms`` (slows password guessing; the
-        client reads the answer before the close)."""
+        """Stop reading, wait Kafka's ``connection.failed.authentication.delay.ms``, write
+        the refusal and close: the client learns of the failure only after the delay,
+        so one connection cannot guess faster (Kafka delays the answer too)."""
         self.stop_reading()
+        await asyncio.sleep(self._ctx.config.connection_failed_authentication_delay_ms / 1000)
         with contextlib.suppress(Exception):
             if result is not None:
                 await _write_buffers(self._wire, _framed(_encode_body(result, req, spec), req, spec))
             await self._wire.drain()
-        await asyncio.sleep(self._ctx.config.connection_failed_authentication_delay_ms / 1000)
         self._abort()
 
     def _abort(self) -> None:

@@ -56,9 +56,14 @@ class Check:
 
 
 def _field(*path: str) -> Names:
-    """Names at ``path`` of the request: ``_field("topics", "name")``."""
+    """Names at ``path`` of the request: ``_field("topics", "name")``. An empty name is
+    a name like any other (checked, never skipped); a field the version does not carry
+    (decoded as its default) names nothing."""
 
     def names(request: Any, version: int, name_of: NameOf) -> Iterable[str]:
+        spec = getattr(type(request), "fields", {}).get(path[0])
+        if spec is not None and not spec.for_version_q(version):
+            return ()
         items: list[Any] = [request]
         for attr in path:
             nxt: list[Any] = []
@@ -69,7 +74,7 @@ def _field(*path: str) -> Names:
                 elif value is not None:
                     nxt.append(value)
             items = nxt
-        return [str(i) for i in items if i != ""]
+        return [str(i) for i in items]
 
     return names
 
