@@ -81,6 +81,8 @@ class GatewayConfig:
     #: The read-ahead above bounds one connection only: 1,000 connections of 16 ~1 MB
     #: produce requests each could otherwise hold 16 GB.
     queued_max_request_bytes: int = 128 * 1024 * 1024
+    #: Largest frame read from a SASL listener's client before it logged in (Kafka's name).
+    sasl_server_max_receive_size: int = 512 * 1024
     #: Kafka's connection limits (see ``gateway.net.limits``): 0 chooses
     #: ``max.connections`` from the file-descriptor limit and means no per-address limit;
     #: overrides are ``"host:count,..."``; idle connections close after the last key.

@@ -2,7 +2,9 @@
 
 Per connection:
 - frames are received by ``gateway.net.wire.KafkaWire`` (straight into their buffers); a size
-  over ``socket.request.max.bytes`` closes the connection before the body is read;
+  over ``socket.request.max.bytes`` (before a SASL login, ``sasl.server.max.receive.size``)
+  closes the connection before the body is read; a large frame is charged to the
+  node-wide ``queued.max.request.bytes`` before its body arrives;
 - an unparseable header, an unknown API key, an undecodable body, or an unsupported
   version (except ApiVersions, answered in v0 with UNSUPPORTED_VERSION) stops reading:
   requests already accepted are answered, then the connection closes;
@@ -78,6 +80,7 @@ class Connection:
             self.session.principal = certificate_principal(wire.get_extra_info("peercert"))
         if listener.sasl:
             self.session.gated, self.session.authenticated = True, False
+            wire.set_frame_bytes_max(self._frame_bytes_max)
         self._queue: asyncio.Queue[_Item | None] = asyncio.Queue()
         self._slots = asyncio.Semaphore(self._ctx.config.max_in_flight_requests_per_connection)
         self._read_task: asyncio.Task[None] | None = None
@@ -87,6 +90,14 @@ class Connection:
         #: ``connections.max.idle.ms`` counts from the first while the second is 0.
         self.last_active = time.monotonic()
         self.pending = 0
+
+    def _frame_bytes_max(self) -> int:
+        """Before the login, Kafka's ``sasl.server.max.receive.size``: an unauthenticated
+        client cannot make the node hold large frames."""
+        config = self._ctx.config
+        if self.session.authenticated:
+            return config.socket_request_max_bytes
+        return min(config.socket_request_max_bytes, config.sasl_server_max_receive_size)
 
     async def run(self) -> None:
         self._read_task = asyncio.create_task(self._read_loop())
@@ -111,14 +122,17 @@ class Connection:
             while True:
                 await self._slots.acquire()
                 try:
-                    frame = await self._wire.read_frame()
+                    frame, charged = await self._wire.read_charged()
                 except FrameTooLargeError as exc:
                     log.warning(
-                        "%s: frame of %d bytes over socket.request.max.bytes", self.peer, exc.size
+                        "%s: frame of %d bytes over %s", self.peer, exc.size,
+                        "socket.request.max.bytes" if self.session.authenticated
+                        else "sasl.server.max.receive.size before authentication",
                     )
                     return
                 size = len(frame)
-                await self._server.request_bytes.acquire(size)
+                if not charged:  # a large frame was charged before it arrived
+                    await self._server.request_bytes.acquire(size)
                 try:
                     item = self._accept(frame, released)
                 except BaseException:
@@ -137,6 +151,7 @@ class Connection:
         except asyncio.CancelledError:
             pass
         finally:
+            self._wire.release_unread()
             self._queue.put_nowait(None)
 
     def _accept(self, frame: Frame, previous: asyncio.Event) -> _Item:
@@ -475,7 +490,7 @@ def _wire_factory(
         return KafkaWire(
             lambda: config.socket_request_max_bytes,
             lambda wire: server._on_connection(wire, listener, advertised),
-            pool=server.frame_pool,
+            pool=server.frame_pool, budget=server.request_bytes,
         )
 
     return make

@@ -252,3 +252,27 @@ def test_plain_hashes_a_password_for_unknown_users_too(monkeypatch: pytest.Monke
             asyncio.run(sasl.PlainExchange(Store()).step(f"\0{user}\0wrong".encode()))
         assert len(calls) == 1, user
         assert "invalid credentials" in str(refused.value)
+
+
+def test_large_frames_before_login_close_the_connection(secure: Secure) -> None:
+    """Over Kafka's ``sasl.server.max.receive.size`` (512 KiB) before the login: closed
+    at the size prefix, before any of the body is held."""
+    for size in (600 * 1024, 99 * 1024 * 1024):
+        with socket.create_connection(("127.0.0.1", secure.ports["SASL_PLAINTEXT"]),
+                                      timeout=30) as sock:
+            sock.sendall(struct.pack(">i", size) + b"\0" * 4096)
+            try:
+                assert sock.recv(4) == b""
+            except ConnectionResetError:
+                pass
+    # Logged in, a frame that large is read (and answered).
+    admin = Login(secure, "admin")
+    try:
+        R = AlterUserScramCredentialsRequest
+        answer = admin.call(R(deletions=[], upsertions=[R.ScramCredentialUpsertion(
+            name="big", mechanism=1, iterations=4096, salt=b"s" * 600_000,
+            salted_password=b"p" * 32,
+        )]), 0, AlterUserScramCredentialsResponse)
+        assert answer.results[0].error_code == UNACCEPTABLE_CREDENTIAL
+    finally:
+        admin.close()
