@@ -19,9 +19,16 @@ import scramp
 from kafka.protocol.admin import (
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
 )
 from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse
-from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
+from kafka.protocol.producer import (
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+)
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -34,7 +41,7 @@ from tests.security import clients
 from tests.security.conftest import USERS, Secure, start_secure
 
 NONE, INVALID_REQUEST, SASL_AUTHENTICATION_FAILED = 0, 42, 58
-TXN_DENIED, GROUP_DENIED, UNACCEPTABLE_CREDENTIAL = 53, 30, 93
+TXN_DENIED, GROUP_DENIED, UNACCEPTABLE_CREDENTIAL, CLUSTER_DENIED = 53, 30, 93, 31
 
 
 class Login(Conn):
@@ -276,3 +283,27 @@ def test_large_frames_before_login_close_the_connection(secure: Secure) -> None:
         assert answer.results[0].error_code == UNACCEPTABLE_CREDENTIAL
     finally:
         admin.close()
+
+
+def test_denials_are_carried_where_old_versions_have_room(secure: Secure) -> None:
+    """AddPartitionsToTxn v0-3 and DescribeLogDirs v1-2 have no top-level error field:
+    the refusal is on each partition, or on a log dir result, not an empty answer."""
+    Q = AddPartitionsToTxnRequest
+    bob = Login(secure, "bob")
+    try:
+        for version in (0, 3):
+            answer = bob.call(Q(
+                v3_and_below_transactional_id="bob-tx", v3_and_below_producer_id=1,
+                v3_and_below_producer_epoch=0, transactions=[],
+                v3_and_below_topics=[Q.AddPartitionsToTxnTopic(name="t", partitions=[0, 1])],
+            ), version, AddPartitionsToTxnResponse)
+            (topic,) = answer.results_by_topic_v3_and_below
+            assert [p.partition_error_code for p in topic.results_by_partition] == [
+                TXN_DENIED, TXN_DENIED], answer
+        for version in (1, 2):
+            answer = bob.call(DescribeLogDirsRequest(topics=None), version, DescribeLogDirsResponse)
+            assert [r.error_code for r in answer.results] == [CLUSTER_DENIED], answer
+        answer = bob.call(DescribeLogDirsRequest(topics=None), 3, DescribeLogDirsResponse)
+        assert answer.error_code == CLUSTER_DENIED and not answer.results, answer
+    finally:
+        bob.close()
