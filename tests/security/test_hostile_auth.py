@@ -307,3 +307,82 @@ def test_denials_are_carried_where_old_versions_have_room(secure: Secure) -> Non
         assert answer.error_code == CLUSTER_DENIED and not answer.results, answer
     finally:
         bob.close()
+
+
+@pytest.fixture(scope="module")
+def regex_acls(secure: Secure) -> Secure:
+    """Topics ``rx-open`` and ``rx-secret``; alice may READ groups ``rx-*`` and DESCRIBE
+    ``rx-open`` only."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        NewTopic,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    admin = AdminClient(clients.librdkafka_conf(secure, "SASL_PLAINTEXT", "SCRAM-SHA-256", "admin"))
+    for f in admin.create_topics([NewTopic(t, 1) for t in ("rx-open", "rx-secret")]).values():
+        f.result(15)
+    alice = "User:alice"
+    bindings = [
+        AclBinding(ResourceType.GROUP, "rx-", ResourcePatternType.PREFIXED, alice, "*",
+                   AclOperation.READ, AclPermissionType.ALLOW),
+        AclBinding(ResourceType.TOPIC, "rx-open", ResourcePatternType.LITERAL, alice, "*",
+                   AclOperation.DESCRIBE, AclPermissionType.ALLOW),
+    ]
+    for f in admin.create_acls(bindings).values():
+        f.result(15)
+    return secure
+
+
+def _heartbeat(conn: Conn, group: str, member: str, **subscription: Any) -> Any:
+    from tidegate.protocol.consumer_group import (
+        ConsumerGroupHeartbeatRequest,
+        ConsumerGroupHeartbeatResponse,
+    )
+
+    fields: dict[str, Any] = dict(
+        group_id=group, member_id=member, member_epoch=0, instance_id=None, rack_id=None,
+        rebalance_timeout_ms=30_000, subscribed_topic_names=None, subscribed_topic_regex=None,
+        server_assignor=None, topic_partitions=[],
+    )
+    fields.update(subscription)
+    return conn.call(ConsumerGroupHeartbeatRequest(**fields), 1, ConsumerGroupHeartbeatResponse)
+
+
+def _describe(conn: Conn, group: str) -> Any:
+    from tidegate.protocol.consumer_group import (
+        ConsumerGroupDescribeRequest,
+        ConsumerGroupDescribeResponse,
+    )
+
+    answer = conn.call(ConsumerGroupDescribeRequest(
+        group_ids=[group], include_authorized_operations=False), 1, ConsumerGroupDescribeResponse)
+    (described,) = answer.groups
+    return described
+
+
+def test_regex_subscriptions_resolve_to_describable_topics_only(regex_acls: Secure) -> None:
+    alice, admin = Login(regex_acls, "alice"), Login(regex_acls, "admin")
+    try:
+        joined = _heartbeat(alice, "rx-g", "m-alice", subscribed_topic_regex="rx-.*")
+        assert joined.error_code == NONE, joined
+        described = _describe(alice, "rx-g")
+        assert described.error_code == NONE, described
+        (member,) = described.members
+        shown = {tp.topic_name for a in (member.assignment, member.target_assignment)
+                 for tp in a.topic_partitions}
+        assert shown == {"rx-open"}, described
+        # A group of another principal's member assigned a topic alice may not
+        # DESCRIBE: not shown to her (Kafka's TOPIC_AUTHORIZATION_FAILED, no members).
+        joined = _heartbeat(admin, "rx-admin", "m-admin", subscribed_topic_names=["rx-secret"])
+        assert joined.error_code == NONE, joined
+        assert _describe(admin, "rx-admin").members
+        hidden = _describe(alice, "rx-admin")
+        assert hidden.error_code == 29 and not hidden.members, hidden
+    finally:
+        alice.close()
+        admin.close()
