@@ -145,3 +145,48 @@ def test_half_sent_frames_count_against_the_request_budget(budgeted: Tidegate) -
         s.sendall(struct.pack(">i", 20 * MiB) + b"\0" * (20 * MiB))
         assert s.recv(4) == b""  # read whole, then refused as garbage: closed
     assert "failed (" not in budgeted.tail(2000)
+
+
+def _partial(data: bytes) -> bool:
+    while len(data) >= 4:
+        (size,) = struct.unpack_from(">i", data)
+        if len(data) < 4 + size:
+            return True
+        data = data[4 + size :]
+    return bool(data)
+
+
+def test_describe_log_dirs_racing_delete_topics(tidegate: Tidegate) -> None:
+    """DescribeLogDirs pipelined with a DeleteTopics of a topic it lists: the deleted
+    topic is left out, never a failed handler (a closed connection)."""
+    from kafka.protocol.admin import (
+        CreateTopicsRequest,
+        CreateTopicsResponse,
+        DeleteTopicsRequest,
+        DescribeLogDirsRequest,
+    )
+
+    from tests.clients.requests import Conn, frame, split_frames
+
+    conn = Conn(tidegate.port)
+    try:
+        for i in range(25):
+            name = f"race-{i}"  # every other one stays: DescribeLogDirs has more to walk
+            created = conn.call(CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+                name=name, num_partitions=8, replication_factor=1, assignments=[], configs=[])],
+                timeout_ms=10_000, validate_only=False), 4, CreateTopicsResponse)
+            assert created.topics[0].error_code == 0, created
+            describe = DescribeLogDirsRequest(topics=None)
+            batch = [frame(describe, 1, 100)]
+            doomed = [f"race-{i - 1}"] if i % 2 else []
+            batch.append(frame(DeleteTopicsRequest(topic_names=doomed, timeout_ms=10_000), 4, 101))
+            batch += [frame(describe, 1, 102 + k) for k in range(4)]
+            conn.sock.sendall(b"".join(batch))
+            got = b""
+            while len(got) < 4 or len(split_frames(got)) < len(batch) or _partial(got):
+                chunk = conn.sock.recv(1 << 20)
+                assert chunk, f"closed after {len(split_frames(got))} answers: {tidegate.tail(5)}"
+                got += chunk
+    finally:
+        conn.close()
+    assert "failed (" not in tidegate.tail(2000)
