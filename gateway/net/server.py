@@ -138,6 +138,9 @@ class Connection:
                 except BaseException:
                     self._server.request_bytes.release(size)
                     raise
+                # Not kept while the next frame is awaited: a request that copied what
+                # it needs (JoinGroup's metadata) frees its frame now.
+                del frame
                 # Held until the task is over: answered, failed or cancelled.
                 item[0].add_done_callback(_releasing(self._server.request_bytes, size))
                 released = item[1].released
