@@ -2,7 +2,9 @@
 is a broker, and a partition's leader is the owner of its current segment's container,
 answered with its leader epoch from the same map, ``gateway/cluster/leadership.py``);
 a single node's epochs are 0. Unknown topics are created when both the request
-(``allow_auto_topic_creation``, v4+) and ``auto.create.topics.enable`` allow it."""
+(``allow_auto_topic_creation``, v4+) and ``auto.create.topics.enable`` allow it, at most
+``AUTO_CREATES_MAX`` per request: the others answer LEADER_NOT_AVAILABLE (Kafka's answer
+for a topic being created), and the client's retry creates the next ones."""
 
 from __future__ import annotations
 
@@ -63,6 +65,10 @@ def _error_topic(name: str | None, error: ErrorCode, topic_id: uuid.UUID = _NO_T
     return _Topic(error_code=error, name=name, topic_id=topic_id, is_internal=False, partitions=[])
 
 
+#: Topics one Metadata request may create: what one request may make the node do.
+AUTO_CREATES_MAX = 100
+
+
 async def ensure_topic(ctx: HandlerContext, name: str, allow_create: bool) -> TopicInfo | ErrorCode:
     """The topic, auto-created if allowed; or the error to answer with."""
     info = ctx.topics.get(name)
@@ -102,12 +108,20 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     topics: list[Any] = []
     cluster = ctx.cluster
     led: list[tuple[int, TopicInfo]] = []  # cluster mode: (place in topics, topic)
+    creates = 0
     for i, name in enumerate(names):
         if name is None:
             # Kafka answers an unknown id with that id and no name (v12+ names are nullable).
             topics.append(_error_topic(None if version >= 12 else "", ErrorCode.UNKNOWN_TOPIC_ID, ids[i]))
             continue
-        found = await ensure_topic(ctx, name, allow)
+        found: TopicInfo | ErrorCode
+        creating = (allow and ctx.config.auto_create_topics_enable
+                    and ctx.topics.get(name) is None and topic_name_error(name) is None)
+        if creating and creates >= AUTO_CREATES_MAX:
+            found = ErrorCode.LEADER_NOT_AVAILABLE
+        else:
+            creates += creating
+            found = await ensure_topic(ctx, name, allow)
         if isinstance(found, ErrorCode):
             topics.append(_error_topic(name, found))
         elif cluster is not None:

@@ -190,3 +190,29 @@ def test_describe_log_dirs_racing_delete_topics(tidegate: Tidegate) -> None:
     finally:
         conn.close()
     assert "failed (" not in tidegate.tail(2000)
+
+
+def test_metadata_auto_creates_a_bounded_number_per_request(tidegate: Tidegate) -> None:
+    """300 unknown topics in one Metadata: at most 100 are created by it, the others
+    answer LEADER_NOT_AVAILABLE (retriable) and the client's retries create them."""
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    from tests.clients.requests import Conn
+
+    names = [f"auto-{i}" for i in range(300)]
+    request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in names],
+                              allow_auto_topic_creation=True)
+    conn = Conn(tidegate.port)
+    conn.sock.settimeout(120)  # a hundred topic creations on a loaded machine
+    try:
+        rounds = []
+        for _ in range(10):
+            answer = conn.call(request, 4, MetadataResponse)
+            errors = [t.error_code for t in answer.topics]
+            rounds.append(errors.count(0))
+            assert set(errors) <= {0, 5}, errors
+            if errors.count(0) == len(names):
+                break
+    finally:
+        conn.close()
+    assert rounds == [100, 200, 300], rounds
