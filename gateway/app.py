@@ -34,7 +34,7 @@ from tidegate.gateway.security.acls import AclStore
 from tidegate.gateway.security.authorizer import Authorizer, parse_super_users
 from tidegate.gateway.security.credentials import CredentialStore
 from tidegate.gateway.security.sasl import SUPPORTED
-from tidegate.gateway.security.session import LoginLog, Security
+from tidegate.gateway.security.session import FailedLogins, LoginLog, Security
 from tidegate.gateway.waiting import StartupState, Waiter
 
 log = logging.getLogger(__name__)
@@ -268,5 +268,6 @@ async def _security(config: GatewayConfig, store: SegmentStore) -> Security:
         authorizer.start()
     return Security(
         mechanisms, credentials, acls, config.connections_max_reauth_ms,
-        LoginLog(config.sasl_failed_login_log_per_minute), authorizer,
+        LoginLog(config.sasl_failed_login_log_per_minute),
+        FailedLogins(config.connection_failed_authentications_per_ip_max), authorizer,
     )

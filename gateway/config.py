@@ -108,6 +108,8 @@ class GatewayConfig:
     #: The read-ahead above bounds one connection only: 1,000 connections of 16 ~1 MB
     #: produce requests each could otherwise hold 16 GB.
     queued_max_request_bytes: int = 128 * 1024 * 1024
+    #: Largest frame read from a SASL listener's client before it logged in (Kafka's name).
+    sasl_server_max_receive_size: int = 512 * 1024
     #: Kafka's connection limits (see ``gateway.net.limits``): 0 chooses
     #: ``max.connections`` from the file-descriptor limit and means no per-address limit;
     #: overrides are ``"host:count,..."``; idle connections close after the last key.
@@ -175,8 +177,12 @@ class GatewayConfig:
     #: The listener cluster nodes call each other's Kafka APIs on (WriteTxnMarkers), with
     #: the ``admin.forward`` credentials on a SASL one (default: the first listener).
     inter_broker_listener_name: str = ""
-    #: A connection whose login failed closes this long after the answer (Kafka's name).
+    #: A failed login is answered, and its connection closed, this long after it failed
+    #: (Kafka's name).
     connection_failed_authentication_delay_ms: int = 100
+    #: Failed logins from one address in a minute after which its logins are refused
+    #: unchecked until the minute's count falls below it (tidegate's own; 0: no limit).
+    connection_failed_authentications_per_ip_max: int = 300
     #: Most failed-login log lines per minute (the rest are counted in the next line).
     sasl_failed_login_log_per_minute: int = 20
     #: Extra store configuration passed through to the segment store and controller.

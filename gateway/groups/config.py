@@ -28,6 +28,14 @@ class GroupConfig:
     #: group.max.size (Kafka's default is unbounded; members and member ids handed out
     #: but not yet used count, so one client cannot grow a group's memory without end).
     max_group_size: int = 10_000
+    #: What a member's JoinGroup protocols may carry, and what a classic group holds of
+    #: its members' protocol metadata and assignments together (tidegate's own: the
+    #: group is stored as one table entry, which the segment store bounds). A join past
+    #: them answers INVALID_REQUEST (the member's own) or GROUP_MAX_SIZE_REACHED (the
+    #: group's), a SyncGroup past them UNKNOWN_SERVER_ERROR (Kafka's answer for a group
+    #: record too large to store).
+    member_metadata_bytes_max: int = 256 * 1024
+    group_metadata_bytes_max: int = 512 * 1024
     #: offset.metadata.max.bytes
     offset_metadata_bytes_max: int = 4_096
     #: offsets.retention.minutes (in ms): the commits of a consumer group expire once it

@@ -68,6 +68,9 @@ class HeartbeatRequest:
     client_id: str = ""
     client_host: str = ""
     api_version: int = 0
+    #: The topics the member's principal may DESCRIBE (None: no authorizer): what its
+    #: regex may resolve to.
+    may_describe: Callable[[str], bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +303,7 @@ class ConsumerGroups:
         if r.rack_id is not None:
             m.rack_id = r.rack_id
         m.client_id, m.client_host = r.client_id, r.client_host
+        m.may_describe = r.may_describe
         changed = False
         if r.subscribed_names is not None and tuple(sorted(r.subscribed_names)) != m.subscribed_names:
             m.subscribed_names, changed = tuple(sorted(r.subscribed_names)), True

@@ -26,6 +26,7 @@ import base64
 import enum
 import json
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 #: topic name -> partitions
@@ -114,6 +115,9 @@ class ConsumerMember:
     revocation_deadline_ms: int | None = None
     join_deadline_ms: int | None = None
     sync_deadline_ms: int | None = None
+    #: Which topics the member's principal may DESCRIBE, from its last heartbeat (not
+    #: stored; None: no authorizer): its regex resolves over those only, as Kafka's.
+    may_describe: Callable[[str], bool] | None = field(default=None, compare=False, repr=False)
 
     def session_timeout_ms(self, consumer_session_timeout_ms: int) -> int:
         return consumer_session_timeout_ms if self.classic is None else self.classic.session_timeout_ms

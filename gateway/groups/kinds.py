@@ -171,6 +171,11 @@ class GroupKinds(Membership):
         return out
 
     async def join_group(self, req: JoinRequest, topics: TopicCatalog | None = None) -> JoinResult:
+        size = sum(len(md) for _, md in req.protocols)
+        if size > self.config.member_metadata_bytes_max:
+            log.info("JoinGroup of group %.100r refused: %d bytes of protocol metadata over "
+                     "member_metadata_bytes_max", req.group_id, size)
+            return JoinResult(E.INVALID_REQUEST, req.member_id)
         cg = self.consumer.groups.get(req.group_id)
         if cg is not None and self._loaded:
             if cg.members:

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from tidegate.core.segmentstore.api import TooLargeError
 from tidegate.gateway.groups.config import GroupConfig
 from tidegate.gateway.groups.errors import ErrorCode as E
 from tidegate.gateway.groups.model import Group, GroupState, JoinResult, Member, SyncResult
@@ -115,6 +116,11 @@ class Membership:
             return JoinResult(E.COORDINATOR_NOT_AVAILABLE, req.member_id)
         if not g.supports(req.protocol_type, req.protocols):
             return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id)
+        held = sum(m.metadata_bytes() for mid, m in g.members.items() if mid != req.member_id)
+        if held + sum(len(md) for _, md in req.protocols) > c.group_metadata_bytes_max:
+            log.info("JoinGroup of group %.100r refused: its members' metadata would pass "
+                     "group_metadata_bytes_max", req.group_id)
+            return JoinResult(E.GROUP_MAX_SIZE_REACHED, req.member_id)
         if not req.member_id or req.member_id in g.pending_members:
             outcome = self._join_new(g, req)
         else:
@@ -314,6 +320,15 @@ class Membership:
 
     # -- SyncGroup -----------------------------------------------------------------------
 
+    def _fail_sync(self, g: Group, error: int) -> None:
+        """Every member waiting for its assignment gets ``error``; none is kept; the
+        group rebalances (Kafka's ``resetAndPropagateAssignmentError``)."""
+        for other in g.members.values():
+            other.assignment = b""
+            self._resolve(other.awaiting_sync, SyncResult(error))
+            other.awaiting_sync = None
+        self._prepare_rebalance(g)
+
     async def sync_group(
         self,
         group_id: str,
@@ -351,19 +366,27 @@ class Membership:
         self._resolve(m.awaiting_sync, SyncResult(E.REBALANCE_IN_PROGRESS))
         m.awaiting_sync = fut
         if member_id == g.leader_id:
+            held = sum(len(md) for o in g.members.values() for _, md in o.protocols)
+            held += sum(len(assignments.get(o, b"")) for o in g.members)
+            if held > self.config.group_metadata_bytes_max:
+                log.info("SyncGroup of group %.100r refused: %d bytes of metadata and "
+                         "assignments over group_metadata_bytes_max", group_id, held)
+                self._fail_sync(g, E.UNKNOWN_SERVER_ERROR)
+                return SyncResult(E.UNKNOWN_SERVER_ERROR)
             for other in g.members.values():
                 other.assignment = assignments.get(other.member_id, b"")
             written = self._store.put_group(g)
             generation = g.generation_id
             try:
                 await written
-            except Exception:  # noqa: BLE001 - any storage failure: the group rebalances
+            except Exception as exc:  # noqa: BLE001 - any storage failure: the group rebalances
+                # A group too large to store is final (Kafka: UNKNOWN_SERVER_ERROR); any
+                # other failure the client retries.
+                error = (E.UNKNOWN_SERVER_ERROR if isinstance(exc, TooLargeError)
+                         else E.COORDINATOR_NOT_AVAILABLE)
                 if g.is_(S.COMPLETING_REBALANCE) and g.generation_id == generation:
-                    for other in g.members.values():
-                        self._resolve(other.awaiting_sync, SyncResult(E.COORDINATOR_NOT_AVAILABLE))
-                        other.awaiting_sync = None
-                    self._prepare_rebalance(g)
-                return await fut if fut.done() else SyncResult(E.COORDINATOR_NOT_AVAILABLE)
+                    self._fail_sync(g, error)
+                return await fut if fut.done() else SyncResult(error)
             if g.is_(S.COMPLETING_REBALANCE) and g.generation_id == generation:
                 g.transition(S.STABLE, self._clock_ms())
                 for other in g.members.values():

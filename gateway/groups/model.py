@@ -76,6 +76,10 @@ class Member:
     awaiting_join: asyncio.Future[JoinResult] | None = None
     awaiting_sync: asyncio.Future[SyncResult] | None = None
 
+    def metadata_bytes(self) -> int:
+        """Bytes of protocol metadata and assignment held for this member."""
+        return sum(len(md) for _, md in self.protocols) + len(self.assignment)
+
     def metadata_for(self, protocol: str | None) -> bytes:
         for name, metadata in self.protocols:
             if name == protocol:

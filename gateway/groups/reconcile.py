@@ -47,7 +47,9 @@ def subscribed_topics(m: ConsumerMember, all_names: Iterable[str]) -> set[str]:
     topics = set(m.subscribed_names)
     if m.subscribed_regex:
         pattern = compile_regex(m.subscribed_regex)
-        topics.update(n for n in all_names if pattern.fullmatch(n))
+        may = m.may_describe
+        topics.update(n for n in all_names
+                      if pattern.fullmatch(n) and (may is None or may(n)))
     return topics
 
 

@@ -2,7 +2,9 @@
 iterations and salted password; ``StoredKey``/``ServerKey`` are derived and kept) and
 delete SCRAM credentials. Kafka's checks: an unknown mechanism UNSUPPORTED_SASL_MECHANISM,
 iterations outside 4096..16384 or an empty salt or user UNACCEPTABLE_CREDENTIAL, a user
-named twice DUPLICATE_RESOURCE, deleting what does not exist RESOURCE_NOT_FOUND."""
+named twice DUPLICATE_RESOURCE, deleting what does not exist RESOURCE_NOT_FOUND. A user
+name, salt or salted password over ``credentials``' bounds is UNACCEPTABLE_CREDENTIAL
+(tidegate's own: a credential is one table entry)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from tidegate.gateway.security.credentials import (
     ITERATIONS_MAX,
     ITERATIONS_MIN,
     MECHANISMS,
+    SALT_BYTES_MAX,
+    USER_BYTES_MAX,
     credential_from_salted,
 )
 from tidegate.protocol.apis import ApiSpec
@@ -39,6 +43,9 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     for x in [*request.deletions, *request.upsertions]:
         if not x.name:
             errors.setdefault(x.name, (ErrorCode.UNACCEPTABLE_CREDENTIAL, "empty user name"))
+        elif len(x.name.encode()) > USER_BYTES_MAX:
+            errors.setdefault(x.name, (ErrorCode.UNACCEPTABLE_CREDENTIAL,
+                                       f"user name over {USER_BYTES_MAX} bytes"))
         elif x.mechanism not in _BY_CODE:
             errors.setdefault(x.name, (ErrorCode.UNSUPPORTED_SASL_MECHANISM,
                                        f"unknown SCRAM mechanism {x.mechanism}"))
@@ -52,6 +59,9 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         elif not u.salt or not u.salted_password:
             errors.setdefault(u.name, (ErrorCode.UNACCEPTABLE_CREDENTIAL,
                                        "salt and salted password must not be empty"))
+        elif len(u.salt) > SALT_BYTES_MAX or len(u.salted_password) > SALT_BYTES_MAX:
+            errors.setdefault(u.name, (ErrorCode.UNACCEPTABLE_CREDENTIAL,
+                                       f"salt and salted password are at most {SALT_BYTES_MAX} bytes"))
     for d in request.deletions:
         if d.name not in errors and d.mechanism in _BY_CODE:
             if await security.credentials.get(d.name, _BY_CODE[d.mechanism]) is None:

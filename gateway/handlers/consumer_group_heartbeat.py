@@ -1,16 +1,19 @@
 """ConsumerGroupHeartbeat (key 68), v0-1: KIP-848's one call for joining, staying in,
 reconciling with and leaving a consumer group (``gateway/groups/consumer_groups.py``).
-Topics travel by id; the coordinator works with names."""
+Topics travel by id; the coordinator works with names. A regex subscription resolves
+over the topics the member's principal may DESCRIBE."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from tidegate.gateway.groups.consumer_groups import HeartbeatRequest
 from tidegate.gateway.groups.consumer_model import Assignment
 from tidegate.gateway.groups.wiring import client_host
 from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.gateway.security.acls import Operation, ResourceType
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.consumer_group import (
     ConsumerGroupHeartbeatRequest,
@@ -47,6 +50,20 @@ def _names_by_id(ctx: HandlerContext) -> dict[uuid.UUID, str]:
     return out
 
 
+def _may_describe(ctx: HandlerContext, req: RequestContext) -> Callable[[str], bool] | None:
+    """The topics the member's principal may DESCRIBE: what its regex may resolve to
+    (Kafka resolves regexes with the member's authorization). None: no authorizer."""
+    security, session = ctx.security, req.session
+    if security is None or security.authorizer is None or session is None:
+        return None
+    authorizer, principal, host = security.authorizer, session.principal, session.client_host
+
+    def may(name: str) -> bool:
+        return authorizer.allowed(principal, host, Operation.DESCRIBE, ResourceType.TOPIC, name)
+
+    return may
+
+
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     v = req.api_version
     if ctx.group_coordinator is None:  # cluster mode: another node has the groups now
@@ -70,6 +87,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             client_id=req.client_id or "",
             client_host=client_host(req.peer),
             api_version=v,
+            may_describe=_may_describe(ctx, req),
         ),
         ctx.topics,
     )

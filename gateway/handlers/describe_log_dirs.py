@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka.protocol.admin import DescribeLogDirsRequest, DescribeLogDirsResponse
+from tidegate.core.controller.api import StreamNotFoundError
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.gateway.log.compaction.checkpoint import Checkpoint
 from tidegate.gateway.log.compaction.cleaner import clean_segment_id
@@ -70,8 +71,12 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         info = ctx.topics.get(name)
         if info is None:
             continue  # Kafka leaves out partitions this broker does not host
-        all_sizes = await partition_sizes(ctx.topics, ctx.store, name, info.partitions,
-                                          _clean_segments(ctx, name, info.partitions))
+        try:
+            all_sizes = await partition_sizes(ctx.topics, ctx.store, name, info.partitions,
+                                              _clean_segments(ctx, name, info.partitions))
+        except StreamNotFoundError:
+            continue  # deleted while being described: hosted no more
+
         sizes[name] = [
             (p, s) for p, s in enumerate(all_sizes) if parts is None or p in parts
         ]

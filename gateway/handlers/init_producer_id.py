@@ -2,7 +2,11 @@
 ``gateway.log.producer_ids`` (idempotence); with one, from the transaction coordinator
 (``gateway.txn``): epochs, fencing, KIP-360 bumps, INVALID_TRANSACTION_TIMEOUT,
 CONCURRENT_TRANSACTIONS while a previous transaction completes. v6's two-phase-commit
-fields (KIP-939) are not served: v0-5."""
+fields (KIP-939) are not served: v0-5.
+
+An empty transactional id answers INVALID_REQUEST, as Kafka's coordinator; one longer
+than ``TRANSACTIONAL_ID_BYTES_MAX`` too (its state could not be stored, and a retriable
+error would be retried forever)."""
 
 from __future__ import annotations
 
@@ -16,6 +20,9 @@ from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(InitProducerIdRequest, InitProducerIdResponse, 0, 5)
 
+#: Longest transactional id in UTF-8 bytes (Kafka has none; ours keys a table entry).
+TRANSACTIONAL_ID_BYTES_MAX = 4096
+
 
 def _answer(error: int, pid: int = -1, epoch: int = -1) -> Any:
     return InitProducerIdResponse(
@@ -27,6 +34,9 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     pid_given = request.producer_id if req.api_version >= 3 else -1
     epoch_given = request.producer_epoch if req.api_version >= 3 else -1
     if request.transactional_id is not None:
+        tid = request.transactional_id
+        if not tid or len(tid.encode()) > TRANSACTIONAL_ID_BYTES_MAX:
+            return _answer(ErrorCode.INVALID_REQUEST)
         try:
             error, pid, epoch = await coordinator_of(ctx).init_producer_id(
                 request.transactional_id, request.transaction_timeout_ms, pid_given, epoch_given

@@ -12,6 +12,7 @@ from tidegate.gateway.groups import JoinRequest
 from tidegate.gateway.groups.wiring import client_host
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(JoinGroupRequest, JoinGroupResponse, 0, 9)
 
@@ -21,6 +22,13 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     v = req.api_version
     session_ms = request.session_timeout_ms
     rebalance_ms = request.rebalance_timeout_ms if v >= 1 else -1
+    if sum(len(p.metadata) for p in request.protocols) > ctx.groups.config.member_metadata_bytes_max:
+        # Refused before the metadata is copied (the coordinator checks it too).
+        return JoinGroupResponse(
+            throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST, generation_id=-1,
+            protocol_type=None, protocol_name=None if v >= 7 else "", leader="",
+            skip_assignment=False, member_id=request.member_id, members=[],
+        )
     result = await ctx.groups.join_group(
         JoinRequest(
             group_id=request.group_id,

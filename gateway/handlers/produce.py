@@ -109,9 +109,14 @@ def _validate(ctx: HandlerContext, work: _Work) -> None:
         work.error, work.message = ErrorCode.INVALID_RECORD, "exactly one batch expected"
         return
     batch = batches[0]
-    if batch.record_count != batch.last_offset_delta + 1 or batch.is_control:
+    if batch.record_count != batch.last_offset_delta + 1:
         work.error = ErrorCode.INVALID_RECORD
         work.message = "record count does not match last offset delta"
+        return
+    if batch.is_control:  # Kafka's LogValidator rule and message
+        work.error = ErrorCode.INVALID_RECORD
+        work.message = ("Clients are not allowed to write control records in topic "
+                        f"partition {work.topic}-{work.partition}.")
         return
     try:
         area = validate_records(records, batch, DECOMPRESSED_BYTES_MAX)

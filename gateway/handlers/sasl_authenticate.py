@@ -1,8 +1,9 @@
 """SaslAuthenticate (key 36), v0-2: one token of the exchange SaslHandshake chose.
 
-A failed login answers SASL_AUTHENTICATION_FAILED with a message, is logged (principal
-and client address, rate-limited) and closes the connection once answered, as Kafka
-does. A re-authentication must keep the principal. With ``connections.max.reauth.ms``
+A failed login answers SASL_AUTHENTICATION_FAILED with a message after
+``connection.failed.authentication.delay.ms``, is logged (principal and client address,
+rate-limited) and closes the connection once answered, as Kafka does; an address with
+too many failed logins in the last minute is refused unchecked (``FailedLogins``). A re-authentication must keep the principal. With ``connections.max.reauth.ms``
 set, the answer that completes a login carries the session's lifetime (v1+, KIP-368);
 once it is over, only a new SaslHandshake/SaslAuthenticate is served."""
 
@@ -36,7 +37,12 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         return _answer(ErrorCode.ILLEGAL_SASL_STATE, "SaslAuthenticate without SaslHandshake")
     exchange = session.exchange
     token = bytes(request.auth_bytes or b"")
+    host = session.client_host
     try:
+        if security.failed_logins.locked(host):
+            raise AuthenticationError(
+                f"Authentication failed: too many failed logins from {host}; try again later"
+            )
         if len(token) > TOKEN_BYTES_MAX:
             raise AuthenticationError(f"SASL token of {len(token)} bytes is too large")
         answer = await exchange.step(token)
@@ -45,6 +51,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             raise AuthenticationError("Cannot change principals during re-authentication")
     except AuthenticationError as exc:
         session.exchange, session.closing = None, True
+        security.failed_logins.failed(host)
         security.login_log.failed(exc.user, req.peer, exchange.mechanism, str(exc))
         return _answer(ErrorCode.SASL_AUTHENTICATION_FAILED, str(exc))
     if principal is None:

@@ -9,6 +9,11 @@ is spent, a connection that has read a frame waits with it and reads no further 
 socket fills and the client waits). Waiters are served in arrival order. A frame
 larger than the whole budget is let in once nothing else holds any, so no request
 waits forever. A limit of 0 or less means no bound.
+
+A large frame is charged before its body arrives (``try_reserve``, Kafka's memory pool
+does the same): a connection whose frame does not fit stops reading until bytes are
+released, so frames still arriving are bounded by the budget too, not by what clients
+announce and half send.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import Callable
 
 
 class RequestBudget:
@@ -25,6 +31,8 @@ class RequestBudget:
         self.used = 0
         self.peak = 0
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        #: Called once when bytes are released: reservations that did not fit.
+        self._retries: list[Callable[[], None]] = []
 
     def _fits(self, size: int) -> bool:
         return self.limit <= 0 or self.used == 0 or self.used + size <= self.limit
@@ -50,11 +58,27 @@ class RequestBudget:
                 with contextlib.suppress(ValueError):  # ``_grant`` may have dropped it
                     self._waiters.remove(entry)
                 self._grant()  # those behind it may fit now
+                self._retry()
             raise
+
+    def try_reserve(self, size: int, retry: Callable[[], None]) -> bool:
+        """Hold ``size`` bytes now if they fit and no one waits; else False, and
+        ``retry`` is called (once) after bytes are next released."""
+        if not self._waiters and self._fits(size):
+            self._take(size)
+            return True
+        self._retries.append(retry)
+        return False
 
     def release(self, size: int) -> None:
         self.used -= size
         self._grant()
+        self._retry()
+
+    def _retry(self) -> None:
+        retries, self._retries = self._retries, []
+        for retry in retries:
+            retry()
 
     def _grant(self) -> None:
         waiters = self._waiters

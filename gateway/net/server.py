@@ -2,7 +2,9 @@
 
 Per connection:
 - frames are received by ``gateway.net.wire.KafkaWire`` (straight into their buffers); a size
-  over ``socket.request.max.bytes`` closes the connection before the body is read;
+  over ``socket.request.max.bytes`` (before a SASL login, ``sasl.server.max.receive.size``)
+  closes the connection before the body is read; a large frame is charged to the
+  node-wide ``queued.max.request.bytes`` before its body arrives;
 - an unparseable header, an unknown API key, an undecodable body, or an unsupported
   version (except ApiVersions, answered in v0 with UNSUPPORTED_VERSION) stops reading:
   requests already accepted are answered, then the connection closes;
@@ -78,6 +80,7 @@ class Connection:
             self.session.principal = certificate_principal(wire.get_extra_info("peercert"))
         if listener.sasl:
             self.session.gated, self.session.authenticated = True, False
+            wire.set_frame_bytes_max(self._frame_bytes_max)
         self._queue: asyncio.Queue[_Item | None] = asyncio.Queue()
         self._slots = asyncio.Semaphore(self._ctx.config.max_in_flight_requests_per_connection)
         self._read_task: asyncio.Task[None] | None = None
@@ -87,6 +90,14 @@ class Connection:
         #: ``connections.max.idle.ms`` counts from the first while the second is 0.
         self.last_active = time.monotonic()
         self.pending = 0
+
+    def _frame_bytes_max(self) -> int:
+        """Before the login, Kafka's ``sasl.server.max.receive.size``: an unauthenticated
+        client cannot make the node hold large frames."""
+        config = self._ctx.config
+        if self.session.authenticated:
+            return config.socket_request_max_bytes
+        return min(config.socket_request_max_bytes, config.sasl_server_max_receive_size)
 
     async def run(self) -> None:
         self._read_task = asyncio.create_task(self._read_loop())
@@ -111,19 +122,25 @@ class Connection:
             while True:
                 await self._slots.acquire()
                 try:
-                    frame = await self._wire.read_frame()
+                    frame, charged = await self._wire.read_charged()
                 except FrameTooLargeError as exc:
                     log.warning(
-                        "%s: frame of %d bytes over socket.request.max.bytes", self.peer, exc.size
+                        "%s: frame of %d bytes over %s", self.peer, exc.size,
+                        "socket.request.max.bytes" if self.session.authenticated
+                        else "sasl.server.max.receive.size before authentication",
                     )
                     return
                 size = len(frame)
-                await self._server.request_bytes.acquire(size)
+                if not charged:  # a large frame was charged before it arrived
+                    await self._server.request_bytes.acquire(size)
                 try:
                     item = self._accept(frame, released)
                 except BaseException:
                     self._server.request_bytes.release(size)
                     raise
+                # Not kept while the next frame is awaited: a request that copied what
+                # it needs (JoinGroup's metadata) frees its frame now.
+                del frame
                 # Held until the task is over: answered, failed or cancelled.
                 item[0].add_done_callback(_releasing(self._server.request_bytes, size))
                 released = item[1].released
@@ -137,6 +154,7 @@ class Connection:
         except asyncio.CancelledError:
             pass
         finally:
+            self._wire.release_unread()
             self._queue.put_nowait(None)
 
     def _accept(self, frame: Frame, previous: asyncio.Event) -> _Item:
@@ -282,15 +300,15 @@ class Connection:
                 return
 
     async def _close_failed_login(self, result: Any, req: RequestContext, spec: ApiSpec) -> None:
-        """Write the refusal, stop reading, and close after Kafka's
-        ``connection.failed.authentication.delay.ms`` (slows password guessing; the
-        client reads the answer before the close)."""
+        """Stop reading, wait Kafka's ``connection.failed.authentication.delay.ms``, write
+        the refusal and close: the client learns of the failure only after the delay,
+        so one connection cannot guess faster (Kafka delays the answer too)."""
         self.stop_reading()
+        await asyncio.sleep(self._ctx.config.connection_failed_authentication_delay_ms / 1000)
         with contextlib.suppress(Exception):
             if result is not None:
                 await _write_buffers(self._wire, _framed(_encode_body(result, req, spec), req, spec))
             await self._wire.drain()
-        await asyncio.sleep(self._ctx.config.connection_failed_authentication_delay_ms / 1000)
         self._abort()
 
     def _abort(self) -> None:
@@ -475,7 +493,7 @@ def _wire_factory(
         return KafkaWire(
             lambda: config.socket_request_max_bytes,
             lambda wire: server._on_connection(wire, listener, advertised),
-            pool=server.frame_pool,
+            pool=server.frame_pool, budget=server.request_bytes,
         )
 
     return make

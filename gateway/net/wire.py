@@ -21,6 +21,11 @@ loop under produce load).
   apply at once; or negative) ends reading: ``read_frame``
   raises ``FrameTooLargeError`` (a negative one ``KafkaProtocolError``) after the frames
   before it, and nothing after it is read.
+- With a node-wide ``budget`` (``queued.max.request.bytes``), a frame too large to
+  stage is charged to it before its body is received; while it does not fit, reading
+  pauses (the partial frame stays staged) until the budget frees bytes. Such a frame
+  comes out of ``read_charged`` with its charge, which the caller releases when done
+  with it (``release_unread`` gives back what was never read).
 - Back-pressure: reading pauses while ``buffered_bytes_max`` or more bytes of whole
   frames wait for ``read_frame``; it resumes when they are taken.
 - Writes go to the transport; ``drain`` waits while the transport is above its high-water
@@ -32,6 +37,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
+from typing import Protocol
 
 from tidegate.gateway.net.framepool import FramePool, lazy_buffer
 from tidegate.protocol.errors import KafkaProtocolError
@@ -50,6 +56,13 @@ class FrameTooLargeError(Exception):
         self.size = size
 
 
+class Budget(Protocol):
+    """The node-wide request bytes (``gateway.net.request_budget.RequestBudget``)."""
+
+    def try_reserve(self, size: int, retry: Callable[[], None]) -> bool: ...
+    def release(self, size: int) -> None: ...
+
+
 class KafkaWire(asyncio.BufferedProtocol):
     def __init__(
         self,
@@ -59,8 +72,12 @@ class KafkaWire(asyncio.BufferedProtocol):
         staging_bytes: int = 256 * 1024,
         buffered_bytes_max: int = 4 * 1024 * 1024,
         pool: FramePool | None = None,
+        budget: Budget | None = None,
     ) -> None:
         self._frame_bytes_max = frame_bytes_max
+        self._budget = budget
+        self._big_reserved = 0  # bytes of ``budget`` the large frame holds
+        self._budget_blocked = False  # a large frame waits for the budget
         self._on_connect = on_connect
         self._staging_view = lazy_buffer(staging_bytes)
         self._staged = 0  # bytes of the staging buffer holding data
@@ -68,7 +85,7 @@ class KafkaWire(asyncio.BufferedProtocol):
         self._big: memoryview | None = None  # the large frame being received, if any
         self._big_filled = 0
         self._big_charged = 0  # bytes of the pool's arriving bound it holds
-        self._frames: deque[Frame] = deque()
+        self._frames: deque[tuple[Frame, int]] = deque()  # and the budget each holds
         self._frames_bytes = 0
         self._buffered_bytes_max = buffered_bytes_max
         # Why reading stopped, raised once after the queued frames; ``_stopped`` stays.
@@ -80,6 +97,10 @@ class KafkaWire(asyncio.BufferedProtocol):
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._closed: asyncio.Future[None] | None = None
         self.transport: asyncio.Transport | None = None
+
+    def set_frame_bytes_max(self, frame_bytes_max: Callable[[], int]) -> None:
+        """Where the largest frame accepted is read from from now on (per frame)."""
+        self._frame_bytes_max = frame_bytes_max
 
     # -- asyncio.BufferedProtocol ---------------------------------------------------------
 
@@ -100,7 +121,8 @@ class KafkaWire(asyncio.BufferedProtocol):
         if self._big is not None:
             self._big_filled += nbytes
             if self._big_filled == len(self._big):
-                self._push(self._big)
+                reserved, self._big_reserved = self._big_reserved, 0
+                self._push(self._big, reserved)
                 self._drop_big()
             return
         self._staged += nbytes
@@ -114,6 +136,7 @@ class KafkaWire(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._drop_big()
+        self._release_big_reservation()
         self._stop(exc if exc is not None else ConnectionResetError("connection closed"))
         for waiter in self._drain_waiters:
             if not waiter.done():
@@ -158,7 +181,15 @@ class KafkaWire(asyncio.BufferedProtocol):
                 pos = body + size
                 continue
             if SIZE_PREFIX_BYTES + size > len(view):
-                # Too large to stage: receive the rest straight into the frame.
+                # Too large to stage: charged to the budget before its body is received
+                # (else wait, the partial frame staged), then received straight into it.
+                budget = self._budget
+                if budget is not None:
+                    if not budget.try_reserve(size, self._budget_freed):
+                        self._budget_blocked = True
+                        self._sync_reading()
+                        break
+                    self._big_reserved = size
                 big, self._big_charged = self._pool.receive(size)
                 have = end - body
                 big[:have] = view[body:end]
@@ -170,6 +201,43 @@ class KafkaWire(asyncio.BufferedProtocol):
             rest = end - pos
             view[:rest] = view[pos:end]  # memoryviews copy as memmove: no temporary
             self._staged = rest
+
+    def _budget_freed(self) -> None:
+        if self._stopped or not self._budget_blocked:
+            return  # closed meanwhile
+        self._budget_blocked = False
+        self._split_staged()
+        self._sync_reading()
+
+    def _release_big_reservation(self) -> None:
+        reserved, self._big_reserved = self._big_reserved, 0
+        if reserved and self._budget is not None:
+            self._budget.release(reserved)
+
+    def release_unread(self) -> None:
+        """Give back the budget held by frames never read and a frame still arriving
+        (the reader is done with this connection)."""
+        self._budget_blocked = False
+        while self._frames:
+            frame, charged = self._frames.popleft()
+            self._frames_bytes -= len(frame)
+            if charged and self._budget is not None:
+                self._budget.release(charged)
+        self._release_big_reservation()
+
+    def _sync_reading(self) -> None:
+        """Pause reading while frames wait or a large frame waits for the budget; resume
+        otherwise, unless reading stopped for good."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        pause = self._budget_blocked or self._frames_bytes >= self._buffered_bytes_max
+        if pause and not self._reading_paused:
+            self._reading_paused = True
+            transport.pause_reading()
+        elif not pause and self._reading_paused and not self._stopped:
+            self._reading_paused = False
+            transport.resume_reading()
 
     def _drop_big(self) -> None:
         self._big = None
@@ -184,13 +252,10 @@ class KafkaWire(asyncio.BufferedProtocol):
             self._reading_paused = True
             self.transport.pause_reading()
 
-    def _push(self, frame: Frame) -> None:
-        self._frames.append(frame)
+    def _push(self, frame: Frame, charged: int = 0) -> None:
+        self._frames.append((frame, charged))
         self._frames_bytes += len(frame)
-        if self._frames_bytes >= self._buffered_bytes_max and not self._reading_paused:
-            self._reading_paused = True
-            assert self.transport is not None
-            self.transport.pause_reading()
+        self._sync_reading()
         self._wake_reader()
 
     def _stop(self, exc: BaseException) -> None:
@@ -214,6 +279,14 @@ class KafkaWire(asyncio.BufferedProtocol):
         """The next request frame (without its size prefix). Raises
         ``asyncio.IncompleteReadError`` at end of stream, ``ConnectionError`` when the
         connection was lost, ``FrameTooLargeError`` for an oversized prefix."""
+        frame, charged = await self.read_charged()
+        if charged and self._budget is not None:
+            self._budget.release(charged)
+        return frame
+
+    async def read_charged(self) -> tuple[Frame, int]:
+        """The next request frame and the bytes of the budget it holds (0: none), to be
+        released by the caller; raises as ``read_frame``."""
         while not self._frames:
             if self._stopped:
                 raise self._take_error()
@@ -222,18 +295,10 @@ class KafkaWire(asyncio.BufferedProtocol):
                 await self._read_waiter
             finally:
                 self._read_waiter = None
-        frame = self._frames.popleft()
+        frame, charged = self._frames.popleft()
         self._frames_bytes -= len(frame)
-        if (
-            self._reading_paused
-            and not self._stopped
-            and self._frames_bytes < self._buffered_bytes_max
-        ):
-            self._reading_paused = False
-            assert self.transport is not None
-            if not self.transport.is_closing():
-                self.transport.resume_reading()
-        return frame
+        self._sync_reading()
+        return frame, charged
 
     # -- writes -------------------------------------------------------------------------
 

@@ -56,9 +56,14 @@ class Check:
 
 
 def _field(*path: str) -> Names:
-    """Names at ``path`` of the request: ``_field("topics", "name")``."""
+    """Names at ``path`` of the request: ``_field("topics", "name")``. An empty name is
+    a name like any other (checked, never skipped); a field the version does not carry
+    (decoded as its default) names nothing."""
 
     def names(request: Any, version: int, name_of: NameOf) -> Iterable[str]:
+        spec = getattr(type(request), "fields", {}).get(path[0])
+        if spec is not None and not spec.for_version_q(version):
+            return ()
         items: list[Any] = [request]
         for attr in path:
             nxt: list[Any] = []
@@ -69,7 +74,7 @@ def _field(*path: str) -> Names:
                 elif value is not None:
                     nxt.append(value)
             items = nxt
-        return [str(i) for i in items if i != ""]
+        return [str(i) for i in items]
 
     return names
 
@@ -271,6 +276,34 @@ def _add_partitions(request: Any, refused: Callable[[str], bool]) -> Any:
         ) for p in t.partitions]) for t in request.v3_and_below_topics])
 
 
+def _add_partitions_denied(request: Any, version: int, error: ErrorCode, message: str) -> Any:
+    """v0-3 carry no top-level error: each partition answers it, as Kafka's
+    ``getErrorResponse``; v4+ refuse the batch with the top-level error."""
+    from kafka.protocol.producer import AddPartitionsToTxnResponse as R
+
+    if version >= 4:
+        return R(throttle_time_ms=0, error_code=error, results_by_transaction=[],
+                 results_by_topic_v3_and_below=[])
+    R3 = R.AddPartitionsToTxnTopicResult
+    return R(throttle_time_ms=0, error_code=0, results_by_transaction=[],
+             results_by_topic_v3_and_below=[
+        R3(name=t.name, results_by_partition=[R3.AddPartitionsToTxnPartitionResult(
+            partition_index=p, partition_error_code=error) for p in t.partitions])
+        for t in request.v3_and_below_topics])
+
+
+def _describe_log_dirs(request: Any, version: int, error: ErrorCode, message: str) -> Any:
+    """Before v3 there is no top-level error: one log dir result carries it (an empty
+    answer would read as a broker without log dirs)."""
+    from kafka.protocol.admin import DescribeLogDirsResponse as R
+
+    if version >= 3:
+        return R(throttle_time_ms=0, error_code=error, results=[])
+    return R(throttle_time_ms=0, error_code=error, results=[R.DescribeLogDirsResult(
+        error_code=error, log_dir="", topics=[], total_bytes=-1, usable_bytes=-1,
+        is_cordoned=False)])
+
+
 def _write_txn_markers(request: Any, version: int, error: ErrorCode, message: str) -> Any:
     """Every partition of every marker answers the error, as Kafka's."""
     from kafka.protocol.producer import WriteTxnMarkersResponse as R
@@ -325,7 +358,7 @@ def _find_coordinator(request: Any, version: int, error: ErrorCode, message: str
 
 
 DENIALS: dict[int, Denial] = {
-    10: _find_coordinator,
+    10: _find_coordinator, 24: _add_partitions_denied, 35: _describe_log_dirs,
     0: _produce, 9: _offset_fetch, 27: _write_txn_markers, 30: _create_acls, 31: _delete_acls, 51: _alter_scram,
 }
 

@@ -36,6 +36,10 @@ HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 ITERATIONS_MIN = 4096
 ITERATIONS_MAX = 16384
 DEFAULT_ITERATIONS = 4096
+#: Longest user name and salt (or salted password) stored, in bytes: a credential is one
+#: table entry, whose key and value the segment store bounds.
+USER_BYTES_MAX = 1024
+SALT_BYTES_MAX = 1024
 _PREFIX = b"scram/"
 
 

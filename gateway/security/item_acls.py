@@ -329,6 +329,26 @@ def _offset_fetch(decider: Decider, session: Session, request: Any, response: An
         response.topics = screen(response.topics, getattr(request, "topics", None) is None)
 
 
+def _consumer_group_describe(decider: Decider, session: Session, request: Any, response: Any
+                             ) -> None:
+    """Kafka's rule: a group whose members' assignments or target assignments name a
+    topic the principal may not DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED, with
+    no members."""
+    for group in response.groups:
+        if group.error_code:
+            continue
+        names = {tp.topic_name for m in group.members or ()
+                 for a in (m.assignment, m.target_assignment) if a is not None
+                 for tp in a.topic_partitions or ()}
+        if all(_may(decider, session, Op.DESCRIBE, T, n) for n in names):
+            continue
+        group.error_code = TOPIC_DENIED
+        group.error_message = ("The group has described topic(s) that the client is not "
+                               "authorized to describe.")
+        group.members = []
+
+
 FILTERS: dict[int, Filter] = {
     9: _offset_fetch, 16: _list_groups, 65: _describe_transactions, 66: _list_transactions,
+    69: _consumer_group_describe,
 }

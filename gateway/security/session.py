@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -85,6 +87,54 @@ class LoginLog:
         )
 
 
+class FailedLogins:
+    """Failed logins per client address over the last minute. Once an address has
+    ``per_minute`` of them, its logins are refused without being checked until the
+    oldest is a minute old: a client opening connections in parallel guesses no faster
+    (``connection.failed.authentication.delay.ms`` slows one connection only). At most
+    ``addresses_max`` addresses are tracked, the least recently failed dropped first."""
+
+    WINDOW_S = 60.0
+
+    def __init__(self, per_minute: int, addresses_max: int = 65536,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_minute = per_minute
+        self._addresses_max = addresses_max
+        self._clock = clock
+        self._by_host: dict[str, deque[float]] = {}
+
+    def _recent(self, host: str) -> deque[float] | None:
+        times = self._by_host.get(host)
+        if times is None:
+            return None
+        oldest = self._clock() - self.WINDOW_S
+        while times and times[0] <= oldest:
+            times.popleft()
+        if not times:
+            del self._by_host[host]
+            return None
+        return times
+
+    def locked(self, host: str) -> bool:
+        if self.per_minute <= 0:
+            return False
+        times = self._recent(host)
+        return times is not None and len(times) >= self.per_minute
+
+    def failed(self, host: str) -> None:
+        if self.per_minute <= 0:
+            return
+        times = self._recent(host)
+        if times is None:
+            times = deque(maxlen=self.per_minute)
+            while len(self._by_host) >= self._addresses_max:
+                del self._by_host[next(iter(self._by_host))]
+        else:
+            del self._by_host[host]  # re-inserted last: the most recent failure
+        times.append(self._clock())
+        self._by_host[host] = times
+
+
 @dataclass
 class Security:
     """What the SASL and ACL handlers work with (``HandlerContext.security``)."""
@@ -94,6 +144,7 @@ class Security:
     acls: AclStore
     reauth_ms: int
     login_log: LoginLog
+    failed_logins: FailedLogins
     #: None: no authorizer configured (everything allowed, DescribeAcls answers
     #: SECURITY_DISABLED).
     authorizer: Authorizer | None = None

@@ -1,4 +1,4 @@
-"""Batches that lie (issue 22, finding 5), with a recomputed CRC so that only the
+"""Batches that lie (issue 22, finding 5; a control batch: issue 35), with a recomputed CRC so that only the
 record-level checks can catch them: each is refused with CORRUPT_MESSAGE or
 INVALID_RECORD and a message, nothing of it is stored, and a real consumer then reads
 the partition whole with dense offsets."""
@@ -66,6 +66,10 @@ def _offset_delta_twice(b: bytearray) -> None:
     b[second + 3] = 0  # offset delta 1 -> 0
 
 
+def _control(b: bytearray) -> None:
+    b[22] |= 0x20  # the control bit of the attributes: only brokers write markers
+
+
 def _bomb(b: bytearray) -> None:
     b[22] = (b[22] & ~0x07) | 1
     b[61:] = gzip.compress(b"\0" * (65 * 1024 * 1024), compresslevel=1)
@@ -93,6 +97,7 @@ LIES: list[tuple[str, Callable[[bytearray], None] | bytes, int, str]] = [
     ("not zstd", _codec(4), CORRUPT_MESSAGE, "zstd records do not decompress"),
     ("offset deltas", _offset_delta_twice, INVALID_RECORD, "offset delta"),
     ("gzip bomb", _bomb, INVALID_RECORD, "decompress to more than"),
+    ("control batch", _control, INVALID_RECORD, "not allowed to write control records"),
     ("message set v1", _message_set_v1(), INVALID_RECORD, "message format v1"),
 ]
 

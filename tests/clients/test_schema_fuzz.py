@@ -8,6 +8,7 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -100,3 +101,31 @@ def test_string_longer_than_kafka_allows_closes(server: Tidegate) -> None:
         assert s.recv(4) == b""
     new = server.log_path.read_text().splitlines()[before:]
     assert len(new) == 1 and "string field group_id is 40000 bytes, over 32767" in new[0], new
+
+
+def test_schema_fuzzer_checks_a_running_servers_log(server: Tidegate) -> None:
+    """``--bootstrap`` with ``--server-log``: a handler failure logged during the run
+    fails it (here one is written into the log once the fuzzer's frames arrive);
+    without ``--server-log`` the result says the log went unchecked."""
+    fuzz = [sys.executable, str(ROOT / "scripts" / "fuzz.py"), "--frames", "2000", "--seed", "3",
+            "--bootstrap", f"127.0.0.1:{server.port}"]
+    size = server.log_path.stat().st_size
+    proc = subprocess.Popen([*fuzz, "--server-log", str(server.log_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while server.log_path.stat().st_size == size and proc.poll() is None:
+            assert time.monotonic() < deadline, "the fuzzer's frames never reached the server"
+            time.sleep(0.05)
+        with open(server.log_path, "a") as log:
+            log.write("2026-01-01 00:00:00,000 ERROR tidegate.gateway.net.server: "
+                      "127.0.0.1:1: Produce v9 failed (Boom: planted); closing\n")
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1 and "failed (Boom: planted)" in out, out
+    run = subprocess.run([*fuzz, "--frames", "200"], capture_output=True, text=True, timeout=240)
+    last = run.stdout.strip().splitlines()[-1]
+    assert run.returncode == 0 and "server log unchecked" in last, run.stdout + run.stderr

@@ -120,7 +120,7 @@ def test_malformed_tokens_refused(secure: Secure) -> None:
         ("PLAIN", [b"\0alice\0" + b"x" * 200_000]),  # oversized
         ("SCRAM-SHA-256", [first[:8]]),  # truncated before the nonce
         ("SCRAM-SHA-256", [b"p=tls-unique,,n=alice,r=abc"]),  # channel binding asked
-        ("SCRAM-SHA-256", [b"n,,n=nobody,r=abc"]),  # unknown user
+        ("SCRAM-SHA-256", [b"n,,n=nobody,r=abc", b"c=biws,r=abc,p=AAAA"]),  # unknown user
         ("SCRAM-SHA-256", [first, b"c=biws,r=x"]),  # no proof
         ("SCRAM-SHA-256", [first, b"c=biws,r=x,p=" + base64.b64encode(b"short")]),
         ("SCRAM-SHA-256", [first, b"\xff" * 64]),
