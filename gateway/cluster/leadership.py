@@ -29,6 +29,7 @@ import logging
 import time
 from typing import Any, Protocol
 
+from tidegate.core.cluster.replicas import PlogReplicas, ReplicaSet
 from tidegate.core.segmentstore.service import container_of
 from tidegate.gateway.log.topics import partition_point
 from tidegate.protocol.errors import ErrorCode
@@ -72,6 +73,8 @@ class PartitionLeaders:
         self._catching_up = asyncio.Lock()
         #: The container of the groups' table (``gateway/cluster/groups.py``).
         self.groups_container: int | None = None
+        #: The nodes holding each container's Tier-1 log (None: the file log).
+        self.replicas: PlogReplicas | None = None
 
     @property
     def node_id(self) -> int:
@@ -141,6 +144,18 @@ class PartitionLeaders:
             name = self._note_segment(topic, partition, seg, expires)
             out.append((self._live_owner(name), self.leader_epoch(topic, partition)))
         return out
+
+    async def replica_set(self, topic: str, partition: int, leader: int) -> ReplicaSet:
+        """The partition's Kafka replicas and ISR (``replicas.py``), ``leader`` first; the
+        segment as ``leaders`` or ``segment_of`` last looked it up."""
+        if self.replicas is None:
+            return ReplicaSet.alone(leader)
+        snapshot = await self.replicas.snapshot()
+        try:
+            name = await self.segment_of(topic, partition)
+        except Exception:  # noqa: BLE001 - stream gone or metadata unreachable
+            return ReplicaSet.alone(leader)
+        return self.replicas.replica_set(snapshot, container_of(name, self.owners.container_count), leader)
 
     def _live_owner(self, name: str) -> int | None:
         owner = self.owners.owner(name)
