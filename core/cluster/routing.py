@@ -67,7 +67,8 @@ class ContainerMap:
 class PeerStores:
     """One ``RemoteSegmentStore`` per other live node, made as its address becomes known."""
 
-    def __init__(self) -> None:
+    def __init__(self, traffic_refresh_ms: int = 1000) -> None:
+        self.traffic_refresh_ms = traffic_refresh_ms
         self.addresses: dict[int, tuple[str, int]] = {}
         self._stores: dict[int, tuple[tuple[str, int], RemoteSegmentStore]] = {}
         self._closing: set[asyncio.Task[None]] = set()
@@ -88,7 +89,8 @@ class PeerStores:
         known = self._stores.get(node)
         if known is not None and known[0] == address:
             return known[1]
-        remote = RemoteSegmentStore(*address)
+        remote = RemoteSegmentStore(*address, traffic_refresh_ms=self.traffic_refresh_ms)
+        remote.start_traffic_refresh()  # the leader's auto-scaler reads remote segments' rates
         self._stores[node] = (address, remote)
         return remote
 

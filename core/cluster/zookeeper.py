@@ -26,7 +26,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
@@ -176,6 +176,24 @@ class ClusterSession:
             if child.isdigit():
                 out[int(child)] = json.loads(data)
         return out
+
+    async def read_under(self, parent: str, paths: Sequence[str]) -> tuple[list[str], dict[str, bytes]]:
+        """The children of ``parent`` and the data of ``paths`` (those that exist), read
+        in one thread hop (``core/cluster/replicas.py``: plog servers and logs)."""
+        return await self._call(self._read_under, parent, list(paths))  # type: ignore[no-any-return]
+
+    def _read_under(self, parent: str, paths: list[str]) -> tuple[list[str], dict[str, bytes]]:
+        try:
+            children = list(self._client.get_children(parent))
+        except _NoNode:
+            children = []
+        data: dict[str, bytes] = {}
+        for path in paths:
+            try:
+                data[path] = self._client.get(path)[0]
+            except _NoNode:
+                continue
+        return children, data
 
     def watch_members(self, callback: Callable[[Members], None]) -> None:
         """``callback(members)`` on the event loop now and whenever a node joins or leaves."""

@@ -7,7 +7,9 @@ counters under the names the JMX exporter gives them.
 - ``kafka_topic_partitions{topic}``; per partition ``..._current_offset`` (high
   watermark), ``..._oldest_offset`` (log start), ``..._leader``, ``..._replicas``,
   ``..._in_sync_replica``, ``..._leader_is_preferred``, ``..._under_replicated_partition``.
-  A partition has one Kafka replica: its durability is the Tier-1 log's, not Kafka's.
+  On one node a partition has one Kafka replica (its durability is the Tier-1 log's); in
+  cluster mode its replicas are the nodes holding its container's replicated Tier-1 log,
+  in sync while their plog servers are registered (``core/cluster/replicas.py``).
 - ``kafka_consumergroup_current_offset{consumergroup,topic,partition}`` and ``_sum``,
   ``kafka_consumergroup_lag`` (high watermark minus committed offset) and ``_sum``,
   ``kafka_consumergroup_members{consumergroup}``.
@@ -74,6 +76,18 @@ class Leaders(Protocol):
         self, partitions: Iterable[tuple[str, int]]
     ) -> dict[tuple[str, int], int]: ...
 
+    async def replica_set(self, topic: str, partition: int, leader: int) -> ReplicaCounts: ...
+
+
+class ReplicaCounts(Protocol):
+    """A partition's replicas and in-sync replicas (``core/cluster/replicas.py``)."""
+
+    @property
+    def replicas(self) -> list[int]: ...
+
+    @property
+    def isr(self) -> list[int]: ...
+
 
 class Committed(Protocol):
     @property
@@ -134,6 +148,9 @@ class _Partition:
     leader: int
     current: int
     oldest: int
+    #: Replicas and in-sync replicas (cluster mode: ``core/cluster/replicas.py``).
+    replicas: int = 1
+    isr: int = 1
 
 
 @dataclass
@@ -187,9 +204,11 @@ class KafkaExporterMetrics(Collector):
                     continue
                 plog = view.logs.get(name, p)
                 watermarks[(name, p)] = plog.high_watermark
-                snap.partitions.append(
-                    _Partition(name, p, node, plog.high_watermark, plog.log_start_offset)
-                )
+                part = _Partition(name, p, node, plog.high_watermark, plog.log_start_offset)
+                if cluster is not None:
+                    found = await cluster.replica_set(name, p, node)
+                    part.replicas, part.isr = len(found.replicas), len(found.isr)
+                snap.partitions.append(part)
         groups = view.group_coordinator
         if groups is not None:
             snap.groups = _groups(groups)
@@ -349,10 +368,10 @@ def _partition_families(parts: Sequence[_Partition]) -> Iterator[Metric]:
         current.add_metric(key, p.current)
         oldest.add_metric(key, p.oldest)
         leader.add_metric(key, p.leader)
-        replicas.add_metric(key, 1)
-        isr.add_metric(key, 1)
+        replicas.add_metric(key, p.replicas)
+        isr.add_metric(key, p.isr)
         preferred.add_metric(key, 1)
-        under.add_metric(key, 0)
+        under.add_metric(key, 1 if p.isr < p.replicas else 0)
     yield from (current, oldest, leader, replicas, isr, preferred, under)
 
 

@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from tidegate.core.cluster.replicas import PlogReplicas, ReplicaSet
 from tidegate.core.segmentstore.service import container_of
 from tidegate.gateway.cluster.watermarks import PeerWatermarks
 from tidegate.gateway.log.partitions import UNAVAILABLE
@@ -77,6 +78,8 @@ class PartitionLeaders:
         self.groups_container: int | None = None
         #: Other leaders' high watermarks, for the exporter's group lag (``watermarks.py``).
         self.peer_watermarks: PeerWatermarks | None = None
+        #: The nodes holding each container's Tier-1 log (None: the file log).
+        self.replicas: PlogReplicas | None = None
 
     @property
     def node_id(self) -> int:
@@ -146,6 +149,18 @@ class PartitionLeaders:
             name = self._note_segment(topic, partition, seg, expires)
             out.append((self._live_owner(name), self.leader_epoch(topic, partition)))
         return out
+
+    async def replica_set(self, topic: str, partition: int, leader: int) -> ReplicaSet:
+        """The partition's Kafka replicas and ISR (``replicas.py``), ``leader`` first; the
+        segment as ``leaders`` or ``segment_of`` last looked it up."""
+        if self.replicas is None:
+            return ReplicaSet.alone(leader)
+        snapshot = await self.replicas.snapshot()
+        try:
+            name = await self.segment_of(topic, partition)
+        except Exception:  # noqa: BLE001 - stream gone or metadata unreachable
+            return ReplicaSet.alone(leader)
+        return self.replicas.replica_set(snapshot, container_of(name, self.owners.container_count), leader)
 
     def _live_owner(self, name: str) -> int | None:
         owner = self.owners.owner(name)

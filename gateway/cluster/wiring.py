@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tidegate.core.cluster.node import ClusterNode, ContainerCountError
+from tidegate.core.cluster.replicas import PlogReplicas
 from tidegate.core.cluster.routing import RoutingSegmentStore
 from tidegate.core.cluster.zookeeper import ClusterSession, CoordinationError, ZooKeeperError
 from tidegate.core.segmentstore.api import SegmentStore
@@ -123,6 +124,8 @@ class ClusterWiring:
         waiter = waiter or Waiter(StartupState(), patient=False)
         # Owns nothing yet: the map decides (its plog server starts and registers).
         await waiter.until_done(f"ZooKeeper at {self.config.zookeeper}", self._start_local)
+        if self.local.plog_server is not None:  # its plogs make this node a Kafka replica
+            self.info["plog"] = self.local.plog_server.server_id
         host, port = parse_host_port(self.config.segment_store)
         shost, sport = await self.server.start(host, port)
         self.info.update(
@@ -169,6 +172,12 @@ class ClusterWiring:
         """Before the gateway listens: follow partition leadership, the groups' container
         and the topics table, so no request is ever served as by a single node."""
         self.leaders = PartitionLeaders(ctx, self.node, self.routing)
+        if self.local.plog_server is not None:
+            c = self.local.config
+            self.leaders.replicas = PlogReplicas(
+                self.session, lambda: self.node.members, container_count=c.container_count,
+                root=c.tier1_plog_zookeeper_root, log_prefix=c.tier1_plog_log_prefix,
+            )
         ctx.cluster = self.leaders
         internode = _internode(self.config)
         markers = ClusterMarkerWriter(ctx.txn_markers, self.leaders, ctx.topics,
@@ -237,6 +246,8 @@ class ClusterWiring:
         for task in (self._topics_task, self._groups_task):
             if task is not None:
                 task.cancel()
+        if self.leaders is not None and self.leaders.replicas is not None:
+            await self.leaders.replicas.close()
         await self.node.close()
         await self.server.close()
         await self.routing.close()

@@ -1,6 +1,7 @@
 """Metadata (key 3): this node leads every partition (in cluster mode: every live node
 is a broker, and a partition's leader is the owner of its current segment's container,
-answered with its leader epoch from the same map, ``gateway/cluster/leadership.py``);
+answered with its leader epoch from the same map, ``gateway/cluster/leadership.py``, and
+its replicas the nodes holding the container's Tier-1 log, ``core/cluster/replicas.py``);
 a single node's epochs are 0. Unknown topics are created when both the request
 (``allow_auto_topic_creation``, v4+) and ``auto.create.topics.enable`` allow it, at most
 ``AUTO_CREATE_MAX`` per request: the others answer LEADER_NOT_AVAILABLE (retriable, as Kafka
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
@@ -32,9 +34,10 @@ _Partition = _Topic.MetadataResponsePartition
 
 
 def topic_response(ctx: HandlerContext, info: TopicInfo,
-                   leaders: list[tuple[int | None, int]] | None = None) -> Any:
+                   leaders: list[tuple[int | None, int]] | None = None,
+                   replica_sets: Sequence[Any] | None = None) -> Any:
     """``leaders``: each partition's leader (None: not available) and leader epoch in
-    cluster mode."""
+    cluster mode; ``replica_sets`` its replicas and ISR (else the leader alone)."""
     node = ctx.config.node_id
     epochs = ctx.leader_epochs
     partitions = []
@@ -50,9 +53,12 @@ def topic_response(ctx: HandlerContext, info: TopicInfo,
                 leader_epoch=-1, replica_nodes=[], isr_nodes=[], offline_replicas=[],
             ))
             continue
+        found = replica_sets[p] if replica_sets is not None else None
         partitions.append(_Partition(
             error_code=0, partition_index=p, leader_id=leader, leader_epoch=epoch,
-            replica_nodes=[leader], isr_nodes=[leader], offline_replicas=[],
+            replica_nodes=found.replicas if found else [leader],
+            isr_nodes=found.isr if found else [leader],
+            offline_replicas=found.offline if found else [],
         ))
     return _Topic(
         error_code=0, name=info.name, topic_id=info.topic_id, is_internal=False,
@@ -61,6 +67,11 @@ def topic_response(ctx: HandlerContext, info: TopicInfo,
 
 
 _NO_TOPIC_ID = uuid.UUID(int=0)
+
+
+async def _replica_set(cluster: Any, topic: str, partition: int, leader: int | None) -> Any:
+    """The partition's ``ReplicaSet`` (``core/cluster/replicas.py``), None without a leader."""
+    return None if leader is None else await cluster.replica_set(topic, partition, leader)
 
 
 def _error_topic(name: str | None, error: ErrorCode, topic_id: uuid.UUID = _NO_TOPIC_ID) -> Any:
@@ -129,7 +140,10 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         assert cluster is not None
         found_leaders = await asyncio.gather(*(cluster.leaders(t.name, t.partitions) for _, t in batch))
         for (at, info), leaders in zip(batch, found_leaders, strict=True):
-            topics[at] = topic_response(ctx, info, leaders)
+            sets = await asyncio.gather(*(
+                _replica_set(cluster, info.name, p, leader) for p, (leader, _) in enumerate(leaders)
+            ))
+            topics[at] = topic_response(ctx, info, leaders, sets)
     if cluster is not None:
         brokers = [
             MetadataResponse.MetadataResponseBroker(node_id=n, host=h, port=p, rack=None)

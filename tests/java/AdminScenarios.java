@@ -2,6 +2,7 @@
 // and prints "OK <scenario>" (or fails the process).
 // Usage: AdminScenarios BOOTSTRAP SCENARIO ARGS...
 //   topics TOPIC PARTITIONS          createTopics, describeTopics, describeCluster
+//   replicas TOPIC                   describeTopics: "partition P leader=L replicas=A,B isr=A,B"
 //   configs TOPIC                    describeConfigs (topic and broker)
 //   offsets TOPIC COUNT TS_BASE      listOffsets earliest/latest/forTimestamp x isolation
 //   delete-records TOPIC BEFORE      deleteRecords on partition 0, earliest moves
@@ -31,6 +32,7 @@ import org.apache.kafka.common.GroupType;
 import org.apache.kafka.common.IsolationLevel;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.config.ConfigResource;
 
 public final class AdminScenarios {
@@ -44,6 +46,9 @@ public final class AdminScenarios {
                     break;
                 case "configs":
                     configs(admin, args[2]);
+                    break;
+                case "replicas":
+                    replicas(admin, args[2]);
                     break;
                 case "offsets":
                     offsets(admin, args[2], Integer.parseInt(args[3]), Long.parseLong(args[4]));
@@ -75,6 +80,22 @@ public final class AdminScenarios {
         Check.that(cluster.clusterId().get() != null, "no cluster id");
         Check.out("cluster " + cluster.clusterId().get() + " nodes=" + nodes.size()
                 + " controller=" + cluster.controller().get());
+    }
+
+    static String ids(List<Node> nodes) {
+        StringBuilder b = new StringBuilder();
+        for (Node n : nodes) {
+            b.append(b.length() == 0 ? "" : ",").append(n.id());
+        }
+        return b.toString();
+    }
+
+    static void replicas(Admin admin, String topic) throws Exception {
+        TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+        for (TopicPartitionInfo p : d.partitions()) {
+            Check.out("partition " + p.partition() + " leader=" + (p.leader() == null ? -1 : p.leader().id())
+                    + " replicas=" + ids(p.replicas()) + " isr=" + ids(p.isr()));
+        }
     }
 
     static void configs(Admin admin, String topic) throws Exception {

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from tidegate.core.cluster.routing import PeerStores
 from tidegate.core.segmentstore.api import (
     BadKeyVersionError,
     BadOffsetError,
@@ -182,3 +183,33 @@ async def test_more_in_flight_than_the_server_buffers(store: RemoteSegmentStore)
     futures = [store.append_future("s", bytes([i % 256]) * chunk) for i in range(200)]
     assert list(await asyncio.gather(*futures)) == [i * chunk for i in range(200)]
     assert (await store.get_info("s")).length == 200 * chunk
+
+
+async def test_peer_stores_refresh_traffic_from_the_first_call_to_close(
+    server: tuple[SegmentStoreServer, int], local: StreamSegmentStore
+) -> None:
+    """The stores cluster mode makes for other nodes (``PeerStores.store``, never
+    ``start``ed) report their segments' traffic: the controller leader's auto-scaler
+    reads the rates of segments other nodes own through them. Their refresh ends with
+    ``close`` (no task left behind)."""
+    await local.create_segment("hot")
+    for _ in range(20):
+        await local.append("hot", b"x" * 1000)
+    peers = PeerStores(traffic_refresh_ms=50)
+    peers.update({2: ("127.0.0.1", server[1])})
+    peer = peers.store(2)
+    peer.traffic("hot")
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        if peer.traffic("hot").bytes_per_second:
+            break
+    assert peer.traffic("hot").bytes_per_second > 0, "the peer's traffic was never refreshed"
+    before = asyncio.all_tasks()
+    assert any(getattr(t.get_coro(), "__qualname__", "").endswith("._refresh_traffic") for t in before)
+    await peers.close()
+    await asyncio.sleep(0)
+    left = [
+        t for t in before
+        if not t.done() and getattr(t.get_coro(), "__qualname__", "").endswith("._refresh_traffic")
+    ]
+    assert not left, left

@@ -6,7 +6,8 @@ request id, so ``append_future`` keeps the local contract (queued in call order 
 returns). A lost connection fails every unanswered call with ``StoreShutdownError`` (the
 caller retries, as for a container that is moving) and the next call reconnects.
 ``traffic`` cannot wait for the network: it answers the last figures fetched, refreshed
-every ``traffic_refresh_ms`` for the segments asked about.
+every ``traffic_refresh_ms`` for the segments asked about by a task that runs from
+``start`` (or ``start_traffic_refresh``, which does not wait to connect) to ``close``.
 """
 
 from __future__ import annotations
@@ -123,7 +124,13 @@ class RemoteSegmentStore:
 
     async def start(self) -> None:
         await self._connected()
-        self._refresher = asyncio.ensure_future(self._refresh_traffic())
+        self.start_traffic_refresh()
+
+    def start_traffic_refresh(self) -> None:
+        """Start refreshing ``traffic`` (once; connects on its first round). For owners
+        that make the store where they cannot wait, such as ``PeerStores.store``."""
+        if self._refresher is None and not self._closed:
+            self._refresher = asyncio.get_running_loop().create_task(self._refresh_traffic())
 
     async def close(self) -> None:
         self._closed = True
