@@ -5,12 +5,15 @@ verdict. Every process and thread it starts is stopped before ``run`` returns.""
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
+from kazoo.client import KazooClient
+from tidegate.core.segmentstore.service import container_of
 
 from tests.cluster.chaos import checker
 from tests.cluster.chaos.faults import KINDS, Bounds, Fault, Injector, draw
@@ -27,6 +30,14 @@ from tests.cluster.zk import ZooKeeperServer
 
 IDEMPOTENT_TOPIC, IDEMPOTENT_PARTITIONS = "chaos-idem", 6
 TXN_TOPIC, TXN_PARTITIONS = "chaos-txn", 3
+HOT_PARTITIONS = 4
+#: One segment for the hot topic's partitions, split once it carries more than the target.
+HOT_CONFIG = {
+    "tidegate.scaling.type": "BY_RATE_IN_EVENTS_PER_SEC",
+    "tidegate.scaling.target.rate": "100",
+    "tidegate.scaling.scale.factor": "2",
+    "tidegate.scaling.min.segments": "1",
+}
 GROUP = "chaos-group"
 CHROOT = "/chaos"
 CONTAINERS = 6
@@ -45,6 +56,9 @@ class Config:
     #: Longest a partition may go without acknowledging after a fault (None: report only).
     unavailable_max_s: float | None = 10.0
     drain_timeout_s: float = 120.0
+    #: A topic whose one segment, owned by a node other than the controller leader, gets
+    #: more than its scaling target: auto-scaling must split it (the cooldown is a minute).
+    hot_topic: bool = True
 
 
 def _wait(what: str, check, timeout_s: float):  # type: ignore[no-untyped-def]
@@ -69,6 +83,8 @@ class Campaign:
         self.txn: TransactionalProducer | None = None
         self.members: list[GroupMember] = []
         self.watcher: GroupOffsetsWatcher | None = None
+        self.hot: str | None = None
+        self.hot_owner_leader: tuple[int, int] = (0, 0)
 
     @property
     def bootstrap(self) -> str:
@@ -121,6 +137,20 @@ class Campaign:
             admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
             _wait(f"every partition of {topic} led",
                   lambda t=topic, n=partitions: len(leaders(self.bootstrap, t)) == n, 60)
+        if self.config.hot_topic:
+            self._create_hot_topic(admin)
+
+    def _create_hot_topic(self, admin: AdminClient) -> None:
+        """A name whose first segment's container a node other than the leader owns."""
+        owners, leader = zk_state(self.zookeeper.hosts + CHROOT)
+        self.hot = next(
+            f"chaos-hot-{i}" for i in range(1000)
+            if owners.get(container_of(f"kafka/chaos-hot-{i}/0", CONTAINERS), leader) != leader
+        )
+        self.hot_owner_leader = (owners[container_of(f"kafka/{self.hot}/0", CONTAINERS)], leader)
+        admin.create_topics([NewTopic(self.hot, HOT_PARTITIONS, 1, config=HOT_CONFIG)])[self.hot].result(30)
+        _wait(f"every partition of {self.hot} led",
+              lambda: len(leaders(self.bootstrap, self.hot or "")) == HOT_PARTITIONS, 60)
 
     def _start_workloads(self) -> None:
         cfg, bootstrap = self.config, self.bootstrap
@@ -128,6 +158,8 @@ class Campaign:
             IdempotentProducer(name, bootstrap, IDEMPOTENT_TOPIC, IDEMPOTENT_PARTITIONS, cfg.rate_per_s)
             for name in ("p1", "p2")
         ]
+        if self.hot is not None:
+            self.producers.append(IdempotentProducer("hot", bootstrap, self.hot, HOT_PARTITIONS, cfg.rate_per_s))
         self.txn = TransactionalProducer(bootstrap, TXN_TOPIC, TXN_PARTITIONS, "chaos-txn")
         self.members = [GroupMember(bootstrap, [IDEMPOTENT_TOPIC, TXN_TOPIC], GROUP, f"member-{i}")
                         for i in range(2)]
@@ -138,7 +170,7 @@ class Campaign:
     def _expected(self) -> dict[str, set[bytes]]:
         assert self.txn is not None
         return {
-            IDEMPOTENT_TOPIC: {a.value for p in self.producers for a in p.acks},
+            IDEMPOTENT_TOPIC: {a.value for p in self.producers[:2] for a in p.acks},
             TXN_TOPIC: {v for t in self.txn.transactions if t.outcome == "committed" for _, v in t.values},
         }
 
@@ -168,7 +200,7 @@ class Campaign:
 
     def _check(self, report: checker.Report, ended: float) -> None:
         assert self.txn is not None and self.watcher is not None
-        acks = [a for p in self.producers for a in p.acks]
+        acks = [a for p in self.producers[:2] for a in p.acks]
         stored = {
             isolation: {
                 topic: checker.read_partitions(self.bootstrap, topic, partitions, isolation)
@@ -180,6 +212,8 @@ class Campaign:
                                  {i: s[IDEMPOTENT_TOPIC] for i, s in stored.items()})
         checker.check_transactions(report, TXN_TOPIC, self.txn.transactions,
                                    {i: s[TXN_TOPIC] for i, s in stored.items()})
+        if self.hot is not None:
+            self._check_hot(report)
         aborted = {v for t in self.txn.transactions if t.outcome == "aborted" for _, v in t.values}
         checker.check_group(report, [s for m in self.members for s in m.seen], self._expected(),
                             aborted, self.watcher.watch)
@@ -194,6 +228,26 @@ class Campaign:
         gaps = checker.unavailability(self.faults, acks, IDEMPOTENT_PARTITIONS, ended)
         checker.check_faults(report, self.faults, gaps, self.config.unavailable_max_s)
 
+    def _check_hot(self, report: checker.Report) -> None:
+        assert self.hot is not None
+        hot_acks = self.producers[2].acks
+        checker.check_idempotent(report, self.hot, hot_acks, {
+            isolation: checker.read_partitions(self.bootstrap, self.hot, HOT_PARTITIONS, isolation)
+            for isolation in ("read_uncommitted", "read_committed")
+        })
+        split = f"scaled kafka/{self.hot} (split)".encode()
+        splits = sum(n.log_path.read_bytes().count(split) for n in self.nodes if n.log_path.exists())
+        owner, leader = self.hot_owner_leader
+        spread = leaders(self.bootstrap, self.hot)
+        report.notes.append(f"{self.hot}: one segment on node {owner} (controller leader {leader}) "
+                            f"split {splits} times; partition leaders now {spread}")
+        if not splits:
+            report.violations.append(
+                f"{self.hot}: auto-scaling never split its hot segment (owner node {owner}, "
+                f"controller leader {leader}; {HOT_CONFIG['tidegate.scaling.target.rate']} "
+                f"records/s target, {self.config.rate_per_s} sent)"
+            )
+
     def _cleanup(self) -> None:
         if self.injector is not None:
             self.injector.thaw()
@@ -207,6 +261,19 @@ class Campaign:
         for thread in threads:
             thread.join(checker_join_s(thread))
         self.zookeeper.close()
+
+
+def zk_state(hosts: str) -> tuple[dict[int, int], int]:
+    """The container map (container -> node) and the controller leader."""
+    zk = KazooClient(hosts=hosts, timeout=10)
+    zk.start(10)
+    try:
+        owners = json.loads(zk.get("/containers/map")[0])["owners"]
+        leader = json.loads(zk.get("/controller/leader")[0])["node"]
+    finally:
+        zk.stop()
+        zk.close()
+    return {int(c): int(n) for c, n in owners.items()}, int(leader)
 
 
 def checker_join_s(thread: object) -> float:

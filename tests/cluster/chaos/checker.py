@@ -115,6 +115,17 @@ def _dense_and_ordered(report: Report, topic: str, stored: dict[int, Stored], is
     report.violation(f"{topic} {isolation}: partitions not read to the end", len(unread), unread)
 
 
+def _duplicates(report: Report, what: str, stored: dict[int, Stored], values: Counter[bytes]) -> None:
+    twice = {v for v, c in values.items() if c > 1}
+    where: dict[bytes, list[tuple[int, int]]] = defaultdict(list)
+    for p, s in stored.items():
+        for o, v in s.records:
+            if v in twice:
+                where[v].append((p, o))
+    shown = sorted(where.items(), key=lambda item: item[1])[:EXAMPLES]
+    report.violation(f"{what}: duplicates (value, [(partition, offset)])", len(twice), shown)
+
+
 def check_idempotent(report: Report, topic: str, acks: list[Ack],
                      stored_by_isolation: dict[str, dict[int, Stored]]) -> None:
     for isolation, stored in stored_by_isolation.items():
@@ -124,8 +135,7 @@ def check_idempotent(report: Report, topic: str, acks: list[Ack],
                 for a in acks if where.get((a.partition, a.offset)) != a.value]
         report.violation(f"{topic} {isolation}: acknowledged records lost or moved "
                          "(partition, offset, value, stored there)", len(lost), lost[:EXAMPLES])
-        twice = [v for v, c in values.items() if c > 1]
-        report.violation(f"{topic} {isolation}: duplicates", len(twice), twice[:EXAMPLES])
+        _duplicates(report, f"{topic} {isolation}", stored, values)
         _dense_and_ordered(report, topic, stored, isolation, dense=True)
         report.notes.append(f"{topic} {isolation}: {sum(values.values())} records read back, "
                             f"{len(acks)} acknowledged")
@@ -137,8 +147,7 @@ def check_transactions(report: Report, topic: str, transactions: list[Transactio
     report.notes.append(f"{topic}: transactions {dict(outcomes)}")
     for isolation, stored in stored_by_isolation.items():
         values = Counter(v for s in stored.values() for _, v in s.records)
-        twice = [v for v, c in values.items() if c > 1]
-        report.violation(f"{topic} {isolation}: duplicates", len(twice), twice[:EXAMPLES])
+        _duplicates(report, f"{topic} {isolation}", stored, values)
         _dense_and_ordered(report, topic, stored, isolation, dense=False)
         report.notes.append(f"{topic} {isolation}: {sum(values.values())} records read back")
     committed_view = stored_by_isolation["read_committed"]

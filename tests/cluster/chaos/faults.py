@@ -44,13 +44,15 @@ class Fault:
     pick: int
     node_id: int | None = None
     started_at: float = 0.0
+    #: The wall clock at the start, as the nodes' logs write it.
+    started_wall: str = ""
     ended_at: float = 0.0
     #: What went wrong undoing the fault (a node that would not start again).
     problems: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         who = "" if self.node_id is None else f" node {self.node_id}"
-        return f"{self.kind}{who} for {self.duration_s:.1f}s"
+        return f"{self.kind}{who} for {self.duration_s:.1f}s at {self.started_wall}"
 
 
 def draw(rng: random.Random, kinds: tuple[str, ...], bounds: Bounds) -> Fault:
@@ -89,6 +91,7 @@ class Injector:
             leader = controller_leader(self.zookeeper.hosts + self.chroot)
             node = next((n for n in live if n.node_id == leader), node)
         fault.started_at = time.monotonic()
+        fault.started_wall = time.strftime("%H:%M:%S")
         if fault.kind == "zookeeper":
             self.zookeeper.close()
             time.sleep(fault.duration_s)
