@@ -43,7 +43,7 @@ bench-compaction: $(VENV)/.installed
 	$(BIN)/python -m pip install -q -e ".[bench]"
 	$(BIN)/python -m bench.compaction $(BENCH_ARGS)
 
-## The fault campaign against three nodes (docs/operations.md): CHAOS_FAULTS seeded faults
+## The fault campaign against three nodes (docs/cluster.md): CHAOS_FAULTS seeded faults
 ## (CHAOS_SEED, more flags in CHAOS_ARGS); prints a report, fails on any violation.
 CHAOS_FAULTS ?= 50
 CHAOS_SEED ?= 1

@@ -213,6 +213,7 @@ def check_faults(report: Report, faults: list[Fault], gaps: list[dict[int, float
             f"fault {i + 1}: {fault.describe()}: every partition acked again after {longest:.1f}s"
             + (f" (slowest: partition {max(per_partition, key=per_partition.__getitem__)})" if longest > 2 else "")
         )
+        report.notes += [f"fault {i + 1}: harness: {note}" for note in fault.notes]
         for problem in fault.problems:
             report.violations.append(f"fault {i + 1} ({fault.describe()}): {problem}")
         if unavailable_max_s is not None and longest > unavailable_max_s:

@@ -49,6 +49,8 @@ class Fault:
     ended_at: float = 0.0
     #: What went wrong undoing the fault (a node that would not start again).
     problems: list[str] = field(default_factory=list)
+    #: What the harness itself had to retry (its ZooKeeper slow to start again).
+    notes: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         who = "" if self.node_id is None else f" node {self.node_id}"
@@ -95,7 +97,7 @@ class Injector:
         if fault.kind == "zookeeper":
             self.zookeeper.close()
             time.sleep(fault.duration_s)
-            self.zookeeper.start()
+            self._start_zookeeper(fault)
         elif node is None:
             fault.problems.append("no live node to fault")
         elif fault.kind == "sigstop":
@@ -115,6 +117,18 @@ class Injector:
             self._restart(node, fault)
         fault.ended_at = time.monotonic()
         return fault
+
+    def _start_zookeeper(self, fault: Fault) -> None:
+        """ZooKeeper on its port and data again; a start that does not answer in time is
+        tried again (seen once on this loaded machine), and reported."""
+        for _ in range(RESTART_ATTEMPTS + 1):
+            try:
+                self.zookeeper.start()
+                return
+            except AssertionError as e:
+                fault.notes.append(f"ZooKeeper did not start again in time: {str(e)[-200:]}")
+                self.zookeeper.close()
+        raise AssertionError("ZooKeeper could not be started again: " + "; ".join(fault.notes))
 
     def _restart(self, node: Node, fault: Fault) -> None:
         for _ in range(RESTART_ATTEMPTS):
