@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: serve test bench bench-compaction fuzz lint system-deps clean clean-data
+.PHONY: serve test bench bench-compaction fuzz chaos lint system-deps clean clean-data
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,14 @@ fuzz: $(VENV)/.installed
 bench-compaction: $(VENV)/.installed
 	$(BIN)/python -m pip install -q -e ".[bench]"
 	$(BIN)/python -m bench.compaction $(BENCH_ARGS)
+
+## The fault campaign against three nodes (docs/cluster.md): CHAOS_FAULTS seeded faults
+## (CHAOS_SEED, more flags in CHAOS_ARGS); prints a report, fails on any violation.
+CHAOS_FAULTS ?= 50
+CHAOS_SEED ?= 1
+chaos: system-deps $(VENV)/.installed
+	$(BIN)/python -m pip install -q "confluent-kafka>=2.3"
+	$(BIN)/python -m tests.cluster.chaos --seed $(CHAOS_SEED) --faults $(CHAOS_FAULTS) $(CHAOS_ARGS)
 
 lint: | $(BIN)/python
 	$(BIN)/python -m pip install -q "tox>=4.11"

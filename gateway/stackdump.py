@@ -8,6 +8,7 @@ import faulthandler
 import io
 import signal
 import sys
+from types import FrameType
 
 
 def dump_stacks() -> None:
@@ -18,10 +19,22 @@ def dump_stacks() -> None:
     out.write(f"--- {len(tasks)} asyncio tasks ---\n")
     for task in tasks:
         out.write(f"{task!r}\n")
-        for frame in task.get_stack(limit=30):  # print_stack trips on frames without a line
+        for frame in _awaiting(task.get_coro()):  # print_stack trips on frames without a line
             out.write(f"  {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}\n")
     sys.stderr.write(out.getvalue())
     sys.stderr.flush()
+
+
+def _awaiting(coro: object, depth_max: int = 30) -> list[FrameType]:
+    """The frames of ``coro`` and of what it awaits, outermost first (a suspended task's
+    ``get_stack`` gives its outermost frame only, not where it waits)."""
+    frames: list[FrameType] = []
+    while coro is not None and len(frames) < depth_max:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            frames.append(frame)
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return frames
 
 
 def install(loop: asyncio.AbstractEventLoop) -> None:

@@ -1,0 +1,265 @@
+"""The campaign's clients, each on its own thread, each recording what the cluster
+promised it: idempotent acks=all producers (unique values, every acknowledgement with its
+partition, offset and send/ack times), a transactional producer that aborts every fifth
+transaction (the outcome of each), and a read_committed consumer group (what it saw, and a
+watcher of the group's committed offsets). Every call has a deadline; ``stop`` ends each."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Producer,
+)
+from confluent_kafka.admin import AdminClient
+
+QUIET = {"log_level": 3}
+JOIN_TIMEOUT_S = 150.0
+
+
+@dataclass
+class Ack:
+    partition: int
+    offset: int
+    value: bytes
+    sent_at: float
+    acked_at: float
+
+
+class IdempotentProducer(threading.Thread):
+    """Sends ``<name>-<seq>`` to partition ``seq % partitions`` at ``rate_per_s``; a fatal
+    error is recorded and the producer replaced (the sequence numbers carry on, so values
+    stay unique)."""
+
+    def __init__(self, name: str, bootstrap: str, topic: str, partitions: int, rate_per_s: int) -> None:
+        super().__init__(daemon=True, name=f"chaos-{name}")
+        self.tag, self.bootstrap, self.topic = name, bootstrap, topic
+        self.partitions, self.rate_per_s = partitions, rate_per_s
+        self.acks: list[Ack] = []
+        self.delivery_errors: list[str] = []
+        self.fatal_errors: list[str] = []
+        self.unflushed = 0
+        #: How long the last flush may wait (cleanup after a failure shortens it).
+        self.flush_timeout_s = 120.0
+        self.stopping = threading.Event()
+        self._fatal = threading.Event()
+
+    def _new(self) -> Producer:
+        def on_error(err: KafkaError) -> None:
+            if err.fatal():
+                self.fatal_errors.append(f"{time.monotonic():.1f} {err}")
+                self._fatal.set()
+
+        return Producer({
+            "bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
+            "linger.ms": 5, "message.timeout.ms": 120_000, "error_cb": on_error,
+            "topic.metadata.refresh.interval.ms": 2000, **QUIET,
+        })
+
+    def _done(self, err: KafkaError | None, msg: object) -> None:
+        now = time.monotonic()
+        if err is not None:
+            self.delivery_errors.append(f"{now:.1f} {msg.partition()} {msg.value()!r}: {err}")  # type: ignore[attr-defined]
+            return
+        latency = msg.latency()  # type: ignore[attr-defined]
+        self.acks.append(Ack(
+            msg.partition(), msg.offset(), msg.value(),  # type: ignore[attr-defined]
+            now - latency if latency and latency > 0 else now, now,
+        ))
+
+    def run(self) -> None:
+        producer = self._new()
+        seq = 0
+        per_tick = max(1, self.rate_per_s // 20)
+        while not self.stopping.is_set():
+            if self._fatal.is_set():
+                producer.flush(10)  # what it still acknowledges is recorded
+                producer = self._new()
+                self._fatal.clear()
+            tick_end = time.monotonic() + 0.05
+            for _ in range(per_tick):
+                try:
+                    producer.produce(
+                        self.topic, value=f"{self.tag}-{seq}".encode(),
+                        partition=seq % self.partitions, on_delivery=self._done,
+                    )
+                except BufferError:
+                    break  # the queue is full while a leader is away: send later
+                seq += 1
+            producer.poll(max(0.0, tick_end - time.monotonic()))
+        self.unflushed = producer.flush(self.flush_timeout_s)
+
+
+@dataclass
+class Transaction:
+    number: int
+    values: list[tuple[int, bytes]]
+    #: "committed", "aborted" or "unknown" (a failure left the outcome open).
+    outcome: str = "open"
+    error: str = ""
+
+
+class TransactionalProducer(threading.Thread):
+    """Transactions of ``size`` values over the partitions; every fifth is aborted. A
+    commit that fails retriably is tried again (up to a minute); an abortable error aborts;
+    a fatal one replaces the producer, the transaction's outcome left "unknown"."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, transactional_id: str,
+                 size: int = 10, interval_s: float = 0.2) -> None:
+        super().__init__(daemon=True, name="chaos-txn")
+        self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
+        self.transactional_id, self.size, self.interval_s = transactional_id, size, interval_s
+        self.transactions: list[Transaction] = []
+        self.errors: list[str] = []
+        self.stopping = threading.Event()
+
+    def _new(self) -> Producer | None:
+        while not self.stopping.is_set():
+            producer = Producer({
+                "bootstrap.servers": self.bootstrap, "transactional.id": self.transactional_id,
+                "transaction.timeout.ms": 30_000, "message.timeout.ms": 30_000,
+                "topic.metadata.refresh.interval.ms": 2000, **QUIET,
+            })
+            try:
+                producer.init_transactions(60)
+                return producer
+            except KafkaException as e:
+                self.errors.append(f"{time.monotonic():.1f} init: {e.args[0]}")
+        return None
+
+    def _one(self, producer: Producer, txn: Transaction, abort: bool) -> bool:
+        """Runs ``txn``; False when the producer must be replaced."""
+        try:
+            producer.begin_transaction()
+            for partition, value in txn.values:
+                while True:
+                    try:
+                        producer.produce(self.topic, value=value, partition=partition)
+                        break
+                    except BufferError:
+                        producer.poll(0.1)
+            if abort:
+                producer.abort_transaction(60)
+                txn.outcome = "aborted"
+                return True
+        except KafkaException as e:
+            return self._failed(producer, txn, e.args[0])
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                producer.commit_transaction(60)
+                txn.outcome = "committed"
+                return True
+            except KafkaException as e:
+                err = e.args[0]
+                if err.retriable() and not err.txn_requires_abort() and time.monotonic() < deadline:
+                    self.errors.append(f"{time.monotonic():.1f} commit {txn.number} retried: {err}")
+                    continue
+                return self._failed(producer, txn, err)
+
+    def _failed(self, producer: Producer, txn: Transaction, err: KafkaError) -> bool:
+        txn.error = str(err)
+        self.errors.append(f"{time.monotonic():.1f} txn {txn.number}: {err}")
+        if err.txn_requires_abort():
+            try:
+                producer.abort_transaction(60)
+                txn.outcome = "aborted"
+                return True
+            except KafkaException as e:
+                txn.error += f"; abort: {e.args[0]}"
+        txn.outcome = "unknown"
+        return False
+
+    def run(self) -> None:
+        producer = self._new()
+        number = 0
+        while producer is not None and not self.stopping.is_set():
+            values = [
+                (i % self.partitions, f"tx-{number}-{i}".encode()) for i in range(self.size)
+            ]
+            txn = Transaction(number, values)
+            self.transactions.append(txn)
+            if not self._one(producer, txn, abort=number % 5 == 4):
+                producer = self._new()
+            number += 1
+            self.stopping.wait(self.interval_s)
+
+
+@dataclass
+class Seen:
+    topic: str
+    partition: int
+    offset: int
+    value: bytes
+
+
+class GroupMember(threading.Thread):
+    """A read_committed member of ``group`` on ``topics``, committing automatically."""
+
+    def __init__(self, bootstrap: str, topics: list[str], group: str, name: str) -> None:
+        super().__init__(daemon=True, name=f"chaos-{name}")
+        self.consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed", "session.timeout.ms": 10_000,
+            "auto.commit.interval.ms": 1000, "topic.metadata.refresh.interval.ms": 2000,
+            **QUIET,
+        })
+        self.consumer.subscribe(topics)
+        self.seen: list[Seen] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                msg = self.consumer.poll(0.2)
+                if msg is not None and msg.error() is None:
+                    self.seen.append(Seen(msg.topic(), msg.partition(), msg.offset(), msg.value()))
+        finally:
+            self.consumer.close()
+
+
+@dataclass
+class OffsetsWatch:
+    #: (topic, partition) -> the last committed offset read.
+    last: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: Every time a committed offset went backwards: (when, topic, partition, before, after).
+    backwards: list[tuple[float, str, int, int, int]] = field(default_factory=list)
+    errors: int = 0
+
+
+class GroupOffsetsWatcher(threading.Thread):
+    """Reads the group's committed offsets every ``interval_s``; records any going back."""
+
+    def __init__(self, bootstrap: str, group: str, interval_s: float = 2.0) -> None:
+        super().__init__(daemon=True, name="chaos-offsets")
+        self.admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+        self.group, self.interval_s = group, interval_s
+        self.watch = OffsetsWatch()
+        self.stopping = threading.Event()
+
+    def read_once(self) -> None:
+        try:
+            found = self.admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(self.group)], request_timeout=10,
+            )[self.group].result(15)
+        except Exception:  # a coordinator away during a fault: read again later
+            self.watch.errors += 1
+            return
+        for tp in found.topic_partitions or []:
+            if tp.error is not None or tp.offset < 0:
+                continue
+            key = (tp.topic, tp.partition)
+            before = self.watch.last.get(key)
+            if before is not None and tp.offset < before:
+                self.watch.backwards.append((time.monotonic(), tp.topic, tp.partition, before, tp.offset))
+            self.watch.last[key] = tp.offset
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.interval_s):
+            self.read_once()
