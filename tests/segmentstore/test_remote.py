@@ -139,6 +139,37 @@ async def test_unreachable_server_is_a_retriable_error() -> None:
     await client.close()
 
 
+async def test_a_peer_that_never_answers_fails_calls_after_the_request_timeout() -> None:
+    """A frozen node (SIGSTOP) keeps its socket open and the kernel still accepts
+    connections to it: calls fail as an unreachable store after ``request_timeout_ms``
+    (plus a long-polling read's own wait) instead of waiting forever (a restarted node's
+    index rebuild hung on such a read in the fault campaign)."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def silent(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        accepted.append(w)
+
+    frozen = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = frozen.sockets[0].getsockname()[1]
+    client = RemoteSegmentStore("127.0.0.1", port, request_timeout_ms=300)
+    try:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(StoreShutdownError, match="did not answer GET_INFO within 300 ms"):
+            await client.get_info("s")
+        assert loop.time() - started < 30
+        started = loop.time()
+        with pytest.raises(StoreShutdownError, match="did not answer READ within 500 ms"):
+            await client.read("s", 0, 10, timeout_ms=200)
+        assert loop.time() - started >= 0.45
+    finally:
+        await client.close()
+        for w in accepted:
+            w.close()
+        frozen.close()
+        await frozen.wait_closed()
+
+
 async def test_hostile_frames_close_only_their_connection(
     store: RemoteSegmentStore, server: tuple[SegmentStoreServer, int]
 ) -> None:

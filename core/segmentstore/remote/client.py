@@ -104,12 +104,14 @@ class RemoteSegmentStore:
         port: int,
         *,
         connect_timeout_ms: int = 5000,
+        request_timeout_ms: int = 30_000,
         frame_bytes_max: int = 64 * 1024 * 1024,
         traffic_refresh_ms: int = 1000,
     ) -> None:
         self.host = host
         self.port = port
         self.connect_timeout_ms = connect_timeout_ms
+        self.request_timeout_ms = request_timeout_ms
         self.frame_bytes_max = frame_bytes_max
         self.traffic_refresh_ms = traffic_refresh_ms
         self._link: _Link | None = None
@@ -175,9 +177,23 @@ class RemoteSegmentStore:
         link.transport.write(codec.frame(self._next_id, op, args))
         return fut
 
-    async def _call(self, op: Op, *args: Any) -> Any:
+    async def _call(self, op: Op, *args: Any, wait_ms: int = 0) -> Any:
+        """Send one request and await its answer. A frozen peer keeps its socket open, so
+        an answer not back within ``request_timeout_ms`` (plus ``wait_ms``, the server's
+        own wait for a long-polling read) fails as an unreachable store, and the
+        connection is dropped so the other requests on it fail too and the next reconnects."""
         link = await self._connected()
-        return await self._send(link, op, list(args))
+        timeout_ms = self.request_timeout_ms + wait_ms
+        try:
+            return await asyncio.wait_for(self._send(link, op, list(args)), timeout_ms / 1000)
+        except TimeoutError:
+            link._abort(f"no answer to {op.name} from {self.host}:{self.port} in {timeout_ms} ms")
+            if self._link is link:
+                self._link = None  # the next call connects afresh
+            raise StoreShutdownError(
+                "", f"segment store at {self.host}:{self.port} did not answer {op.name} "
+                f"within {timeout_ms} ms"
+            ) from None
 
     # -- segments ----------------------------------------------------------------------
 
@@ -234,7 +250,9 @@ class RemoteSegmentStore:
         await self._call(Op.UPDATE_ATTRIBUTES, name, codec.encode_attribute_updates(updates))
 
     async def read(self, name: str, offset: int, max_length: int, timeout_ms: int = 0) -> ReadResult:
-        return codec.read_result(await self._call(Op.READ, name, offset, max_length, timeout_ms))
+        return codec.read_result(
+            await self._call(Op.READ, name, offset, max_length, timeout_ms, wait_ms=timeout_ms)
+        )
 
     async def get_info(self, name: str) -> SegmentProperties:
         return codec.properties(await self._call(Op.GET_INFO, name))
