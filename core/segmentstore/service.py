@@ -122,6 +122,7 @@ class StreamSegmentStore:
             plog_bytes_max=c.tier1_plog_bytes_max,
             entry_bytes_max=max(c.frame_bytes_max, c.append_bytes_max) + 64 * 1024,
             timeout_ms=c.tier1_plog_timeout_ms,
+            repair_interval_ms=c.tier1_plog_repair_interval_ms,
         )
         return log
 
