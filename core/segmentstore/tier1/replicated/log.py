@@ -448,14 +448,17 @@ class ReplicatedDurableDataLog:
                 log.warning("log %s: re-replication deferred: %r", self.name, exc)
 
     async def _leave_short_active(self) -> None:
-        """Roll away from an active plog on fewer servers than the replication factor
+        """Roll away from an active plog on fewer live servers than the replication
+        factor (made on a short group, or a server of it is gone while the log idles)
         once that many are healthy: sealed, it is then re-replicated like any other."""
-        if len(self._segs) != 1 or len(self._segs[0].servers) >= self._rf or self._failing:
+        if len(self._segs) != 1 or self._failing:
             return
         live = await self.replicas.refresh()
+        if len([s for s in self._segs[0].servers if s in live]) >= self._rf:
+            return
         if len([s for s in live if not self.replicas.is_suspect(s)]) < self._rf:
             return
-        short = [s for s in self._spares if len(s.servers) < self._rf]
+        short = [s for s in self._spares if len([x for x in s.servers if x in live]) < self._rf]
         if short:
             gone = {s.id for s in short}
             self._spares = [s for s in self._spares if s.id not in gone]
@@ -470,7 +473,7 @@ class ReplicatedDurableDataLog:
         if not self._spares:
             self._want_spare()  # the next round rolls onto it
             return
-        full = len(self._spares[0].servers) >= self._rf
+        full = len([x for x in self._spares[0].servers if x in live]) >= self._rf
         if full and len(self._segs) == 1 and not self._failing and self._failed is None:
             self._roll()
             self.repairs += 1

@@ -5,7 +5,8 @@ its last copy (DESIGN invariant 8).
 
 For one plog, from a server that holds it, to each new server:
 
-1. ``CREATE`` the plog (a leftover of an interrupted copy is deleted first);
+1. ``CREATE`` the plog (a whole sealed copy already there is kept: a copy that was not
+   recorded; an unsealed leftover of an interrupted copy is deleted first);
 2. ``APPEND`` its bytes ``[0, end)`` in pieces of at most ``APPEND_BYTES_MAX``;
 3. ``SEAL`` it at ``end`` with the owner's epoch;
 4. record the new group (the servers that hold it and are registered) in the chain.
@@ -13,7 +14,8 @@ For one plog, from a server that holds it, to each new server:
 Until step 4 the copy is unrecorded but its id is: the orphan sweep keeps it, and once
 the log truncates the plog away the sweep deletes it. A copy that fails is deleted
 again; an owner that dies mid-copy leaves the work to the next owner, which finds the
-same short group in the record. One plog and one piece at a time: memory stays within
+same short group in the record. A fenced owner may copy from its stale record, but it
+deletes only unsealed copies and its record update fails (compare-and-set). One plog and one piece at a time: memory stays within
 one piece, and the copy shares the servers' disks with the live appends.
 """
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import logging
 
-from tidegate.core.plog.wire import APPEND_BYTES_MAX, U64, U64U64, Op, Status, pack_id
+from tidegate.core.plog.wire import APPEND_BYTES_MAX, INFO, U64, U64U64, Op, Status, pack_id
 from tidegate.core.segmentstore.tier1.api import DataLogError
 from tidegate.core.segmentstore.tier1.replicated.chain import Chain
 from tidegate.core.segmentstore.tier1.replicated.conn import ServerUnavailableError
@@ -56,7 +58,12 @@ async def copy_plog(replicas: Replicas, rec: PlogRecord, source: str, target: st
     assert rec.end is not None
     pid = pack_id(rec.id)
     status, _ = await replicas.call(target, Op.CREATE, pid, U64.pack(max(rec.end, 1)))
-    if status == Status.EXISTS:  # an interrupted copy's leftover: never appended to
+    if status == Status.EXISTS:
+        info = await _expect(replicas, target, Op.INFO, pid)
+        end, sealed, _, _ = INFO.unpack_from(info)
+        if sealed and end == rec.end:
+            return  # copied whole before (by this owner or one before it), not recorded
+        # An interrupted copy's leftover: nobody reads a copy that was never sealed.
         await _expect(replicas, target, Op.DELETE, pid)
         status, _ = await replicas.call(target, Op.CREATE, pid, U64.pack(max(rec.end, 1)))
     if status != Status.OK:
