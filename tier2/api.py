@@ -39,7 +39,7 @@ Contract, for every implementation:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -136,3 +136,9 @@ class Storage(Protocol):
     def delete(self, name: str) -> None: ...
 
     def list_segments(self) -> Iterator[str]: ...
+
+    def forget_cached(self, belongs: Callable[[str], bool]) -> None:
+        """Drop what this instance remembers of the segments ``belongs`` picks (their
+        next call reads the store): another writer may have changed them since, as a
+        node that gets a container back after another node owned it."""
+        ...

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from tidegate.tier2.api import SegmentInfo, Storage, StorageError, WriteData
 
@@ -97,3 +97,6 @@ class FaultyStorage:
     def list_segments(self) -> Iterator[str]:
         self._before("list_segments", "")
         return self.inner.list_segments()
+
+    def forget_cached(self, belongs: Callable[[str], bool]) -> None:
+        self.inner.forget_cached(belongs)

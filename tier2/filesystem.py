@@ -50,6 +50,9 @@ saw makes ``write`` raise it too, so holes are never filled with zeros.
 Caching. Metadata and the last chunk's size are cached (``meta_cache_entries_max``
 segments, least recently used evicted). That assumes one writer per segment at a time,
 which the segment store guarantees (one owning container); a new instance reads the disk.
+Containers move between nodes sharing Tier-2, so one that comes back to a node finds
+lengths another node changed: a container's recovery calls ``forget_cached`` for its
+segments before it reads Tier-2.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ import threading
 import uuid
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -202,6 +205,14 @@ class FileSystemStorage:
             self._unsynced[name] = meta.chunks[-1]
         self._cache_put(name, seg)
         return seg
+
+    def forget_cached(self, belongs: Callable[[str], bool]) -> None:
+        with self._cache_lock:
+            for name in [n for n in self._cache if belongs(n)]:
+                del self._cache[name]
+        # The next load marks the last chunk unsynced again, whoever wrote it.
+        for name in [n for n in list(self._unsynced) if belongs(n)]:
+            self._unsynced.pop(name, None)
 
     def _save_meta(self, name: str, meta: Meta) -> None:
         try:

@@ -9,7 +9,7 @@ give it here.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from tidegate.tier2.api import (
@@ -124,3 +124,6 @@ class InMemoryStorage:
         with self._lock:
             names = sorted(self._segments)
         return iter(names)
+
+    def forget_cached(self, belongs: Callable[[str], bool]) -> None:
+        pass  # nothing cached: the segments are this object

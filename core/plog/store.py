@@ -244,7 +244,15 @@ class PlogStore:
     def _create_file(self, plog_id: str, capacity: int) -> int:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / (plog_id + PLOG_SUFFIX)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            # Not listed (the caller checked): a create whose request was cancelled
+            # while this thread ran left it, never written. Every later create of the
+            # id failed on it (IO_ERROR), a re-replication's retries among them.
+            (self.directory / (plog_id + SEAL_SUFFIX)).unlink(missing_ok=True)
+            path.unlink()
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.pwrite(fd, FILE_HEADER.pack(MAGIC, 1, capacity), 0)
             os.fdatasync(fd)

@@ -48,6 +48,9 @@ class SegmentStoreConfig:
     #: server inside a node shares the node's event loop, which a busy start can stall
     #: for seconds.
     tier1_plog_timeout_ms: int = 10_000
+    #: How often a log's owner looks for plogs on fewer live servers than the
+    #: replication factor and copies them to more (``replicated/repair.py``); 0: never.
+    tier1_plog_repair_interval_ms: int = 5_000
     #: Run a plog server inside this node too, listening here (``HOST:PORT``), its plogs
     #: under ``plog/`` in the store's data directory; ``None`` or ``"off"``: none.
     tier1_plog_server_listen: str | None = None

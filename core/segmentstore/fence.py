@@ -127,3 +127,6 @@ class FencedStorage:
 
     def list_segments(self) -> Iterator[str]:
         return self.inner.list_segments()
+
+    def forget_cached(self, belongs: Callable[[str], bool]) -> None:
+        self.inner.forget_cached(belongs)

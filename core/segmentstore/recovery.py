@@ -8,7 +8,8 @@
    is a metadata checkpoint (Tier-1 was truncated right before it), it restores the
    metadata; every later operation is applied as at commit: metadata, read index
    (its data stays in the frames it came from), and the storage writer's queue.
-3. Reconcile with Tier-2: each segment's storage length is what Tier-2 holds.
+3. Reconcile with Tier-2: each segment's storage length is what Tier-2 holds (read
+   afresh: ``forget_cached`` drops what this process cached while it last owned them).
 4. Rebuild table indexes by reading each table segment from its start offset.
 The caller then starts the durable log (a new session) and the storage writer.
 """
@@ -26,6 +27,7 @@ from tidegate.core.segmentstore.fence import Tier2Fence
 from tidegate.core.segmentstore.metadata import ContainerMetadata
 from tidegate.core.segmentstore.metastore import InactiveSegments, for_epoch
 from tidegate.core.segmentstore.operations import CheckpointOp, Operation, PlainAppend
+from tidegate.core.segmentstore.placement import container_of
 from tidegate.core.segmentstore.reading.index import ReadIndex
 from tidegate.core.segmentstore.reading.tier1index import Tier1Index
 from tidegate.core.segmentstore.tables import TableIndex
@@ -40,6 +42,8 @@ class Recoverable(Protocol):
     #: Opened here when the container keeps inactive segments (``metadata_dir``).
     inactive: InactiveSegments | None
 
+    @property
+    def id(self) -> int: ...
     @property
     def config(self) -> SegmentStoreConfig: ...
     @property
@@ -66,6 +70,10 @@ async def recover(c: Recoverable) -> None:
     await c.log.open()
     if c.tier2_fence is not None:  # before Tier-2 is read: no stale owner writes after
         await asyncio.to_thread(c.tier2_fence.claim, c.log.epoch)
+    # This process may have owned the container before another node did: what it
+    # remembers of the container's Tier-2 segments is read again.
+    cid, count = c.id, c.config.container_count
+    c.storage.forget_cached(lambda name: container_of(name, count) == cid)
     c.read_index.tier1 = Tier1Index(c.index_dir, c.log.epoch)
     if c.metadata_dir is not None:
         if c.tier2_fence is None:

@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-import crc32c
 from tidegate.core.cluster.zookeeper import ZooKeeper
 from tidegate.core.plog.server import PlogServer
 from tidegate.core.segmentstore.api import (
@@ -40,6 +39,7 @@ from tidegate.core.segmentstore.api import (
 from tidegate.core.segmentstore.callbacks import DoneCallback, when_done
 from tidegate.core.segmentstore.config import SegmentStoreConfig
 from tidegate.core.segmentstore.container import RUNNING, SegmentContainer
+from tidegate.core.segmentstore.placement import container_of as container_of  # re-exported
 from tidegate.core.segmentstore.reading.cache import Cache
 from tidegate.core.segmentstore.tier1.api import DurableDataLog
 from tidegate.core.segmentstore.traffic import Traffic
@@ -49,20 +49,6 @@ from tidegate.tier2.api import Storage
 Tier1Factory = Callable[[int], DurableDataLog]
 
 log = logging.getLogger(__name__)
-
-
-def container_of(name: str, container_count: int) -> int:
-    """The container of a segment: crc32c of its *primary* name, modulo the count.
-
-    The primary name drops a transaction suffix (``#transaction.<id>``) and an epoch
-    suffix (``.#epoch.<n>``), as Pravega maps a transaction segment to its parent's
-    container: a transaction segment, its parent and the parent's duplicates in later
-    epochs (rolling transactions) share a container, so they can be merged."""
-    base = name.split("#transaction.", 1)[0]
-    cut = base.find(".#epoch.")
-    if cut >= 0:
-        base = base[:cut]
-    return int(crc32c.crc32c(base.encode())) % container_count
 
 
 class StreamSegmentStore:
@@ -137,6 +123,7 @@ class StreamSegmentStore:
             plog_bytes_max=c.tier1_plog_bytes_max,
             entry_bytes_max=max(c.frame_bytes_max, c.append_bytes_max) + 64 * 1024,
             timeout_ms=c.tier1_plog_timeout_ms,
+            repair_interval_ms=c.tier1_plog_repair_interval_ms,
         )
         return log
 

@@ -178,3 +178,23 @@ async def test_a_plog_reserves_its_capacity_on_the_disk(tmp_path: Path) -> None:
     finally:
         c.close()
         await s.close()
+
+
+async def test_a_create_cancelled_mid_way_does_not_block_the_id(
+    server: PlogServer, conn: PlogConnection
+) -> None:
+    """A create whose request is cancelled while its file is being made (the client gave
+    up and closed the connection) leaves the file unlisted: the next create of that id
+    (a re-replication's retry) must succeed, not fail on the file for good."""
+    task = asyncio.ensure_future(server.store.create("c", 4096))
+    await asyncio.sleep(0)  # the file is being made on a thread
+    task.cancel()
+    path = server.store.directory / "c.plog"
+    for _ in range(500):
+        if path.exists():
+            break
+        await asyncio.sleep(0.01)
+    assert path.exists() and "c" not in server.store.plogs
+    assert (await call(conn, Op.CREATE, pack_id("c"), U64.pack(4096)))[0] == Status.OK
+    status, _ = await call(conn, Op.APPEND, *append("c", 0, b"abc"))
+    assert status == Status.OK and await read(conn, "c") == b"abc"

@@ -23,6 +23,10 @@ it)``. Behaviour, beyond the contract in ``api.py``:
   a newer version, and it fails with ``DataLogFencedError``.
 - Truncation removes whole plogs below the checkpoint from the record, then deletes
   them from their servers.
+- Re-replication (``repair.py``). In the background, sealed plogs with fewer live
+  servers than the replication factor are copied to healthy servers and their new
+  group recorded; an active plog made on a short group is rolled away from once a full
+  group is healthy.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from tidegate.core.segmentstore.tier1.replicated.reader import (
     entry_header,
     read_chain,
 )
+from tidegate.core.segmentstore.tier1.replicated.repair import repair_one
 from tidegate.core.segmentstore.tier1.replicated.replicas import Replicas, TooFewServersError
 from tidegate.core.segmentstore.tier1.replicated.window import InFlight, WritePlog
 from tidegate.tier2.fileio import as_views, split_views
@@ -83,6 +88,7 @@ class ReplicatedDurableDataLog:
         timeout_ms: int = 2000,
         failover_timeout_ms: int = 30_000,
         suspect_ms: int = 10_000,
+        repair_interval_ms: int = 5_000,
         seed: int | None = None,
         before_seal_recorded: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
@@ -102,6 +108,7 @@ class ReplicatedDurableDataLog:
         # Room for a whole in-flight window re-sent after a failover, and one big entry.
         self._capacity = plog_bytes_max + in_flight_bytes_max + entry_bytes_max + MiB
         self._failover_timeout_s = failover_timeout_ms / 1000
+        self._repair_interval_s = repair_interval_ms / 1000
         self._before_seal_recorded = before_seal_recorded
         self.replicas = Replicas(
             coordinator, timeout_ms=timeout_ms, suspect_ms=suspect_ms, rng=random.Random(seed),
@@ -128,6 +135,8 @@ class ReplicatedDurableDataLog:
         self._failover_task: asyncio.Task[None] | None = None
         #: Failovers done (tests and metrics).
         self.failovers = 0
+        #: Plogs copied to more servers, active plogs rolled for a full group (``repair.py``).
+        self.repairs = 0
 
     @property
     def epoch(self) -> int:
@@ -147,6 +156,8 @@ class ReplicatedDurableDataLog:
         self._state = "open"
         self._spawn(self._recorder())
         self._want_spare()
+        if self._repair_interval_s > 0:
+            self._spawn(self._repairer())
 
     async def _open(self) -> None:
         first = await self._chain.take_over(self.replicas, self._rf, self._min_rf, self._capacity)
@@ -415,6 +426,57 @@ class ReplicatedDurableDataLog:
         for seg in switch.abandoned:
             self._spawn(self.replicas.delete(seg.id, seg.servers))
         self._flush_now()
+
+    # ------------------------------------------------------------ re-replication
+
+    async def _repairer(self) -> None:
+        """Every ``repair_interval_ms`` (jittered): copy sealed plogs short of the
+        replication factor to more servers, and move off an active plog made on a short
+        group once a full group is healthy (``repair.py``)."""
+        rng = random.Random()
+        while self._state == "open" and self._failed is None:
+            await asyncio.sleep(self._repair_interval_s * rng.uniform(0.5, 1.5))
+            if self._failing or self._failed is not None or self._state != "open":
+                continue
+            try:
+                while await repair_one(self._chain, self.replicas, self._rf, {s.id for s in self._segs}):
+                    self.repairs += 1
+                await self._leave_short_active()
+            except DataLogFencedError:
+                return  # the next append says so
+            except (DataLogError, ServerUnavailableError) as exc:
+                log.warning("log %s: re-replication deferred: %r", self.name, exc)
+
+    async def _leave_short_active(self) -> None:
+        """Roll away from an active plog on fewer live servers than the replication
+        factor (made on a short group, or a server of it is gone while the log idles)
+        once that many are healthy: sealed, it is then re-replicated like any other."""
+        if len(self._segs) != 1 or self._failing:
+            return
+        live = await self.replicas.refresh()
+        if len([s for s in self._segs[0].servers if s in live]) >= self._rf:
+            return
+        if len([s for s in live if not self.replicas.is_suspect(s)]) < self._rf:
+            return
+        short = [s for s in self._spares if len([x for x in s.servers if x in live]) < self._rf]
+        if short:
+            gone = {s.id for s in short}
+            self._spares = [s for s in self._spares if s.id not in gone]
+            async with self._chain.lock:
+
+                def drop(m: LogMeta) -> None:
+                    m.spares = [s for s in m.spares if s.id not in gone]
+
+                await self._chain.update(drop)
+            for spare in short:
+                await self.replicas.delete(spare.id, spare.servers)
+        if not self._spares:
+            self._want_spare()  # the next round rolls onto it
+            return
+        full = len([x for x in self._spares[0].servers if x in live]) >= self._rf
+        if full and len(self._segs) == 1 and not self._failing and self._failed is None:
+            self._roll()
+            self.repairs += 1
 
     # ------------------------------------------------------------ failure, close
 
