@@ -6,9 +6,13 @@ watcher of the group's committed offsets). Every call has a deadline; ``stop`` e
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from queue import Empty
+from typing import Any
 
 from confluent_kafka import (
     Consumer,
@@ -105,19 +109,18 @@ class Transaction:
     error: str = ""
 
 
-class TransactionalProducer(threading.Thread):
+class _TxnLoop:
     """Transactions of ``size`` values over the partitions; every fifth is aborted. A
     commit that fails retriably is tried again (up to a minute); an abortable error aborts;
-    a fatal one replaces the producer, the transaction's outcome left "unknown"."""
+    a fatal one replaces the producer, the transaction's outcome left "unknown". Runs in a
+    child process (``TransactionalProducer``); ``report`` sends each step to the parent."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, transactional_id: str,
-                 size: int = 10, interval_s: float = 0.2) -> None:
-        super().__init__(daemon=True, name="chaos-txn")
+                 size: int, interval_s: float, report: Callable[..., None],
+                 stopping: Any) -> None:
         self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
         self.transactional_id, self.size, self.interval_s = transactional_id, size, interval_s
-        self.transactions: list[Transaction] = []
-        self.errors: list[str] = []
-        self.stopping = threading.Event()
+        self.report, self.stopping = report, stopping
 
     def _new(self) -> Producer | None:
         while not self.stopping.is_set():
@@ -130,7 +133,7 @@ class TransactionalProducer(threading.Thread):
                 producer.init_transactions(60)
                 return producer
             except KafkaException as e:
-                self.errors.append(f"{time.monotonic():.1f} init: {e.args[0]}")
+                self.report("error", f"{time.monotonic():.1f} init: {e.args[0]}")
         return None
 
     def _one(self, producer: Producer, txn: Transaction, abort: bool) -> bool:
@@ -159,13 +162,13 @@ class TransactionalProducer(threading.Thread):
             except KafkaException as e:
                 err = e.args[0]
                 if err.retriable() and not err.txn_requires_abort() and time.monotonic() < deadline:
-                    self.errors.append(f"{time.monotonic():.1f} commit {txn.number} retried: {err}")
+                    self.report("error", f"{time.monotonic():.1f} commit {txn.number} retried: {err}")
                     continue
                 return self._failed(producer, txn, err)
 
     def _failed(self, producer: Producer, txn: Transaction, err: KafkaError) -> bool:
         txn.error = str(err)
-        self.errors.append(f"{time.monotonic():.1f} txn {txn.number}: {err}")
+        self.report("error", f"{time.monotonic():.1f} txn {txn.number}: {err}")
         if err.txn_requires_abort():
             try:
                 producer.abort_transaction(60)
@@ -176,19 +179,75 @@ class TransactionalProducer(threading.Thread):
         txn.outcome = "unknown"
         return False
 
-    def run(self) -> None:
+    def run(self, number: int) -> None:
         producer = self._new()
-        number = 0
         while producer is not None and not self.stopping.is_set():
             values = [
                 (i % self.partitions, f"tx-{number}-{i}".encode()) for i in range(self.size)
             ]
             txn = Transaction(number, values)
-            self.transactions.append(txn)
-            if not self._one(producer, txn, abort=number % 5 == 4):
+            self.report("begin", number, values)
+            replace = not self._one(producer, txn, abort=number % 5 == 4)
+            self.report("end", number, txn.outcome, txn.error)
+            if replace:
                 producer = self._new()
             number += 1
             self.stopping.wait(self.interval_s)
+
+
+def _txn_child(queue: Any, stopping: Any, number: int, *args: Any) -> None:
+    _TxnLoop(*args, report=lambda *m: queue.put(m), stopping=stopping).run(number)
+
+
+class TransactionalProducer(threading.Thread):
+    """Runs ``_TxnLoop`` in a child process and records its transactions. librdkafka has
+    been seen to abort its process (an assertion in its transaction code) when a
+    coordinator dies: the child's death then leaves its open transaction "unknown" and a
+    new child carries on with the next number, instead of the campaign dying with it."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, transactional_id: str,
+                 size: int = 10, interval_s: float = 0.2) -> None:
+        super().__init__(daemon=True, name="chaos-txn")
+        self.args = (bootstrap, topic, partitions, transactional_id, size, interval_s)
+        self.transactions: list[Transaction] = []
+        self.errors: list[str] = []
+        self.stopping = threading.Event()
+        self._mp = multiprocessing.get_context("spawn")
+
+    def _take(self, message: tuple[Any, ...], by_number: dict[int, Transaction]) -> None:
+        kind = message[0]
+        if kind == "begin":
+            txn = Transaction(message[1], [(p, bytes(v)) for p, v in message[2]])
+            by_number[txn.number] = txn
+            self.transactions.append(txn)
+        elif kind == "end":
+            txn = by_number[message[1]]
+            txn.outcome, txn.error = message[2], message[3]
+        else:
+            self.errors.append(message[1])
+
+    def run(self) -> None:
+        by_number: dict[int, Transaction] = {}
+        while not self.stopping.is_set():
+            queue, child_stopping = self._mp.Queue(), self._mp.Event()
+            number = self.transactions[-1].number + 1 if self.transactions else 0
+            child = self._mp.Process(target=_txn_child, args=(queue, child_stopping, number, *self.args),
+                                     daemon=True)
+            child.start()
+            while child.is_alive() or not queue.empty():
+                if self.stopping.is_set():
+                    child_stopping.set()
+                try:
+                    self._take(queue.get(timeout=0.2), by_number)
+                except Empty:
+                    continue
+            child.join(5)
+            if child.exitcode != 0:
+                self.errors.append(f"{time.monotonic():.1f} client process died ({child.exitcode})")
+                for txn in self.transactions:
+                    if txn.outcome == "open":
+                        txn.outcome, txn.error = "unknown", f"client process died ({child.exitcode})"
+            queue.close()
 
 
 @dataclass
