@@ -146,6 +146,14 @@ def _write_transactional(opts: WriteOptions, schema: StructType, rows: Iterator[
     prefix = opts.transactional_id_prefix or ctx.getLocalProperty(_QUERY_ID)
     if not prefix:
         raise OptionError("exactly_once=true needs transactionalIdPrefix outside a streaming query")
+    return write_in_transaction(opts, schema, rows, batch_id, prefix, ctx.partitionId())
+
+
+def write_in_transaction(opts: WriteOptions, schema: StructType, rows: Iterator[Row], batch_id: int,
+                         prefix: str, task: int) -> Written:
+    """One task's rows of a batch in a transaction left open for the driver (none when
+    the task has no row or an earlier run decided the batch)."""
+    assert opts.topic is not None
     records = _records(rows, schema, opts.topic)
     first = next(records, None)
     if first is None:
@@ -157,7 +165,7 @@ def _write_transactional(opts: WriteOptions, schema: StructType, rows: Iterator[
         # An earlier run of the query decided this batch: the driver commits that run's
         # transactions, nothing is written twice.
         return Written(0, None, log_topic, decision if decision.batch_id == batch_id else None)
-    producer = fenced_producer(opts.bootstrap, f"{prefix}-{ctx.partitionId()}", opts.transaction_timeout_ms)
+    producer = fenced_producer(opts.bootstrap, f"{prefix}-{task}", opts.transaction_timeout_ms)
     producer.begin_transaction()
     count = 0
     try:
@@ -171,7 +179,7 @@ def _write_transactional(opts: WriteOptions, schema: StructType, rows: Iterator[
         raise
 
 
-def _end_all(opts: WriteOptions, messages: list[Any], batch_id: int, commit: bool) -> None:
+def end_all(opts: WriteOptions, messages: list[Any], batch_id: int, commit: bool) -> None:
     """The driver's end of a batch. A commit first records the decision (the transactions
     of this run, or those of the earlier run that decided the batch), then commits them."""
     written = [m for m in messages if isinstance(m, Written)]
@@ -223,10 +231,10 @@ class KafkaStreamWriter(DataSourceStreamWriter):
         return _write_transactional(self.opts, self.schema, iterator, int(raw))
 
     def commit(self, messages: list[Any], batchId: int) -> None:
-        _end_all(self.opts, messages, batchId, commit=True)
+        end_all(self.opts, messages, batchId, commit=True)
 
     def abort(self, messages: list[Any], batchId: int) -> None:
-        _end_all(self.opts, messages, batchId, commit=False)
+        end_all(self.opts, messages, batchId, commit=False)
 
 
 class KafkaBatchWriter(DataSourceWriter):
@@ -244,7 +252,7 @@ class KafkaBatchWriter(DataSourceWriter):
         return _write_transactional(self.opts, self.schema, iterator, 0)
 
     def commit(self, messages: list[Any]) -> None:
-        _end_all(self.opts, messages, 0, commit=True)
+        end_all(self.opts, messages, 0, commit=True)
 
     def abort(self, messages: list[Any]) -> None:
-        _end_all(self.opts, messages, 0, commit=False)
+        end_all(self.opts, messages, 0, commit=False)
