@@ -22,7 +22,7 @@ from tests.docs.examples import REPO, Block, adapt, all_blocks
 
 HERE = Path(__file__).resolve().parent
 BLOCK_DEADLINE_S = 120.0
-SPARK_DEADLINE_S = 240.0
+SPARK_DEADLINE_S = 420.0
 SPARK_DOC = REPO / "docs" / "spark.md"
 
 
