@@ -5,6 +5,7 @@ driver commits when Spark commits the batch (``txn``)."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,14 +16,20 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import Row, StructType
 from tidegate.spark.options import OptionError, WriteOptions
-from tidegate.spark.txn import (
+from tidegate.spark.sink_log import (
+    Decision,
     OpenTransaction,
+    decision_topic,
+    ensure_topic,
+    read_decision,
+    record_decision,
+)
+from tidegate.spark.txn import (
+    FLUSH_TIMEOUT_S,
     TransactionEnder,
     TransactionError,
-    committed_batch,
     fenced_producer,
     leave_open,
-    marker_group,
 )
 
 log = logging.getLogger(__name__)
@@ -36,6 +43,16 @@ _QUERY_ID = "sql.streaming.queryId"
 class Written(WriterCommitMessage):
     rows: int
     txn: OpenTransaction | None = None
+    #: The decision log of the task's query (exactly once).
+    log_topic: str | None = None
+    #: An earlier run's decision of this batch: the task wrote nothing, the driver commits it.
+    decided: Decision | None = None
+
+#: How long a task aborts its own transaction before leaving it to the coordinator.
+_ABORT_TIMEOUT_MS = 30_000
+#: Idempotent producers kept per Python worker across tasks and micro-batches, as Spark's
+#: Kafka sink caches its producers (one per configuration).
+_PRODUCERS: dict[tuple[tuple[str, str], ...], Producer] = {}
 
 
 def _bytes(value: Any) -> bytes | None:
@@ -68,10 +85,23 @@ def _records(rows: Iterator[Row], schema: StructType, topic: str | None) -> Iter
         yield record
 
 
-def _write_idempotent(opts: WriteOptions, schema: StructType, rows: Iterator[Row]) -> Written:
-    config: dict[str, Any] = {"bootstrap.servers": opts.bootstrap, "enable.idempotence": True, "acks": "all"}
+def _cached_producer(opts: WriteOptions) -> Producer:
+    config: dict[str, Any] = {"bootstrap.servers": opts.bootstrap, "enable.idempotence": True, "acks": "all",
+                              "message.timeout.ms": int(FLUSH_TIMEOUT_S * 1000)}
     config.update(opts.client)
-    producer = Producer(config)
+    key = tuple(sorted((k, str(v)) for k, v in config.items()))
+    producer = _PRODUCERS.get(key)
+    if producer is None:
+        producer = _PRODUCERS[key] = Producer(config)
+    return producer
+
+
+def _write_idempotent(opts: WriteOptions, schema: StructType, rows: Iterator[Row]) -> Written:
+    records = _records(rows, schema, opts.topic)
+    first = next(records, None)
+    if first is None:
+        return Written(0)  # an empty task opens nothing
+    producer = _cached_producer(opts)
     errors: list[str] = []
 
     def delivered(err: Any, _msg: Any) -> None:
@@ -79,7 +109,7 @@ def _write_idempotent(opts: WriteOptions, schema: StructType, rows: Iterator[Row
             errors.append(str(err))
 
     count = 0
-    for record in _records(rows, schema, opts.topic):
+    for record in itertools.chain([first], records):
         while True:
             try:
                 producer.produce(on_delivery=delivered, **record)
@@ -89,46 +119,79 @@ def _write_idempotent(opts: WriteOptions, schema: StructType, rows: Iterator[Row
         count += 1
         if errors:
             break
-    producer.flush()
-    if errors:
-        raise KafkaException(f"{len(errors)} records not delivered; first: {errors[0]}")
+    # Every record's delivery timeout (message.timeout.ms) ends before this deadline.
+    left = producer.flush(FLUSH_TIMEOUT_S + 30)
+    if errors or left:
+        raise KafkaException(f"{len(errors) + left} records not delivered; first: {(errors or ['timed out'])[0]}")
     return Written(count)
+
+
+def _abort(producer: Any) -> None:
+    """Aborted now rather than at its timeout: an open transaction holds read_committed
+    readers of its partitions at its first record. Bounded: past it the coordinator's
+    timeout (or the retried task's fencing) aborts it."""
+    try:
+        result = producer._transaction_manager.begin_abort()  # pinned kafka-python 3.0.12
+        producer._sender.wakeup()
+        if not result.wait(timeout_ms=_ABORT_TIMEOUT_MS):
+            log.warning("aborting %s took longer than %d ms", producer.config["transactional_id"], _ABORT_TIMEOUT_MS)
+    finally:
+        producer.close(timeout=5)
 
 
 def _write_transactional(opts: WriteOptions, schema: StructType, rows: Iterator[Row], batch_id: int) -> Written:
     ctx = TaskContext.get()
     if ctx is None or opts.topic is None:
-        raise OptionError("exactly_once=true needs the option topic (its partition 0 keeps the batch markers)")
+        raise OptionError("exactly_once=true needs the option topic")
     prefix = opts.transactional_id_prefix or ctx.getLocalProperty(_QUERY_ID)
     if not prefix:
         raise OptionError("exactly_once=true needs transactionalIdPrefix outside a streaming query")
-    task = ctx.partitionId()
-    marker = marker_group(prefix, task)
+    return write_in_transaction(opts, schema, rows, batch_id, prefix, ctx.partitionId())
+
+
+def write_in_transaction(opts: WriteOptions, schema: StructType, rows: Iterator[Row], batch_id: int,
+                         prefix: str, task: int) -> Written:
+    """One task's rows of a batch in a transaction left open for the driver (none when
+    the task has no row or an earlier run decided the batch)."""
+    assert opts.topic is not None
+    records = _records(rows, schema, opts.topic)
+    first = next(records, None)
+    if first is None:
+        # An empty task opens no transaction: a replay of it is empty too.
+        return Written(0)
+    log_topic = decision_topic(opts.topic, prefix)
+    decision = read_decision(opts.bootstrap, log_topic, opts.client)
+    if decision is not None and decision.batch_id >= batch_id:
+        # An earlier run of the query decided this batch: the driver commits that run's
+        # transactions, nothing is written twice.
+        return Written(0, None, log_topic, decision if decision.batch_id == batch_id else None)
     producer = fenced_producer(opts.bootstrap, f"{prefix}-{task}", opts.transaction_timeout_ms)
-    if committed_batch(opts.bootstrap, marker, opts.topic) >= batch_id:
-        # An earlier run of the query committed this batch: it is not written twice.
-        producer.close()
-        return Written(0, None)
     producer.begin_transaction()
     count = 0
     try:
-        for record in _records(rows, schema, opts.topic):
+        for record in itertools.chain([first], records):
             producer.send(record["topic"], value=record["value"], key=record["key"],
                           partition=record.get("partition"), headers=record.get("headers"))
             count += 1
+        return Written(count, leave_open(producer, count), log_topic)
     except BaseException:
-        # Aborted now rather than at its timeout: an open transaction holds read_committed
-        # readers of its partitions at its first record.
-        try:
-            producer.abort_transaction()
-        finally:
-            producer.close()
+        _abort(producer)
         raise
-    return Written(count, leave_open(producer, marker, opts.topic, batch_id, count))
 
 
-def _end_all(opts: WriteOptions, messages: list[Any], batch_id: int, commit: bool) -> None:
-    txns = [m.txn for m in messages if isinstance(m, Written) and m.txn is not None]
+def end_all(opts: WriteOptions, messages: list[Any], batch_id: int, commit: bool) -> None:
+    """The driver's end of a batch. A commit first records the decision (the transactions
+    of this run, or those of the earlier run that decided the batch), then commits them."""
+    written = [m for m in messages if isinstance(m, Written)]
+    txns = [m.txn for m in written if m.txn is not None]
+    earlier = next((m.decided for m in written if m.decided is not None), None)
+    log_topic = next((m.log_topic for m in written if m.log_topic is not None), None)
+    if commit and earlier is not None:
+        if txns:
+            raise TransactionError(f"batch {batch_id} was decided by an earlier run, yet tasks wrote it again")
+        txns = list(earlier.txns)
+    elif commit and txns and log_topic is not None:
+        record_decision(opts.bootstrap, log_topic, Decision(batch_id, tuple(txns)), opts.client)
     if not txns:
         return
     ender = TransactionEnder(opts.bootstrap)
@@ -145,10 +208,18 @@ def _end_all(opts: WriteOptions, messages: list[Any], batch_id: int, commit: boo
         ender.close()
 
 
+def _prepare(opts: WriteOptions) -> None:
+    """On the driver, before any task: the output topic exists (created as auto-create
+    would), so no task waits on a missing one."""
+    if opts.topic is not None:
+        ensure_topic(opts.bootstrap, opts.topic, opts.client)
+
+
 class KafkaStreamWriter(DataSourceStreamWriter):
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:
         self.opts = opts
         self.schema = schema
+        _prepare(opts)
 
     def write(self, iterator: Iterator[Row]) -> Written:
         if not self.opts.exactly_once:
@@ -160,10 +231,10 @@ class KafkaStreamWriter(DataSourceStreamWriter):
         return _write_transactional(self.opts, self.schema, iterator, int(raw))
 
     def commit(self, messages: list[Any], batchId: int) -> None:
-        _end_all(self.opts, messages, batchId, commit=True)
+        end_all(self.opts, messages, batchId, commit=True)
 
     def abort(self, messages: list[Any], batchId: int) -> None:
-        _end_all(self.opts, messages, batchId, commit=False)
+        end_all(self.opts, messages, batchId, commit=False)
 
 
 class KafkaBatchWriter(DataSourceWriter):
@@ -173,6 +244,7 @@ class KafkaBatchWriter(DataSourceWriter):
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:
         self.opts = opts
         self.schema = schema
+        _prepare(opts)
 
     def write(self, iterator: Iterator[Row]) -> Written:
         if not self.opts.exactly_once:
@@ -180,7 +252,7 @@ class KafkaBatchWriter(DataSourceWriter):
         return _write_transactional(self.opts, self.schema, iterator, 0)
 
     def commit(self, messages: list[Any]) -> None:
-        _end_all(self.opts, messages, 0, commit=True)
+        end_all(self.opts, messages, 0, commit=True)
 
     def abort(self, messages: list[Any]) -> None:
-        _end_all(self.opts, messages, 0, commit=False)
+        end_all(self.opts, messages, 0, commit=False)

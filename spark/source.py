@@ -7,6 +7,9 @@ The driver plans with ``KafkaMetadata`` (AdminClient); each task reads one offse
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -184,6 +187,39 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._meta = None
 
 
+def _worker_python(spark: Any) -> str | None:
+    """The interpreter Spark's workers should start for this data source: this one when
+    nothing chose theirs (Spark's default is ``python3`` from PATH, which may not have
+    tidegate, e.g. with a venv that is not activated); None to keep Spark's choice."""
+    if os.environ.get("PYSPARK_PYTHON") or spark.conf.get("spark.pyspark.python", None):
+        return None
+    return sys.executable or None
+
+
+def _check_worker_python(python: str) -> None:
+    """A local Spark's workers run ``python`` here: it must import tidegate.spark."""
+    try:
+        done = subprocess.run([python, "-c", "import tidegate.spark"], capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise OptionError(f"Spark's Python workers run {python!r} (PYSPARK_PYTHON), which failed: {exc}") from exc
+    if done.returncode != 0:
+        raise OptionError(
+            f"Spark's Python workers run {python!r} (PYSPARK_PYTHON), which cannot import tidegate.spark: "
+            f"set PYSPARK_PYTHON to an interpreter where tidegate[spark] is installed (this one: {sys.executable})")
+
+
 def register(spark: Any) -> None:
-    """``spark.dataSource.register`` for ``format("tidegate")``."""
-    spark.dataSource.register(TidegateDataSource)
+    """``spark.dataSource.register`` for ``format("tidegate")``. Its Python workers run
+    this interpreter unless PYSPARK_PYTHON (or ``spark.pyspark.python``) names another,
+    which then must be able to import tidegate."""
+    sc = spark.sparkContext
+    worker = _worker_python(spark)
+    if worker is None and str(sc.master).startswith("local"):
+        _check_worker_python(sc.pythonExec)
+    chosen = sc.pythonExec
+    if worker is not None:
+        sc.pythonExec = worker  # read when the data source is wrapped for the JVM below
+    try:
+        spark.dataSource.register(TidegateDataSource)
+    finally:
+        sc.pythonExec = chosen

@@ -2,49 +2,31 @@
 
 A task writes its rows inside a transaction of its own transactional id and leaves it
 open; the driver ends it with EndTxn (commit or abort) once Spark decides the batch, with
-the producer id and epoch the task handed back. Each transaction also commits, through
-TxnOffsetCommit, ``batch id + 1`` as the offset of partition 0 of the output topic in a
-marker group of its own (``<prefix>.sink.<task partition>``). A task first fences its
-id's earlier incarnation (which aborts what it left open), then reads its marker: a batch
-already there was committed by an earlier run of the query and is not written again.
+the producer id and epoch the task handed back. Opening fences the id's earlier
+incarnation, which aborts what it left open. Every call has a deadline: the producer's
+``max_block_ms`` and ``request_timeout_ms``, and the flush's.
 """
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
 from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient
 from kafka.protocol.metadata import CoordinatorType
 from kafka.protocol.producer import EndTxnRequest
-from kafka.structs import OffsetAndMetadata
-from kafka.structs import TopicPartition as KafkaPythonTopicPartition
+from tidegate.spark.sink_log import OpenTransaction
 
 # Kafka error codes EndTxn may answer that leave nothing to do.
 _NONE = 0
+#: How long a task waits for its transaction's records to be acknowledged.
+FLUSH_TIMEOUT_S = 120.0
+_REQUEST_TIMEOUT_MS = 30_000
+_MAX_BLOCK_MS = 60_000
 
 
 class TransactionError(RuntimeError):
     pass
-
-
-@dataclass
-class OpenTransaction:
-    """What a task hands the driver: enough to end its transaction (a commit message)."""
-
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    marker_group: str
-    marker_topic: str
-    rows: int
-
-
-def marker_group(prefix: str, task_partition: int) -> str:
-    return f"{prefix}.sink.{task_partition}"
 
 
 def fenced_producer(bootstrap: str, transactional_id: str, timeout_ms: int) -> Any:
@@ -53,44 +35,34 @@ def fenced_producer(bootstrap: str, transactional_id: str, timeout_ms: int) -> A
     producer = KafkaProducer(
         bootstrap_servers=bootstrap.split(","), transactional_id=transactional_id,
         transaction_timeout_ms=timeout_ms, client_id=f"tidegate-spark-{transactional_id}",
+        request_timeout_ms=_REQUEST_TIMEOUT_MS, max_block_ms=_MAX_BLOCK_MS,
+        # A missing topic fails the send at its metadata wait rather than being retried.
+        allow_auto_create_topics=False,
     )
-    producer.init_transactions()
+    try:
+        producer.init_transactions()
+    except BaseException:
+        producer.close(timeout=5)
+        raise
     return producer
 
 
-def leave_open(producer: Any, marker: str, topic: str, batch_id: int, rows: int) -> OpenTransaction:
-    """Commit the marker inside the transaction, flush, and let go of the producer without
-    ending it (kafka-python's close never aborts)."""
-    producer.send_offsets_to_transaction(
-        {KafkaPythonTopicPartition(topic, 0): OffsetAndMetadata(batch_id + 1, f"batch {batch_id}", -1)},
-        marker,
-    )
-    producer.flush()
+def leave_open(producer: Any, rows: int) -> OpenTransaction:
+    """Flush and let go of the producer without ending its transaction (kafka-python's
+    close never aborts)."""
+    producer.flush(timeout=FLUSH_TIMEOUT_S)
     pid_epoch = producer._transaction_manager.producer_id_and_epoch  # pinned kafka-python 3.0.12
-    opened = OpenTransaction(
-        producer.config["transactional_id"], pid_epoch.producer_id, pid_epoch.epoch, marker, topic, rows,
-    )
-    producer.close()
+    opened = OpenTransaction(producer.config["transactional_id"], pid_epoch.producer_id, pid_epoch.epoch, rows)
+    producer.close(timeout=5)
     return opened
-
-
-def committed_batch(bootstrap: str, group: str, topic: str) -> int:
-    """The last batch id a committed transaction of this marker group wrote (-1: none).
-    librdkafka asks for stable offsets: this waits while a transaction holds the group's."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                         "enable.auto.commit": False, "client.id": f"tidegate-spark-{uuid.uuid4().hex}"})
-    try:
-        (tp,) = consumer.committed([TopicPartition(topic, 0)], timeout=30.0)
-        return int(tp.offset) - 1 if tp.offset >= 0 else -1
-    finally:
-        consumer.close()
 
 
 class TransactionEnder:
     """EndTxn from the driver, to the transaction coordinator of each id."""
 
     def __init__(self, bootstrap: str) -> None:
-        self._admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","), client_id="tidegate-spark-driver")
+        self._admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","), client_id="tidegate-spark-driver",
+                                       request_timeout_ms=_REQUEST_TIMEOUT_MS)
 
     def end(self, txn: OpenTransaction, commit: bool) -> None:
         async def run() -> Any:

@@ -11,7 +11,8 @@ counters under the names the JMX exporter gives them.
   cluster mode its replicas are the nodes holding its container's replicated Tier-1 log,
   in sync while their plog servers are registered (``core/cluster/replicas.py``).
 - ``kafka_consumergroup_current_offset{consumergroup,topic,partition}`` and ``_sum``,
-  ``kafka_consumergroup_lag`` (high watermark minus committed offset) and ``_sum``,
+  ``kafka_consumergroup_lag`` (high watermark minus committed offset, control records
+  left out) and ``_sum``,
   ``kafka_consumergroup_members{consumergroup}``.
 - ``kafka_server_brokertopicmetrics_{bytesin,bytesout,messagesin}_total{topic}`` and
   ``tidegate_topic_records_out_total{topic}``.
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -58,6 +59,11 @@ class Topics(Protocol):
 
 class Logs(Protocol):
     def get(self, topic: str, partition: int) -> Offsets: ...
+
+    async def read_batches(
+        self, plog: Any, offset: int, max_bytes: int, must_return_one: bool,
+        end_offset: int | None = None,
+    ) -> list[memoryview]: ...
 
 
 class Leaders(Protocol):
@@ -212,6 +218,7 @@ class KafkaExporterMetrics(Collector):
         groups = view.group_coordinator
         if groups is not None:
             snap.groups = _groups(groups)
+            local = set(watermarks)
             counts = dict(snap.topics)
             unknown = {
                 (t, p) for g in snap.groups for (t, p), (offset, _) in g.offsets.items()
@@ -220,6 +227,8 @@ class KafkaExporterMetrics(Collector):
             if cluster is not None and unknown:
                 watermarks.update(await cluster.remote_high_watermarks(sorted(unknown)))
             _fill_lag(snap.groups, watermarks)
+            for g in snap.groups:
+                await _leave_out_control_records(view.logs, g, watermarks, local)
         self._snapshot = snap
 
     def overview(self) -> dict[str, object]:
@@ -332,6 +341,44 @@ def _cluster_families(snap: _Snapshot) -> Iterator[Metric]:
     for topic, count in snap.topics:
         partitions.add_metric([topic], count)
     yield partitions
+
+
+#: A lag of at most this many offsets is read to leave out control records (transaction
+#: markers), which no consumer ever receives; a larger one is the offset difference.
+CONTROL_CHECK_OFFSETS_MAX = 1000
+_CONTROL_CHECK_BYTES_MAX = 1 << 20
+_CONTROL = 0x20  # the control bit of a record batch's attributes
+
+
+async def _leave_out_control_records(
+    logs: Logs, g: _Group, watermarks: Mapping[tuple[str, int], int],
+    local: set[tuple[str, int]],
+) -> None:
+    """Only the partitions this node leads (``local``) are read."""
+    for (topic, partition), (committed, lag) in list(g.offsets.items()):
+        if lag is None or not 0 < lag <= CONTROL_CHECK_OFFSETS_MAX or (topic, partition) not in local:
+            continue
+        hw = watermarks[(topic, partition)]
+        try:
+            chunks = await logs.read_batches(logs.get(topic, partition), committed, _CONTROL_CHECK_BYTES_MAX, True, hw)
+        except Exception:  # a read that fails leaves the offset difference
+            continue
+        g.offsets[(topic, partition)] = (committed, lag - _control_offsets(b"".join(chunks), committed, hw))
+
+
+def _control_offsets(raw: bytes, start: int, end: int) -> int:
+    """Offsets in [start, end) held by the control batches of ``raw`` (whole v2 batches)."""
+    control = 0
+    at = 0
+    while at + 27 <= len(raw):
+        base = int.from_bytes(raw[at:at + 8], "big", signed=True)
+        length = int.from_bytes(raw[at + 8:at + 12], "big", signed=True)
+        attributes = int.from_bytes(raw[at + 21:at + 23], "big")
+        last = base + int.from_bytes(raw[at + 23:at + 27], "big", signed=True)
+        if attributes & _CONTROL:
+            control += max(0, min(last + 1, end) - max(base, start))
+        at += 12 + length
+    return control
 
 
 def _partition_families(parts: Sequence[_Partition]) -> Iterator[Metric]:
