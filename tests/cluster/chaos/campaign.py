@@ -197,6 +197,7 @@ class Campaign:
         self.watcher.stopping.set()
         self.watcher.join(30)
         self.watcher.read_once()  # the offsets the members committed as they left
+        self.watcher.close()
 
     def _check(self, report: checker.Report, ended: float) -> None:
         assert self.txn is not None and self.watcher is not None
@@ -260,6 +261,8 @@ class Campaign:
             node.close()
         for thread in threads:
             thread.join(checker_join_s(thread))
+        if self.watcher is not None:
+            self.watcher.close()
         self.zookeeper.close()
 
 

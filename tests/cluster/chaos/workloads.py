@@ -6,6 +6,7 @@ watcher of the group's committed offsets). Every call has a deadline; ``stop`` e
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import threading
 import time
@@ -16,12 +17,11 @@ from typing import Any
 
 from confluent_kafka import (
     Consumer,
-    ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     Producer,
 )
-from confluent_kafka.admin import AdminClient
+from kafka.admin import KafkaAdminClient
 
 QUIET = {"log_level": 3}
 JOIN_TIMEOUT_S = 150.0
@@ -83,7 +83,8 @@ class IdempotentProducer(threading.Thread):
         per_tick = max(1, self.rate_per_s // 20)
         while not self.stopping.is_set():
             if self._fatal.is_set():
-                producer.flush(10)  # what it still acknowledges is recorded
+                with contextlib.suppress(KafkaException):
+                    producer.flush(10)  # what it still acknowledges is recorded
                 producer = self._new()
                 self._fatal.clear()
             tick_end = time.monotonic() + 0.05
@@ -96,8 +97,15 @@ class IdempotentProducer(threading.Thread):
                 except BufferError:
                     break  # the queue is full while a leader is away: send later
                 seq += 1
-            producer.poll(max(0.0, tick_end - time.monotonic()))
-        self.unflushed = producer.flush(self.flush_timeout_s)
+            try:
+                producer.poll(max(0.0, tick_end - time.monotonic()))
+            except KafkaException as e:  # a fatal error is raised here as well as reported
+                self.fatal_errors.append(f"{time.monotonic():.1f} {e.args[0]}")
+                self._fatal.set()
+        try:
+            self.unflushed = producer.flush(self.flush_timeout_s)
+        except KafkaException as e:
+            self.fatal_errors.append(f"{time.monotonic():.1f} flush: {e.args[0]}")
 
 
 @dataclass
@@ -293,32 +301,45 @@ class OffsetsWatch:
 
 
 class GroupOffsetsWatcher(threading.Thread):
-    """Reads the group's committed offsets every ``interval_s``; records any going back."""
+    """Reads the group's committed offsets every ``interval_s``; records any going back.
+    kafka-python's admin client: librdkafka's aborted the campaign's process on an
+    assertion in its admin request code after a kill -9."""
 
     def __init__(self, bootstrap: str, group: str, interval_s: float = 2.0) -> None:
         super().__init__(daemon=True, name="chaos-offsets")
-        self.admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+        self.bootstrap = bootstrap.split(",")
+        self.admin: KafkaAdminClient | None = None
         self.group, self.interval_s = group, interval_s
         self.watch = OffsetsWatch()
         self.stopping = threading.Event()
 
     def read_once(self) -> None:
         try:
-            found = self.admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(self.group)], request_timeout=10,
-            )[self.group].result(15)
+            if self.admin is None:
+                self.admin = KafkaAdminClient(bootstrap_servers=self.bootstrap,
+                                              request_timeout_ms=10_000)
+            found = self.admin.list_group_offsets(self.group)[self.group]
         except Exception:  # a coordinator away during a fault: read again later
             self.watch.errors += 1
+            if self.admin is not None:
+                self.admin.close()
+                self.admin = None
             return
-        for tp in found.topic_partitions or []:
-            if tp.error is not None or tp.offset < 0:
+        for tp, committed in found.items():
+            if committed.offset < 0:
                 continue
             key = (tp.topic, tp.partition)
             before = self.watch.last.get(key)
-            if before is not None and tp.offset < before:
-                self.watch.backwards.append((time.monotonic(), tp.topic, tp.partition, before, tp.offset))
-            self.watch.last[key] = tp.offset
+            if before is not None and committed.offset < before:
+                self.watch.backwards.append(
+                    (time.monotonic(), tp.topic, tp.partition, before, committed.offset))
+            self.watch.last[key] = committed.offset
 
     def run(self) -> None:
         while not self.stopping.wait(self.interval_s):
             self.read_once()
+
+    def close(self) -> None:
+        if self.admin is not None:
+            self.admin.close()
+            self.admin = None
