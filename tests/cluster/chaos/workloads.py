@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -204,6 +205,14 @@ class _TxnLoop:
 
 
 def _txn_child(queue: Any, stopping: Any, number: int, *args: Any) -> None:
+    parent = os.getppid()
+
+    def orphaned() -> None:  # a killed campaign leaves no client behind
+        while os.getppid() == parent:
+            time.sleep(1)
+        os._exit(0)
+
+    threading.Thread(target=orphaned, daemon=True).start()
     _TxnLoop(*args, report=lambda *m: queue.put(m), stopping=stopping).run(number)
 
 
