@@ -58,6 +58,24 @@ class InterNode:
                 raise
         return reader, writer
 
+    async def request(self, address: tuple[str, int], frame: bytes, response_type: Any,
+                      version: int, bytes_max: int) -> Any:
+        """One framed request on a connection of its own, its answer decoded as
+        ``response_type`` at ``version``; an answer over ``bytes_max`` is a ValueError."""
+        reader, writer = await self.open(address)
+        try:
+            writer.write(frame)
+            await writer.drain()
+            (size,) = struct.unpack(">i", await reader.readexactly(4))
+            if not 0 <= size <= bytes_max:
+                raise ValueError(f"{address}: a {size}-byte answer ({response_type.__name__})")
+            body = await reader.readexactly(size)
+        finally:
+            writer.close()
+        return response_type.decode(
+            struct.pack(">i", size) + body, version=version, header=True, framed=True,
+        )
+
 
 def inter_node(listener: Listener | None, *, user: str, password: str, mechanisms: list[str],
                keystore: str, chain: str, key_password: str, truststore: str) -> InterNode:

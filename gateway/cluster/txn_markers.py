@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import struct
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -126,16 +125,8 @@ class ClusterMarkerWriter:
     async def _call(self, address: tuple[str, int], frame: bytes) -> Any:
         """One request on a connection of its own (markers are rare: one per partition
         of an ended transaction, batched per leader)."""
-        reader, writer = await self._internode.open(address)
         try:
-            writer.write(frame)
-            await writer.drain()
-            (size,) = struct.unpack(">i", await reader.readexactly(4))
-            if not 0 <= size <= _RESPONSE_BYTES_MAX:
-                raise MarkerNotWritten(f"{address}: a {size}-byte answer to WriteTxnMarkers")
-            body = await reader.readexactly(size)
-        finally:
-            writer.close()
-        return WriteTxnMarkersResponse.decode(
-            struct.pack(">i", size) + body, version=_VERSION, header=True, framed=True,
-        )
+            return await self._internode.request(address, frame, WriteTxnMarkersResponse, _VERSION,
+                                                 _RESPONSE_BYTES_MAX)
+        except ValueError as exc:
+            raise MarkerNotWritten(str(exc)) from None

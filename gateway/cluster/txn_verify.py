@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import struct
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -83,16 +82,5 @@ class RemoteTxnVerifier:
         return out
 
     async def _call(self, address: tuple[str, int], frame: bytes) -> Any:
-        reader, writer = await self._internode.open(address)
-        try:
-            writer.write(frame)
-            await writer.drain()
-            (size,) = struct.unpack(">i", await reader.readexactly(4))
-            if not 0 <= size <= _RESPONSE_BYTES_MAX:
-                raise ValueError(f"{address}: a {size}-byte answer to AddPartitionsToTxn")
-            body = await reader.readexactly(size)
-        finally:
-            writer.close()
-        return AddPartitionsToTxnResponse.decode(
-            struct.pack(">i", size) + body, version=_VERSION, header=True, framed=True,
-        )
+        return await self._internode.request(address, frame, AddPartitionsToTxnResponse, _VERSION,
+                                             _RESPONSE_BYTES_MAX)
