@@ -99,9 +99,10 @@ class Gateway:
         await self.load()
         return address
 
-    async def listen(self) -> tuple[str, int]:
+    async def listen(self, serving: bool = True) -> tuple[str, int]:
         """Build what needs no stored state and listen: until ``load`` has finished the
-        listener answers as a node that is starting (``gateway/handlers/starting.py``)."""
+        listener answers as a node that is starting (``gateway/handlers/starting.py``).
+        ``serving`` False binds the listeners only, until ``serve``."""
         index = OffsetIndex(self.config.data_dir / "gateway" / "index")
         topics = TopicRegistry(self.controller, self.store, self.config.scope)
         producers = ProducerStates(index)
@@ -141,7 +142,7 @@ class Gateway:
         self.metrics.add_collector(FetchSessionCollector(self.ctx.fetch_sessions))
         self.server = KafkaServer(self.ctx, self.metrics)
         try:
-            self.address = await self.server.start()
+            self.address = await self.server.start(serving)
         except OSError:  # the listen address is taken: leave nothing open behind
             self.server = None
             await self.close()
@@ -152,6 +153,11 @@ class Gateway:
             host, port = self.config.advertised_by_listener().get(first, self.address)
             self.config.advertised_listener = f"{host}:{port}"
         return self.address
+
+    async def serve(self) -> None:
+        """Accept connections on listeners bound by ``listen(serving=False)``."""
+        assert self.server is not None
+        await self.server.start_serving()
 
     async def load(self) -> None:
         """What needs the stored state, each step through ``waiter`` (cluster mode waits

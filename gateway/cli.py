@@ -205,7 +205,9 @@ async def serve(config: GatewayConfig, grpc_tls: tuple[bytes, bytes] | None = No
             await waiter.until_done("the controller's tables",
                                     lambda: controller.md.ensure_table(controller.md.scopes_table))
         await gateway.load()
-        if cluster is not None:
+        if cluster is None:
+            await gateway.serve()
+        else:
             await cluster.announce(gateway.server.advertised if gateway.server else None)
         if config.admin_authentication:
             assert admin_servers is not None
@@ -216,8 +218,9 @@ async def serve(config: GatewayConfig, grpc_tls: tuple[bytes, bytes] | None = No
         await controller.start()
     try:
         # A cluster node listens at once: until it has what it needs (ZooKeeper, its
-        # peers' plog servers, containers) it answers as a starting node.
-        host, port = await gateway.listen()
+        # peers' plog servers, containers) it answers as a starting node. A single node
+        # has nothing to wait for: its port opens once it serves everything, as Kafka's.
+        host, port = await gateway.listen(serving=cluster is not None)
         admin_servers = AdminServers(config, admin, front, controller, store, gateway, grpc_tls)
         if not config.admin_authentication:
             # Up while the node waits: /health says for what (their auth needs the store).

@@ -407,8 +407,9 @@ class KafkaServer:
         )
         self._idle_sweep: asyncio.TimerHandle | None = None
 
-    async def start(self) -> tuple[str, int]:
-        """Listen on every configured listener; the first one's bound address."""
+    async def start(self, serving: bool = True) -> tuple[str, int]:
+        """Bind every configured listener, listening unless ``serving`` is False (then
+        ``start_serving`` does); the first one's bound address."""
         loop = asyncio.get_running_loop()
         config = self.ctx.config
         advertised = config.advertised_by_listener()
@@ -421,7 +422,7 @@ class KafkaServer:
                     tls = contexts[listener.sasl] = server_context(config, sasl=listener.sasl)
             server = await loop.create_server(
                 _wire_factory(self, listener, advertised),
-                listener.host or None, listener.port, ssl=tls,
+                listener.host or None, listener.port, ssl=tls, start_serving=serving,
             )
             self._servers.append(server)
             sock = server.sockets[0].getsockname()
@@ -432,6 +433,10 @@ class KafkaServer:
         self.advertised = advertised
         self._schedule_idle_sweep()
         return next(iter(self.bound.values()))
+
+    async def start_serving(self) -> None:
+        for server in self._servers:
+            await server.start_serving()
 
     def _on_connection(
         self, wire: KafkaWire, listener: Listener, advertised: dict[str, tuple[str, int]]
