@@ -1,8 +1,10 @@
 """Auto-scaling in cluster mode (issue 36, item 7): the controller leader's auto-scaler
 reads the rates of segments other nodes own through their segment-store servers. A
 topic whose one segment lives on a node that is not the leader, loaded above its target,
-is split within a bounded time; both the owner's and the leader's ``/metrics`` show the
-segment's rate; every record reads back once, offsets dense."""
+is split within a bounded time (the leader's auto-scaler read the owner's rate: before,
+it read 0 and never split); every record reads back once, offsets dense. The owner's and
+the leader's ``/metrics`` rates are sampled while the load climbs and reported when the
+split does not come (under FAST_POLICIES it can come before either /metrics refreshed)."""
 
 from __future__ import annotations
 
@@ -85,9 +87,6 @@ def test_hot_segment_owned_by_a_follower_is_split(tmp_path: Path, zookeeper: Zoo
             f"not split in {took_s:.0f} s; rates seen: {seen}\n{leader.tail()}"
         )
         assert history[0] == [(0.0, 1.0)] and len(history[1]) == 2, history
-        # The owner measures the segment; the leader's /metrics shows it read from the owner
-        # (both sampled while the rate climbs: how high each got before the split is timing).
-        assert seen["owner"] > 0 and seen["leader"] > 0, seen
         read_back(bootstrap, topic, Counter({p: sent[p] for p in range(PARTITIONS)}))
     finally:
         for node in nodes:
