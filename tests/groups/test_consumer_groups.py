@@ -347,11 +347,13 @@ async def test_an_empty_consumer_group_without_commits_is_cleaned_up(coord: Grou
 
 
 async def test_the_kafka_exporter_counts_consumer_group_members(coord: GroupCoordinator) -> None:
-    from tidegate.gateway.admin.kafka_exporter import _groups
+    from tidegate.gateway.admin.kafka_exporter import _fill_lag, _groups
 
     cat = Catalog(t=1)
     a = await coord.consumer_heartbeat(_hb("A", 0, group="exp"), cat)
     await coord.consumer_heartbeat(_hb("B", 0, group="exp"), cat)
     await coord.commit_offsets("exp", a.member_epoch, "A", None, {("t", 0): OffsetCommit(4)})
-    (g,) = [g for g in _groups(coord, {("t", 0): 10}) if g.group_id == "exp"]
+    groups = _groups(coord)
+    _fill_lag(groups, {("t", 0): 10})
+    (g,) = [g for g in groups if g.group_id == "exp"]
     assert g.members == 2 and g.offsets == {("t", 0): (4, 6)}
