@@ -39,7 +39,9 @@ def test_topics_made_grown_and_deleted_through_followers(tmp_path: Path, zookeep
         admin.create_topics([NewTopic("grown", 2, 1)])["grown"].result(30)
         admin.create_partitions([NewPartitions("grown", 4)])["grown"].result(30)
         for node in nodes:  # every node comes to know the topic with its four partitions
-            deadline = time.monotonic() + 30
+            # 90 s: a node's topics reload waited over 30 s once in CI, while containers
+            # moved to the third node as the test began (the routing store's retries).
+            deadline = time.monotonic() + 90
             while time.monotonic() < deadline and len(leaders(node.bootstrap, "grown")) < 4:
                 time.sleep(0.2)
             assert len(leaders(node.bootstrap, "grown")) == 4
