@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from tidegate.gateway import heap
-from tidegate.gateway.admin.servers import AdminServers, enabled
+from tidegate.gateway.admin.servers import AdminServers, enabled, grpc_tls_pem
 from tidegate.gateway.config import (
     ENV_PREFIX,
     GatewayConfig,
@@ -302,37 +302,6 @@ def _forward_authorization(config: GatewayConfig) -> str | None:
     return "Basic " + base64.b64encode(pair).decode()
 
 
-def _grpc_tls(config: GatewayConfig) -> tuple[bytes, bytes] | None:
-    """The gRPC server's PEM key and chain. gRPC takes no key password: a key encrypted
-    with ``ssl.key.password`` is handed over decrypted (kept in memory only)."""
-    if not config.admin_tls:
-        return None
-    from cryptography.hazmat.primitives import serialization
-
-    chain = config.ssl_keystore_certificate_chain or config.ssl_keystore_location
-    try:
-        with open(config.ssl_keystore_location, "rb") as key, open(chain, "rb") as certs:
-            key_pem, chain_pem = key.read(), certs.read()
-    except OSError as exc:
-        raise ValueError(f"admin.tls: {exc.filename}: {exc.strerror}") from None
-    password = config.ssl_key_password.encode() or None
-    try:
-        try:
-            private = serialization.load_pem_private_key(key_pem, password)
-        except TypeError:  # a password given for a key that has none, as ssl allows
-            private = serialization.load_pem_private_key(key_pem, None)
-    except (ValueError, TypeError) as exc:
-        raise ValueError(
-            f"admin.tls: the key in {config.ssl_keystore_location} cannot be read with the "
-            f"ssl.key.password given ({exc})"
-        ) from None
-    plain = private.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-    return plain, chain_pem
-
-
 def _set_malloc_mmap_threshold(threshold_bytes: int) -> None:
     """Fix glibc's mmap threshold (see ``GatewayConfig.malloc_mmap_threshold_bytes``);
     a libc without ``mallopt`` is left alone."""
@@ -402,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
 
             server_context(config)  # unreadable key material fails here, not later
         parse_ip_overrides(config.max_connections_per_ip_overrides)
-        grpc_tls = _grpc_tls(config)  # an encrypted key is decrypted here, once
+        grpc_tls = grpc_tls_pem(config)  # an encrypted key is decrypted here, once
     except (ValueError, OSError) as exc:
         print(f"tidegate: {exc}", file=sys.stderr)
         return 2

@@ -80,3 +80,33 @@ def _rest_tls(config: GatewayConfig) -> tuple[str, str, str | None] | None:
     chain = config.ssl_keystore_certificate_chain or config.ssl_keystore_location
     return chain, config.ssl_keystore_location, config.ssl_key_password or None
 
+
+def grpc_tls_pem(config: GatewayConfig) -> tuple[bytes, bytes] | None:
+    """The gRPC server's PEM key and chain. gRPC takes no key password: a key encrypted
+    with ``ssl.key.password`` is handed over decrypted (kept in memory only)."""
+    if not config.admin_tls:
+        return None
+    from cryptography.hazmat.primitives import serialization
+
+    chain = config.ssl_keystore_certificate_chain or config.ssl_keystore_location
+    try:
+        with open(config.ssl_keystore_location, "rb") as key, open(chain, "rb") as certs:
+            key_pem, chain_pem = key.read(), certs.read()
+    except OSError as exc:
+        raise ValueError(f"admin.tls: {exc.filename}: {exc.strerror}") from None
+    password = config.ssl_key_password.encode() or None
+    try:
+        try:
+            private = serialization.load_pem_private_key(key_pem, password)
+        except TypeError:  # a password given for a key that has none, as ssl allows
+            private = serialization.load_pem_private_key(key_pem, None)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(
+            f"admin.tls: the key in {config.ssl_keystore_location} cannot be read with the "
+            f"ssl.key.password given ({exc})"
+        ) from None
+    plain = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    return plain, chain_pem
