@@ -284,6 +284,8 @@ class ClusterNode:
         failed = False
         unlogged: dict[str, list[int]] = {}  # failures to log: one line for each cause
         for cid in sorted(want - self.running):
+            if cid not in self.owned():  # the map moved it on while earlier ones started
+                continue
             bound = asyncio.timeout(self.start_timeout_ms / 1000)
             try:
                 async with bound:

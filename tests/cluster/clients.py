@@ -3,11 +3,17 @@ consumer-group member, each on its own thread, and a read-back of whole partitio
 
 from __future__ import annotations
 
+import socket
+import struct
 import threading
 import time
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+from tests.clients.requests import frame
 
 QUIET = {"log_level": 3}
 
@@ -18,6 +24,27 @@ def leaders(bootstrap: str, topic: str) -> dict[int, int]:
     if t is None or t.error is not None:
         return {}
     return {p: pm.leader for p, pm in t.partitions.items() if pm.error is None}
+
+
+def ask(port: int, request: Any, version: int, response: Any) -> Any:
+    """One request to exactly this node (a client library may send Metadata to any
+    broker it has learnt of)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(frame(request, version))
+        data = b""
+        while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
+            chunk = s.recv(1 << 16)
+            assert chunk, "connection closed"
+            data += chunk
+    return response.decode(data, version=version, header=True, framed=True)
+
+
+def node_leaders(port: int, topic: str) -> dict[int, int]:
+    """``leaders`` as this one node answers them."""
+    md = ask(port, MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                                   allow_auto_topic_creation=False), 12, MetadataResponse)
+    return {p.partition_index: p.leader_id for t in md.topics if t.error_code == 0
+            for p in t.partitions if p.error_code == 0}
 
 
 class Producing(threading.Thread):

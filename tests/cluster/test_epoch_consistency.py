@@ -16,9 +16,8 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from tidegate.core.segmentstore.service import container_of
 from tidegate.protocol.controller_grpc import pb2
 
-from tests.cluster.clients import QUIET, leaders
+from tests.cluster.clients import QUIET, ask, leaders
 from tests.cluster.nodes import Node, start_nodes
-from tests.cluster.test_leader_epochs import _call
 from tests.cluster.test_leader_scale import CONTAINERS, _stub, _zk_state, successor_numbers
 from tests.cluster.zk import ZooKeeperServer
 
@@ -46,7 +45,7 @@ class MetadataPoller(threading.Thread):
         while not self.stopping.is_set():
             now = time.monotonic()  # when asked: an answer timed after an event was asked after it
             try:
-                md = _call(self.node.port, request, 12, MetadataResponse)
+                md = ask(self.node.port, request, 12, MetadataResponse)
             except (OSError, AssertionError):  # the killed node (refused, or closed mid-answer)
                 time.sleep(0.05)
                 continue

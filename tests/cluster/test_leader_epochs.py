@@ -6,11 +6,8 @@ on without errors."""
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
 from pathlib import Path
-from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -24,8 +21,8 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from tidegate.protocol.errors import ErrorCode as E
 
-from tests.clients.requests import frame, record_batch
-from tests.cluster.clients import QUIET, leaders, read_back
+from tests.clients.requests import record_batch
+from tests.cluster.clients import QUIET, ask, leaders, read_back
 from tests.cluster.nodes import start_nodes
 from tests.cluster.zk import ZooKeeperServer
 
@@ -33,20 +30,9 @@ PARTITIONS = 4
 BEFORE, AFTER = 10, 5
 
 
-def _call(port: int, request: Any, version: int, response: Any) -> Any:
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(frame(request, version))
-        data = b""
-        while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
-            chunk = s.recv(1 << 16)
-            assert chunk, "connection closed"
-            data += chunk
-    return response.decode(data, version=version, header=True, framed=True)
-
-
 def _epochs(port: int) -> dict[int, tuple[int, int]]:
     """partition -> (leader, leader epoch)."""
-    md = _call(port, MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="ep")],
+    md = ask(port, MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="ep")],
                                      allow_auto_topic_creation=False), 12, MetadataResponse)
     return {p.partition_index: (p.leader_id, p.leader_epoch) for t in md.topics
             for p in t.partitions if p.error_code == 0}
@@ -80,7 +66,7 @@ def test_takeover_grows_epochs_and_keeps_their_history(tmp_path: Path, zookeeper
         elsewhere = next(p for p, (leader, _) in before.items() if leader == victim.node_id)
         batch = ProduceRequest.TopicProduceData.PartitionProduceData(
             index=elsewhere, records=record_batch([b"x"]))
-        produced = _call(survivor.port, ProduceRequest(
+        produced = ask(survivor.port, ProduceRequest(
             transactional_id=None, acks=-1, timeout_ms=5000,
             topic_data=[ProduceRequest.TopicProduceData(name="ep", partition_data=[batch])]),
             12, ProduceResponse)
@@ -90,7 +76,7 @@ def test_takeover_grows_epochs_and_keeps_their_history(tmp_path: Path, zookeeper
             victim.node_id, before[elsewhere][1])
         assert [(n.node_id, n.port) for n in produced.node_endpoints] == [
             (victim.node_id, victim.port)]
-        fetched = _call(survivor.port, FetchRequest(
+        fetched = ask(survivor.port, FetchRequest(
             replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
             session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(topic="ep", partitions=[
                 FetchRequest.FetchTopic.FetchPartition(
@@ -116,7 +102,7 @@ def test_takeover_grows_epochs_and_keeps_their_history(tmp_path: Path, zookeeper
                 OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition(
                     partition=p, current_leader_epoch=new, leader_epoch=epoch)
                 for p in range(PARTITIONS) for epoch in (old, new)])])
-        resp = _call(survivor.port, req, 4, OffsetForLeaderEpochResponse)
+        resp = ask(survivor.port, req, 4, OffsetForLeaderEpochResponse)
         answers = [(p.partition, p.error_code, p.leader_epoch, p.end_offset)
                    for t in resp.topics for p in t.partitions]
         assert answers == [
