@@ -50,6 +50,8 @@ class LocalContainers(Protocol):
 
     async def stop_container(self, cid: int) -> None: ...
 
+    def plog_server_gone(self, server_id: str, reason: str) -> None: ...
+
 
 OwnedCallback = Callable[[set[int], set[int]], Awaitable[None]]
 LeadershipCallback = Callable[[bool], Awaitable[None]]
@@ -141,6 +143,10 @@ class ClusterNode:
         self.peers.update(addresses)
 
     def _members_changed(self, members: Members) -> None:
+        for node, info in self.members.items():
+            if node not in members and info.get("plog"):
+                self.local.plog_server_gone(
+                    str(info["plog"]), f"node {node}'s ZooKeeper session ended")
         self.members = members
         self._peers_from_members()
         self._rebalance_wake.set()

@@ -42,6 +42,7 @@ from tidegate.core.segmentstore.container import RUNNING, SegmentContainer
 from tidegate.core.segmentstore.placement import container_of as container_of  # re-exported
 from tidegate.core.segmentstore.reading.cache import Cache
 from tidegate.core.segmentstore.tier1.api import DurableDataLog
+from tidegate.core.segmentstore.tier1.replicated.replicas import Suspicions
 from tidegate.core.segmentstore.traffic import Traffic
 from tidegate.core.segmentstore.writer.writer import StorageWriter
 from tidegate.tier2.api import Storage
@@ -70,6 +71,8 @@ class StreamSegmentStore:
         self._wall_clock = wall_clock
         self._zookeeper: ZooKeeper | None = None
         self.plog_server: PlogServer | None = None
+        #: Plog servers given up on, shared by this node's replicated logs.
+        self.plog_suspicions = Suspicions()
         if tier1_factory is None and config.tier1_plog_zookeeper:
             self._zookeeper = ZooKeeper(config.tier1_plog_zookeeper)
         self._tier1_factory = tier1_factory or (self._plog_log if self._zookeeper else self._file_log)
@@ -124,8 +127,15 @@ class StreamSegmentStore:
             entry_bytes_max=max(c.frame_bytes_max, c.append_bytes_max) + 64 * 1024,
             timeout_ms=c.tier1_plog_timeout_ms,
             repair_interval_ms=c.tier1_plog_repair_interval_ms,
+            suspicions=self.plog_suspicions,
         )
         return log
+
+    def plog_server_gone(self, server_id: str, reason: str) -> None:
+        """Give up on a plog server at once in every log here (its node's session ended:
+        a frozen node's server keeps its socket open and would be waited for)."""
+        if self.plog_server is None or server_id != self.plog_server.server_id:
+            self.plog_suspicions.suspect(server_id, reason)
 
     def _new_container(self, cid: int) -> SegmentContainer:
         return SegmentContainer(

@@ -23,7 +23,7 @@ from tidegate.core.segmentstore.tier1.api import (
 )
 from tidegate.core.segmentstore.tier1.replicated.cluster import ZooKeeperPlogCoordinator
 from tidegate.core.segmentstore.tier1.replicated.log import ReplicatedDurableDataLog
-from tidegate.core.segmentstore.tier1.replicated.replicas import TooFewServersError
+from tidegate.core.segmentstore.tier1.replicated.replicas import Suspicions, TooFewServersError
 
 from tests.cluster.plog import PlogCluster, PlogServerProcess, ZooKeeperServer
 from tests.tier1.plog_helpers import Appender, check_read_back, payload
@@ -432,3 +432,62 @@ async def test_a_failover_outlasting_the_suspicion_still_switches_plogs(
     await check.open()
     check_read_back(await read_all(check), app.acked)
     await check.close()
+
+
+async def test_a_server_one_log_gave_up_on_is_given_up_on_by_the_others(
+    make: Any, cluster: PlogCluster
+) -> None:
+    """Two logs of one node share their suspicions: the first waits ``timeout_ms`` for a
+    stalled server and gives up on it; the second, whose own timeout is a minute, fails
+    over from that server at once instead of stalling (a container recovered on a node
+    after a move no longer waits again for what the node's other logs learnt)."""
+    suspicions = Suspicions()
+    quick = make("quick", plog_bytes_max=64 << 20, suspicions=suspicions)
+    patient = make("patient", plog_bytes_max=64 << 20, timeout_ms=60_000, suspicions=suspicions)
+    await quick.open()
+    await patient.open()
+    apps = [Appender(quick.append_future), Appender(patient.append_future)]
+    for app in apps:
+        await app.wait_acked(200, 20)
+    # Groups of three out of four servers always share one.
+    shared = sorted(set(quick._segs[-1].servers) & set(patient._segs[-1].servers))[0]
+    stalled = server(cluster, shared)
+    stalled.pause()
+    try:
+        for app in apps:  # both go on within the deadline only if both left the server
+            await app.wait_acked(len(app.acked) + 300, 30)
+        assert shared not in patient._segs[-1].servers
+        assert patient.failovers >= 1
+    finally:
+        stalled.resume()
+    for app in apps:
+        await app.stop()
+        assert not app.errors
+    await quick.close()
+    await patient.close()
+    check = make("patient")
+    await check.open()
+    check_read_back(await read_all(check), apps[1].acked)
+    await check.close()
+
+
+async def test_a_server_whose_node_left_is_given_up_on_at_once(make: Any, cluster: PlogCluster) -> None:
+    """The cluster node gives up on a plog server as soon as its node's ZooKeeper session
+    ends (``SegmentStoreService.plog_server_gone``): logs with a minute's timeout leave
+    the frozen server at once."""
+    suspicions = Suspicions()
+    log = make(plog_bytes_max=64 << 20, timeout_ms=60_000, suspicions=suspicions)
+    await log.open()
+    app = Appender(log.append_future)
+    await app.wait_acked(200, 20)
+    frozen = log._segs[-1].servers[0]
+    server(cluster, frozen).pause()
+    try:
+        suspicions.suspect(frozen, "its node's ZooKeeper session ended")
+        await app.wait_acked(len(app.acked) + 300, 30)
+        assert frozen not in log._segs[-1].servers
+    finally:
+        server(cluster, frozen).resume()
+    await app.stop()
+    assert not app.errors
+    await log.close()

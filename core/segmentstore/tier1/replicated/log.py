@@ -65,7 +65,11 @@ from tidegate.core.segmentstore.tier1.replicated.reader import (
     read_chain,
 )
 from tidegate.core.segmentstore.tier1.replicated.repair import repair_one
-from tidegate.core.segmentstore.tier1.replicated.replicas import Replicas, TooFewServersError
+from tidegate.core.segmentstore.tier1.replicated.replicas import (
+    Replicas,
+    Suspicions,
+    TooFewServersError,
+)
 from tidegate.core.segmentstore.tier1.replicated.window import InFlight, WritePlog
 from tidegate.tier2.fileio import as_views, split_views
 
@@ -91,9 +95,11 @@ class ReplicatedDurableDataLog:
         repair_interval_ms: int = 5_000,
         seed: int | None = None,
         before_seal_recorded: Callable[[], Awaitable[None]] | None = None,
+        suspicions: Suspicions | None = None,
     ) -> None:
         """``before_seal_recorded`` (tests) runs in a failover between sealing a plog
-        and recording the seal."""
+        and recording the seal; ``suspicions``: the servers given up on, shared with the
+        node's other logs."""
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
             raise ValueError(f"log name {name!r}: letters, digits, '_' and '-' only")
         self.name = name
@@ -112,7 +118,7 @@ class ReplicatedDurableDataLog:
         self._before_seal_recorded = before_seal_recorded
         self.replicas = Replicas(
             coordinator, timeout_ms=timeout_ms, suspect_ms=suspect_ms, rng=random.Random(seed),
-            on_suspect=self._on_suspect,
+            on_suspect=self._on_suspect, suspicions=suspicions,
         )
         self._epoch = 0
         self._state = "new"  # new -> open -> closed

@@ -6,6 +6,11 @@ A server is *suspect* once a call to it failed or went unanswered for ``timeout_
 its connection is closed (so its late answers are never seen) and new plogs avoid it
 for ``suspect_ms``. A watchdog closes any connection whose oldest request waited longer
 than ``timeout_ms`` (a stopped server answers nothing but keeps its socket open).
+
+Suspicion is shared by every log of a node (``Suspicions``): a server one log waited
+``timeout_ms`` for is given up on by all of them at once, and a container recovered here
+after a move does not wait for it again. The cluster node also gives up on a plog server
+as soon as its node's ZooKeeper session ends (a frozen node's server keeps its socket).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import contextlib
 import logging
 import random
 import time
+import weakref
 from collections.abc import Callable, Iterable
 
 from tidegate.core.plog.wire import (
@@ -54,6 +60,40 @@ def status_name(status: int) -> str:
     return STATUS_NAMES.get(status, str(status))
 
 
+class Suspicions:
+    """The plog servers given up on, and when, shared by the ``Replicas`` of one node's
+    logs: each is told when a server becomes suspect, so it closes its connection
+    (pending calls fail) and its log fails over from plogs on that server."""
+
+    def __init__(self, suspect_ms: int = 10_000) -> None:
+        self.suspect_s = suspect_ms / 1000
+        self.since: dict[str, float] = {}  # server id -> when it became suspect
+        self._members: weakref.WeakSet[Replicas] = weakref.WeakSet()
+
+    def join(self, replicas: Replicas) -> None:
+        self._members.add(replicas)
+
+    def is_suspect(self, sid: str) -> bool:
+        at = self.since.get(sid)
+        if at is None:
+            return False
+        if time.monotonic() - at > self.suspect_s:
+            del self.since[sid]
+            return False
+        return True
+
+    def suspect(self, sid: str, reason: str) -> None:
+        first = not self.is_suspect(sid)
+        if first:
+            log.warning("plog server %s given up on: %s", sid, reason)
+        self.since[sid] = time.monotonic()
+        for replicas in list(self._members):
+            replicas.given_up(sid, reason, first)
+
+    def clear(self, sid: str) -> None:
+        self.since.pop(sid, None)
+
+
 class Replicas:
     def __init__(
         self,
@@ -63,7 +103,9 @@ class Replicas:
         suspect_ms: int = 10_000,
         rng: random.Random | None = None,
         on_suspect: Callable[[str], None] | None = None,
+        suspicions: Suspicions | None = None,
     ) -> None:
+        """``suspicions``: shared with the node's other logs (default: this log's own)."""
         self._coordinator = coordinator
         self.timeout_s = timeout_ms / 1000
         self._suspect_s = suspect_ms / 1000
@@ -71,7 +113,8 @@ class Replicas:
         self._on_suspect = on_suspect
         self.addresses: dict[str, tuple[str, int]] = {}
         self._conns: dict[str, PlogConnection] = {}
-        self.suspects: dict[str, float] = {}  # server id -> when it became suspect
+        self.suspicions = suspicions if suspicions is not None else Suspicions(suspect_ms)
+        self.suspicions.join(self)
         #: Servers that refused a plog for lack of disk -> when: new plogs avoid them
         #: for ``suspect_ms``, but their connections (and plogs) are kept.
         self.full: dict[str, float] = {}
@@ -97,20 +140,14 @@ class Replicas:
                     self.suspect(sid, f"no answer in {self.timeout_s * 1000:.0f} ms")
 
     def is_suspect(self, sid: str) -> bool:
-        at = self.suspects.get(sid)
-        if at is None:
-            return False
-        if time.monotonic() - at > self._suspect_s:
-            del self.suspects[sid]
-            return False
-        return True
+        return self.suspicions.is_suspect(sid)
 
     def suspect(self, sid: str, reason: str) -> None:
-        """Give up on ``sid``: close its connection (its pending calls fail)."""
-        first = not self.is_suspect(sid)
-        if first:
-            log.warning("plog server %s given up on: %s", sid, reason)
-        self.suspects[sid] = time.monotonic()
+        """Give up on ``sid`` (every log of the node sharing these suspicions does)."""
+        self.suspicions.suspect(sid, reason)
+
+    def given_up(self, sid: str, reason: str, first: bool) -> None:
+        """``sid`` became suspect: close its connection (its pending calls fail)."""
         conn = self._conns.pop(sid, None)
         if conn is not None:
             conn.close(reason)
@@ -188,7 +225,7 @@ class Replicas:
                 return False
             finally:
                 conn.close()
-            self.suspects.pop(sid, None)
+            self.suspicions.clear(sid)
             log.info("plog server %s answers again", sid)
             return True
 
