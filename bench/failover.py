@@ -6,6 +6,7 @@ or ``SIGSTOP`` of a node that leads some partitions (not the controller leader, 
 acknowledgement of a record sent after it, and the survivors' log lines of the failover with their times.
 
     python -m bench.failover [--fault kill9|sigstop] [--leader] [--runs N] [--extra-config TOML]
+        [--producer JSON] [--work-dir DIR]
 """
 
 from __future__ import annotations
@@ -153,10 +154,13 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--extra-config", default="", help="TOML text for every node")
     ap.add_argument("--producer", default="{}", help="JSON of producer settings")
+    ap.add_argument("--work-dir", type=Path, help="keep the nodes' data and logs here")
     args = ap.parse_args()
-    for _ in range(args.runs):
+    for i in range(args.runs):
         with tempfile.TemporaryDirectory(prefix="tidegate-failover-") as tmp:
-            r = run_once(Path(tmp), args.fault, args.leader, args.extra_config, json.loads(args.producer))
+            where = Path(tmp) if args.work_dir is None else args.work_dir / f"run-{i}"
+            where.mkdir(parents=True, exist_ok=True)
+            r = run_once(where, args.fault, args.leader, args.extra_config, json.loads(args.producer))
         events = r.pop("events")
         print(json.dumps(r))
         print("\n".join(events))  # type: ignore[arg-type]

@@ -52,6 +52,8 @@ class LocalContainers(Protocol):
 
     def plog_server_gone(self, server_id: str, reason: str) -> None: ...
 
+    def plog_server_back(self, server_id: str) -> None: ...
+
 
 OwnedCallback = Callable[[set[int], set[int]], Awaitable[None]]
 LeadershipCallback = Callable[[bool], Awaitable[None]]
@@ -147,6 +149,9 @@ class ClusterNode:
             if node not in members and info.get("plog"):
                 self.local.plog_server_gone(
                     str(info["plog"]), f"node {node}'s ZooKeeper session ended")
+        for node, info in members.items():
+            if node not in self.members and info.get("plog"):
+                self.local.plog_server_back(str(info["plog"]))
         self.members = members
         self._peers_from_members()
         self._rebalance_wake.set()

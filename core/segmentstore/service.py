@@ -135,7 +135,13 @@ class StreamSegmentStore:
         """Give up on a plog server at once in every log here (its node's session ended:
         a frozen node's server keeps its socket open and would be waited for)."""
         if self.plog_server is None or server_id != self.plog_server.server_id:
-            self.plog_suspicions.suspect(server_id, reason)
+            self.plog_suspicions.suspect(server_id, reason, until_back=True)
+
+    def plog_server_back(self, server_id: str) -> None:
+        """Its node joined again: the server is chosen and asked again."""
+        if server_id in self.plog_suspicions.gone:
+            log.info("plog server %s is back with its node", server_id)
+            self.plog_suspicions.clear(server_id)
 
     def _new_container(self, cid: int) -> SegmentContainer:
         return SegmentContainer(

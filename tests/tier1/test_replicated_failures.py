@@ -483,7 +483,7 @@ async def test_a_server_whose_node_left_is_given_up_on_at_once(make: Any, cluste
     frozen = log._segs[-1].servers[0]
     server(cluster, frozen).pause()
     try:
-        suspicions.suspect(frozen, "its node's ZooKeeper session ended")
+        suspicions.suspect(frozen, "its node's ZooKeeper session ended", until_back=True)
         await app.wait_acked(len(app.acked) + 300, 30)
         assert frozen not in log._segs[-1].servers
     finally:

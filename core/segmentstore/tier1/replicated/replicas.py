@@ -68,12 +68,16 @@ class Suspicions:
     def __init__(self, suspect_ms: int = 10_000) -> None:
         self.suspect_s = suspect_ms / 1000
         self.since: dict[str, float] = {}  # server id -> when it became suspect
+        #: Servers whose node left the cluster: suspect until it is back (or answers).
+        self.gone: set[str] = set()
         self._members: weakref.WeakSet[Replicas] = weakref.WeakSet()
 
     def join(self, replicas: Replicas) -> None:
         self._members.add(replicas)
 
     def is_suspect(self, sid: str) -> bool:
+        if sid in self.gone:
+            return True
         at = self.since.get(sid)
         if at is None:
             return False
@@ -82,16 +86,20 @@ class Suspicions:
             return False
         return True
 
-    def suspect(self, sid: str, reason: str) -> None:
+    def suspect(self, sid: str, reason: str, *, until_back: bool = False) -> None:
+        """``until_back``: its node left; suspect until ``clear`` (not only ``suspect_ms``)."""
         first = not self.is_suspect(sid)
         if first:
             log.warning("plog server %s given up on: %s", sid, reason)
         self.since[sid] = time.monotonic()
+        if until_back:
+            self.gone.add(sid)
         for replicas in list(self._members):
             replicas.given_up(sid, reason, first)
 
     def clear(self, sid: str) -> None:
         self.since.pop(sid, None)
+        self.gone.discard(sid)
 
 
 class Replicas:
@@ -254,10 +262,11 @@ class Replicas:
             raise ServerUnavailableError(f"creating {plog_id} failed on {failed}")
 
     async def delete(self, plog_id: str, servers: Iterable[str]) -> None:
-        """Best effort, suspect servers included (a stalled one may be back): a server
-        that is down keeps the plog (the caller's record of it is gone, so nothing
-        reads it again)."""
-        ids = list(servers)
+        """Best effort: a server that is down or suspect keeps the plog (the caller's
+        record of it is gone, so nothing reads it again, and the server's orphan sweep,
+        ``core/plog/sweep.py``, deletes it). Suspect servers are not asked: a frozen one
+        would hold a recovery up for ``timeout_ms``."""
+        ids = [s for s in servers if not self.is_suspect(s)]
         await asyncio.gather(
             *(self.call(s, Op.DELETE, pack_id(plog_id)) for s in ids), return_exceptions=True
         )
