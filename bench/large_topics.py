@@ -3,10 +3,11 @@ items 9 and 10): a `tidegate serve` process with ``--topics`` topics of ``--part
 partitions each (time retention, so the controller's retention round covers them), and
 one acks=all producer sending a record every ``--interval-ms`` to a one-partition topic
 for ``--seconds``. Reports the longest time between two delivery reports and the
-slowest single ack, beside the goal (100 ms), then the same idle figure with no large
-topic for comparison when ``--baseline`` is given. Last line: ``RESULT {json}``.
+slowest single ack, beside the goal (100 ms). With ``--delete``, the large topics are
+deleted (DeleteTopics, one each) half-way through the probe, so its gaps include the
+deletions. Last line: ``RESULT {json}``.
 
-    python -m bench.large_topics --topics 4 --partitions 10000 --seconds 300
+    python -m bench.large_topics --topics 4 --partitions 10000 --seconds 300 [--delete]
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -70,8 +72,18 @@ def _probe(bootstrap: str, seconds: float, interval_ms: int) -> dict[str, float]
     }
 
 
+def _delete_topics(bootstrap: str, count: int, timeout_s: float) -> float:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    started = time.monotonic()
+    for i in range(count):
+        for future in admin.delete_topics([f"large-{i}"], request_timeout=timeout_s,
+                                          operation_timeout=timeout_s).values():
+            future.result(timeout=timeout_s)
+    return time.monotonic() - started
+
+
 def run(topics: int, partitions: int, seconds: float, interval_ms: int,
-        retention_period_ms: int, log_dir: Path) -> dict[str, float]:
+        retention_period_ms: int, log_dir: Path, delete: bool = False) -> dict[str, float]:
     out: dict[str, float] = {"goal_longest_ack_gap_ms": GOAL_MS}
     with tempfile.TemporaryDirectory(prefix="tidegate-large-") as tmp:
         config = Path(tmp) / "tidegate.toml"
@@ -80,8 +92,18 @@ def run(topics: int, partitions: int, seconds: float, interval_ms: int,
         server.start(ready_timeout_s=60)
         try:
             out["create_s"] = round(_create_topics(server.bootstrap, topics, partitions, 600), 1)
-            for key, value in _probe(server.bootstrap, seconds, interval_ms).items():
-                out[key] = value
+            probed: dict[str, float] = {}
+
+            def probing() -> None:
+                probed.update(_probe(server.bootstrap, seconds, interval_ms))
+
+            probe = threading.Thread(target=probing)
+            probe.start()
+            if delete:
+                time.sleep(seconds / 2)
+                out["delete_s"] = round(_delete_topics(server.bootstrap, topics, 600), 1)
+            probe.join()
+            out.update(probed)
         finally:
             server.stop()
     return out
@@ -96,9 +118,11 @@ def main() -> None:
     parser.add_argument("--retention-period-ms", type=int, default=60_000,
                         help="the controller's retention round ([controller] retention_period_ms)")
     parser.add_argument("--log-dir", type=Path, default=Path("bench/results/logs"))
+    parser.add_argument("--delete", action="store_true",
+                        help="delete the large topics half-way through the probe")
     args = parser.parse_args()
     result = run(args.topics, args.partitions, args.seconds, args.interval_ms,
-                 args.retention_period_ms, args.log_dir)
+                 args.retention_period_ms, args.log_dir, args.delete)
     for key, value in result.items():
         print(f"{key}: {value}")
     print("RESULT " + json.dumps(result))
