@@ -46,10 +46,11 @@ class RemoteTxnVerifier:
 
     async def verify(
         self, transactional_id: str, producer_id: int, producer_epoch: int,
-        partitions: Iterable[tuple[str, int]],
+        partitions: Iterable[tuple[str, int]], *, add: bool = False,
     ) -> dict[tuple[str, int], int]:
         """The coordinator's error code for each partition (NONE: the ongoing transaction
-        of this producer id and epoch holds it)."""
+        of this producer id and epoch holds it). With ``add`` (transaction version 2)
+        the coordinator adds the partitions, beginning the transaction if need be."""
         wanted = list(partitions)
         found = self._coordinators.group_coordinator(self._internode.listener)
         if found is None:
@@ -60,7 +61,7 @@ class RemoteTxnVerifier:
             by_topic.setdefault(topic, []).append(partition)
         request = AddPartitionsToTxnRequest(transactions=[_Txn(
             transactional_id=transactional_id, producer_id=producer_id,
-            producer_epoch=producer_epoch, verify_only=True,
+            producer_epoch=producer_epoch, verify_only=not add,
             topics=[_Topic(name=t, partitions=ps) for t, ps in by_topic.items()],
         )])
         request.API_VERSION = _VERSION
