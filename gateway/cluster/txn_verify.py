@@ -1,6 +1,7 @@
 """A partition leader asks the transaction coordinator on another node whether a
 producer's ongoing transaction holds partitions (KIP-890 part 1: AddPartitionsToTxn v4
-with ``verify_only``), before it appends transactional batches there
+with ``verify_only``), or has it add them (part 2, for Produce v12: without
+``verify_only``), before it appends transactional batches there
 (``gateway/log/txn_guards.py``, DESIGN.md invariant 7).
 
 The call goes to the node that FindCoordinator names, over the inter-node listener with
