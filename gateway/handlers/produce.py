@@ -59,7 +59,7 @@ class _Work:
     """One partition of the request on its way through the handler."""
 
     __slots__ = ("topic", "partition", "records", "head", "plog", "batch", "error", "message",
-                 "pending", "duplicate", "append_time_ms", "guard")
+                 "pending", "duplicate", "append_time_ms", "guard", "record_errors")
 
     def __init__(
         self, topic: str, partition: int, records: memoryview | None, head: memoryview | None
@@ -79,6 +79,8 @@ class _Work:
         self.append_time_ms = -1
         #: The transaction's guard here, when a coordinator elsewhere verified it.
         self.guard: Guard | None = None
+        #: ``(index in the batch, message)`` of the records refused (v8+ answers).
+        self.record_errors: tuple[tuple[int, str], ...] = ()
 
 
 def _validate(ctx: HandlerContext, work: _Work) -> None:
@@ -130,6 +132,7 @@ def _validate(ctx: HandlerContext, work: _Work) -> None:
         info.configs, records, batch, work.topic, work.partition, ctx.clock_ms(), area)
     if verdict.error != ErrorCode.NONE:
         work.error, work.message = verdict.error, verdict.message
+        work.record_errors = verdict.record_errors
         return
     if verdict.header is not None:  # stamped (LogAppendTime)
         batch, work.append_time_ms = verdict.header, verdict.log_append_time_ms
@@ -421,7 +424,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             PartitionProduceResult(
                 work.partition, error, base, start,
                 work.message if error != ErrorCode.NONE else None, work.append_time_ms,
-                current,
+                current, work.record_errors if error != ErrorCode.NONE else (),
             )
         )
     endpoints = [(node, host, port) for node, (host, port) in sorted(leaders.items())]
