@@ -121,6 +121,11 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         if ctx.topics.get(name) is not None:
             results.append(_result(name, ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists."))
             continue
+        nulls = [c.name for c in topic.configs if c.value is None]
+        if nulls:  # Kafka's computeConfigChanges; a name given twice: the last value counts
+            results.append(_result(name, ErrorCode.INVALID_CONFIG,
+                                   "Null value not supported for topic configs: " + ",".join(nulls)))
+            continue
         try:
             configs = topic_config.validate({c.name: c.value for c in topic.configs})
         except topic_config.InvalidConfig as exc:

@@ -193,6 +193,12 @@ async def test_create_topics_answers_as_kafka_4(node: Node) -> None:
             t(name="multi", num_partitions=-1, replication_factor=-1,
               assignments=[a(partition_index=0, broker_ids=[0]), a(partition_index=0, broker_ids=[0])],
               configs=[]),
+            t(name="nulls", num_partitions=1, replication_factor=1, assignments=[], configs=[
+                t.CreatableTopicConfig(name="retention.ms", value=None),
+                t.CreatableTopicConfig(name="segment.ms", value=None)]),
+            t(name="twice", num_partitions=1, replication_factor=1, assignments=[], configs=[
+                t.CreatableTopicConfig(name="retention.ms", value="1000"),
+                t.CreatableTopicConfig(name="retention.ms", value="2000")]),
         ], timeout_ms=1000, validate_only=False), 7, CreateTopicsResponse)
         got = [(r.name, r.error_code, r.error_message) for r in answer.topics]
         assert got == [
@@ -203,10 +209,15 @@ async def test_create_topics_answers_as_kafka_4(node: Node) -> None:
              "A manual partition assignment was specified, but numPartitions was not set to -1."),
             ("multi", ErrorCode.INVALID_REPLICA_ASSIGNMENT,
              "Found multiple manual partition assignments for partition 0"),
+            ("nulls", ErrorCode.INVALID_CONFIG,
+             "Null value not supported for topic configs: retention.ms,segment.ms"),
+            ("twice", 0, None),
             ("dup", ErrorCode.INVALID_REQUEST, "Duplicate topic name."),
         ]
         assert node.gateway is not None
         topics = node.gateway.ctx.topics
         assert topics.get("dup") is None and topics.get("single") is not None
+        twice = topics.get("twice")
+        assert twice is not None and twice.configs["retention.ms"] == "2000"  # the last one
     finally:
         await c.close()
