@@ -59,9 +59,9 @@ public final class TxnScenario {
         return out;
     }
 
-    static int epoch(String bootstrap) throws Exception {
+    static int epoch(String bootstrap, String tid) throws Exception {
         try (Admin admin = Admin.create(Check.props(bootstrap))) {
-            return admin.describeTransactions(List.of("java-tx")).description("java-tx").get().producerEpoch();
+            return admin.describeTransactions(List.of(tid)).description(tid).get().producerEpoch();
         }
     }
 
@@ -71,7 +71,7 @@ public final class TxnScenario {
         TopicPartition tp0 = new TopicPartition(topic, 0);
         try (KafkaProducer<String, String> p = producer(bootstrap, "java-tx")) {
             p.initTransactions();
-            int e0 = epoch(bootstrap);
+            int e0 = epoch(bootstrap, "java-tx");
             p.beginTransaction();
             for (int i = 0; i < 5; i++) {
                 p.send(new ProducerRecord<>(topic, 0, "k", "c-" + i));
@@ -79,14 +79,14 @@ public final class TxnScenario {
             p.sendOffsetsToTransaction(Map.of(tp0, new OffsetAndMetadata(5)),
                     new ConsumerGroupMetadata("java-tx-group"));
             p.commitTransaction();
-            int e1 = epoch(bootstrap);
+            int e1 = epoch(bootstrap, "java-tx");
             p.beginTransaction();
             for (int i = 0; i < 3; i++) {
                 p.send(new ProducerRecord<>(topic, 0, "k", "a-" + i));
             }
             p.flush();
             p.abortTransaction();
-            int e2 = epoch(bootstrap);
+            int e2 = epoch(bootstrap, "java-tx");
             Check.out("epochs " + (e1 - e0) + "," + (e2 - e0));
             try (Admin admin = Admin.create(Check.props(bootstrap))) {
                 Map<TopicPartition, OffsetAndMetadata> offsets = admin

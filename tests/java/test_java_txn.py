@@ -102,3 +102,17 @@ def test_java_43_transaction_version_1(java: Java, tmp_path: Path) -> None:
 def test_java_39_transactions(java39: Java, tidegate_groups: Tidegate) -> None:
     """kafka-clients 3.9 knows no transaction version 2: version 1 as before."""
     _scenario(java39, tidegate_groups, tv2=False)
+
+
+def test_java_43_consume_transform_produce(java: Java, tidegate_groups: Tidegate) -> None:
+    """A group member's offsets committed in transaction version 2 transactions
+    (TxnOffsetCommit v5 with the member's generation, no AddOffsetsToTxn): every commit
+    bumps the epoch, the group's offset and read_committed's records are those of the
+    committed transactions."""
+    create_topic(tidegate_groups.bootstrap, "ctp-in", 1)
+    create_topic(tidegate_groups.bootstrap, "ctp-out", 1)
+    out = java.run("TxnCtpScenario", tidegate_groups.bootstrap, "ctp-in", "ctp-out", "20")
+    assert "OK ctp" in out, out
+    assert "epoch bumps true" in out, out
+    assert "committed 20" in out, out
+    assert "out " + ",".join(f"V{i}" for i in range(20)) in out, out
