@@ -201,6 +201,9 @@ class GatewayConfig:
     transaction_end_wait_ms: int = 0
     #: Kafka's ``transactional.id.expiration.ms``: unused transactional ids are forgotten.
     transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    #: The ``transaction.version`` feature level ApiVersions finalizes: 2 lets
+    #: kafka-clients 4.x use KIP-890's transaction version 2; 1 or 0 keeps them on 1.
+    transaction_version: int = 2
 
     @property
     def listen_address(self) -> tuple[str, int]:

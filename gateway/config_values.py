@@ -72,6 +72,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "transaction_abort_timed_out_transaction_cleanup_interval_ms": (1, None),
     "transaction_end_wait_ms": (0, None),
     "transactional_id_expiration_ms": (1, None),
+    "transaction_version": (0, 2),
     "store.container_count": (1, None),
     "store.cache_bytes_max": (1, None),
     "store.frame_bytes_max": (1024, None),

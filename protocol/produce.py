@@ -171,6 +171,8 @@ class PartitionProduceResult:
     log_append_time_ms: int = -1
     #: ``(leader id, leader epoch)`` told with NOT_LEADER_OR_FOLLOWER (v10+, KIP-951).
     current_leader: tuple[int, int] | None = None
+    #: ``(batch index, message)`` of the records refused (v8+, KIP-467).
+    record_errors: tuple[tuple[int, str | None], ...] = ()
 
 
 #: Tagged fields of Produce v10+ (KIP-951): the partition's current leader, the answer's
@@ -183,9 +185,9 @@ def encode_produce_response(
     version: int, topics: list[tuple[str, list[PartitionProduceResult]]], throttle_time_ms: int = 0,
     node_endpoints: list[tuple[int, str, int]] | None = None,
 ) -> bytes:
-    """A Produce response body of ``version`` (3-12), as kafka-python encodes it: no
-    record errors; the tagged fields (current leader, node endpoints) only when given
-    and the version has them."""
+    """A Produce response body of ``version`` (3-12), as kafka-python encodes it; the
+    record errors (v8+) and the tagged fields (current leader, node endpoints) only
+    when given and the version has them."""
     if not 3 <= version <= MAX_VERSION:
         raise ValueError(f"produce response v{version} not encoded here")
     flexible = version >= FIRST_FLEXIBLE
@@ -199,7 +201,12 @@ def encode_produce_response(
             if version >= 5:
                 out += _I64.pack(p.log_start_offset)
             if version >= 8:
-                _count(out, 0, flexible)  # record errors
+                _count(out, len(p.record_errors), flexible)
+                for batch_index, message in p.record_errors:
+                    out += _I32.pack(batch_index)
+                    _string(out, message, flexible)
+                    if flexible:
+                        out.append(0)  # no tagged fields
                 _string(out, p.error_message, flexible)
             if version >= CURRENT_LEADER_VERSION and p.current_leader is not None:
                 # One tagged field: tag 0, size, the LeaderIdAndEpoch struct.

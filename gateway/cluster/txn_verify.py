@@ -1,6 +1,7 @@
 """A partition leader asks the transaction coordinator on another node whether a
 producer's ongoing transaction holds partitions (KIP-890 part 1: AddPartitionsToTxn v4
-with ``verify_only``), before it appends transactional batches there
+with ``verify_only``), or has it add them (part 2, for Produce v12: without
+``verify_only``), before it appends transactional batches there
 (``gateway/log/txn_guards.py``, DESIGN.md invariant 7).
 
 The call goes to the node that FindCoordinator names, over the inter-node listener with
@@ -46,10 +47,11 @@ class RemoteTxnVerifier:
 
     async def verify(
         self, transactional_id: str, producer_id: int, producer_epoch: int,
-        partitions: Iterable[tuple[str, int]],
+        partitions: Iterable[tuple[str, int]], *, add: bool = False,
     ) -> dict[tuple[str, int], int]:
         """The coordinator's error code for each partition (NONE: the ongoing transaction
-        of this producer id and epoch holds it)."""
+        of this producer id and epoch holds it). With ``add`` (transaction version 2)
+        the coordinator adds the partitions, beginning the transaction if need be."""
         wanted = list(partitions)
         found = self._coordinators.group_coordinator(self._internode.listener)
         if found is None:
@@ -60,7 +62,7 @@ class RemoteTxnVerifier:
             by_topic.setdefault(topic, []).append(partition)
         request = AddPartitionsToTxnRequest(transactions=[_Txn(
             transactional_id=transactional_id, producer_id=producer_id,
-            producer_epoch=producer_epoch, verify_only=True,
+            producer_epoch=producer_epoch, verify_only=not add,
             topics=[_Topic(name=t, partitions=ps) for t, ps in by_topic.items()],
         )])
         request.API_VERSION = _VERSION

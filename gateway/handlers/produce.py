@@ -47,6 +47,9 @@ from tidegate.protocol.record_batch import (
 )
 
 SPEC = ApiSpec(ProduceRequest, ProduceResponse, 3, 12, decoder=decode_produce_request)
+#: Produce v12+ is transaction version 2: the leader adds the partition to the
+#: transaction (KIP-890), the client sends no AddPartitionsToTxn.
+TV2_VERSION = 12
 #: Most bytes a compressed batch may decompress to while it is validated (one at a time:
 #: validation runs on the event loop without a pause).
 DECOMPRESSED_BYTES_MAX = 64 * 1024 * 1024
@@ -56,7 +59,7 @@ class _Work:
     """One partition of the request on its way through the handler."""
 
     __slots__ = ("topic", "partition", "records", "head", "plog", "batch", "error", "message",
-                 "pending", "duplicate", "append_time_ms", "guard")
+                 "pending", "duplicate", "append_time_ms", "guard", "record_errors")
 
     def __init__(
         self, topic: str, partition: int, records: memoryview | None, head: memoryview | None
@@ -76,6 +79,8 @@ class _Work:
         self.append_time_ms = -1
         #: The transaction's guard here, when a coordinator elsewhere verified it.
         self.guard: Guard | None = None
+        #: ``(index in the batch, message)`` of the records refused (v8+ answers).
+        self.record_errors: tuple[tuple[int, str], ...] = ()
 
 
 def _validate(ctx: HandlerContext, work: _Work) -> None:
@@ -127,6 +132,7 @@ def _validate(ctx: HandlerContext, work: _Work) -> None:
         info.configs, records, batch, work.topic, work.partition, ctx.clock_ms(), area)
     if verdict.error != ErrorCode.NONE:
         work.error, work.message = verdict.error, verdict.message
+        work.record_errors = verdict.record_errors
         return
     if verdict.header is not None:  # stamped (LogAppendTime)
         batch, work.append_time_ms = verdict.header, verdict.log_append_time_ms
@@ -202,9 +208,42 @@ def _verify_answer(code: int) -> ErrorCode:
     return ErrorCode.NOT_ENOUGH_REPLICAS
 
 
-async def _verify_remote(ctx: HandlerContext, works: list[_Work], transactional_id: str | None) -> None:
+def _transactional(works: list[_Work]) -> dict[tuple[int, int], list[_Work]]:
+    """The partitions still going with a transactional batch, by producer id and epoch."""
+    out: dict[tuple[int, int], list[_Work]] = {}
+    for work in works:
+        batch = work.batch
+        if work.error == ErrorCode.NONE and batch is not None and batch.is_transactional:
+            out.setdefault((batch.producer_id, batch.producer_epoch), []).append(work)
+    return out
+
+
+async def _add_local(ctx: HandlerContext, works: list[_Work], transactional_id: str | None) -> None:
+    """Produce v12+ (transaction version 2, KIP-890) with the coordinator on this node:
+    it adds the batches' partitions to the transaction, beginning it if need be, in
+    place of the client's AddPartitionsToTxn (``_assign`` then checks as for v1)."""
+    coord = ctx.transactions
+    if coord is None or transactional_id is None:
+        return
+    for (pid, epoch), adding in _transactional(works).items():
+        try:
+            code = await coord.add_partitions(
+                transactional_id, pid, epoch, [(w.topic, w.partition) for w in adding])
+        except Exception:  # noqa: BLE001 - the coordinator's table cannot be written now
+            code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        error = _verify_answer(code)
+        if error != ErrorCode.NONE:
+            for work in adding:
+                work.error, work.message = error, f"adding the partition to the transaction: {ErrorCode(code).name}"
+
+
+async def _verify_remote(
+    ctx: HandlerContext, works: list[_Work], transactional_id: str | None, *, add: bool = False
+) -> None:
     """Cluster mode, the transaction coordinator on another node: each transactional
-    batch's transaction verified there once per partition (``gateway/log/txn_guards.py``)."""
+    batch's transaction verified there once per partition (``gateway/log/txn_guards.py``);
+    with ``add`` (Produce v12+, transaction version 2) the coordinator adds the partition
+    to the transaction instead of only checking it."""
     verifier = ctx.txn_verifier
     if ctx.transactions is not None or verifier is None:
         return
@@ -222,7 +261,7 @@ async def _verify_remote(ctx: HandlerContext, works: list[_Work], transactional_
             answers = {}
         else:
             answers = await verifier.verify(
-                transactional_id, pid, epoch, [(w.topic, w.partition) for w in asked])
+                transactional_id, pid, epoch, [(w.topic, w.partition) for w in asked], add=add)
         for work in asked:
             code = answers.get((work.topic, work.partition), ErrorCode.INVALID_TXN_STATE)
             error = _verify_answer(code)
@@ -350,7 +389,10 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                     await work.plog.ensure_segment()
                 except Exception as exc:  # controller unreachable or stream gone
                     work.error, work.message = ErrorCode.NOT_LEADER_OR_FOLLOWER, repr(exc)
-        await _verify_remote(ctx, works, request.transactional_id)
+        implicit = req.api_version >= TV2_VERSION
+        if implicit:
+            await _add_local(ctx, works, request.transactional_id)
+        await _verify_remote(ctx, works, request.transactional_id, add=implicit)
         # Each partition's check, offset assignment and submission is one synchronous
         # step (``_assign``); later requests of this connection wait for the release, and
         # a request to many partitions submits a slice per loop step (each slice then
@@ -382,7 +424,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             PartitionProduceResult(
                 work.partition, error, base, start,
                 work.message if error != ErrorCode.NONE else None, work.append_time_ms,
-                current,
+                current, work.record_errors if error != ErrorCode.NONE else (),
             )
         )
     endpoints = [(node, host, port) for node, (host, port) in sorted(leaders.items())]

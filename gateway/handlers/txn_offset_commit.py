@@ -1,7 +1,8 @@
 """TxnOffsetCommit (key 28), v0-5: offsets held in the transaction and made the group's
 only when it commits. v3+ carry the consumer's generation and member id, checked as the
 group coordinator checks a commit (KIP-447), so a zombie of an older generation is
-fenced."""
+fenced. v5 is transaction version 2 (KIP-890): the commit adds its group to the
+transaction itself, with no AddOffsetsToTxn before it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 5)
+#: The first TxnOffsetCommit version of transaction version 2.
+TV2_VERSION = 5
 
 _Topic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
 _Partition = _Topic.TxnOffsetCommitResponsePartition
@@ -49,7 +52,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                 request.generation_id if v >= 3 else -1,
                 request.member_id if v >= 3 else "",
                 request.group_instance_id if v >= 3 else None,
-                offsets,
+                offsets, implicit=v >= TV2_VERSION,
             )
         except Exception:  # the coordinator's table cannot be written: the client retries
             error = ErrorCode.COORDINATOR_NOT_AVAILABLE

@@ -1,8 +1,8 @@
 """The topic configs a produced batch must satisfy beyond its header checks, in one call
 from the produce handler. Records are decoded only where a topic's configs need them:
 
-- ``cleanup.policy`` with ``compact``: every record has a key (INVALID_RECORD, Kafka's
-  message);
+- ``cleanup.policy`` with ``compact``: every record has a key (INVALID_RECORD with
+  Kafka's messages and the keyless records' indexes as record errors);
 - ``message.timestamp.type=LogAppendTime``: the batch is stamped as Kafka's broker does
   (timestamp-type attribute bit set, maxTimestamp = now, CRC-32C recomputed; records are
   not touched: readers take every record's timestamp from maxTimestamp);
@@ -42,6 +42,8 @@ class Verdict:
     header: BatchHeader | None = None
     records: memoryview | None = None
     log_append_time_ms: int = -1
+    #: ``(index in the batch, message)`` of the records at fault (ProduceResponse v8+).
+    record_errors: tuple[tuple[int, str], ...] = ()
 
 
 _OK = Verdict()
@@ -55,7 +57,7 @@ def check_batch(
     decompressed records area when the validation decompressed it already."""
     keyless = compacted_produce_error(configs, records, header, topic, partition, area)
     if keyless is not None:
-        return Verdict(ErrorCode.INVALID_RECORD, keyless)
+        return Verdict(ErrorCode.INVALID_RECORD, keyless.message, record_errors=keyless.record_errors)
     if configs.get("message.timestamp.type") == "LogAppendTime":
         return _stamp(records, header, now_ms)
     difference = int(configs.get("message.timestamp.difference.max.ms", _LONG_MAX))

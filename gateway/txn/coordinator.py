@@ -236,6 +236,7 @@ class TransactionCoordinator:
                 meta.producer_epoch += 1
             meta.timeout_ms = timeout_ms
             meta.state = TxnState.EMPTY
+            meta.tv2, meta.next_producer_id = False, -1
             meta.partitions.clear()
             meta.offsets.clear()
             meta.groups.clear()
@@ -339,18 +340,24 @@ class TransactionCoordinator:
     async def txn_offset_commit(
         self, tid: str, pid: int, epoch: int, group_id: str, generation_id: int,
         member_id: str, group_instance_id: str | None,
-        offsets: dict[TopicPartition, PendingOffset],
+        offsets: dict[TopicPartition, PendingOffset], *, implicit: bool = False,
     ) -> int:
+        """``implicit``: TxnOffsetCommit v5 (transaction version 2) adds the group to the
+        transaction, beginning it if need be, without AddOffsetsToTxn."""
+        if implicit:
+            await self._completed(tid)
         async with self._lock(tid):
             error, meta = self._check(tid, pid, epoch)
             if meta is None:
                 return error
-            if meta.state != TxnState.ONGOING or group_id not in meta.groups:
+            if not implicit and (meta.state != TxnState.ONGOING or group_id not in meta.groups):
                 return E.INVALID_TXN_STATE  # AddOffsetsToTxn comes first
             error = self._groups.check_txn_commit(group_id, generation_id, member_id, group_instance_id)
             if error != E.NONE:
                 return error
             before = copy.deepcopy(meta)
+            self._begin(meta)  # TV2: the commit adds its group itself (KIP-890)
+            meta.groups.add(group_id)
             meta.offsets.setdefault(group_id, {}).update(offsets)
             await self._persist(meta, before)
             return E.NONE
@@ -358,27 +365,54 @@ class TransactionCoordinator:
     # -- ending ----------------------------------------------------------------------------
 
     async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> int:
+        """EndTxn of transaction version 1: the error only."""
+        return (await self.end_transaction(tid, pid, epoch, commit))[0]
+
+    async def end_transaction(
+        self, tid: str, pid: int, epoch: int, commit: bool, *, tv2: bool = False
+    ) -> tuple[int, int, int]:
+        """``(error, producer id, epoch)`` the producer goes on with. With transaction
+        version 2 (EndTxn v5, KIP-890) every commit or abort bumps the epoch (a new
+        producer id once it is exhausted) and the markers carry the bumped one, so a
+        batch of the ended transaction arriving late is of a fenced epoch."""
         await self._completed(tid)  # a retried EndTxn finds its transaction complete
         async with self._lock(tid):
             meta = self._txns.get(tid)
-            if meta is None or meta.producer_id != pid:
-                return E.INVALID_PRODUCER_ID_MAPPING
-            if epoch != meta.producer_epoch:
-                return E.PRODUCER_FENCED
+            if meta is None:
+                return E.INVALID_PRODUCER_ID_MAPPING, -1, -1
+            # A TV2 retry comes with the epoch before the bump (Kafka's endTxnEpochBumped)
+            # or, past an exhausted epoch, with the producer id before the rotation.
+            retry_bump = meta.tv2 and pid == meta.producer_id and meta.producer_epoch == epoch + 1
+            retry_rotation = (
+                meta.tv2 and meta.state.complete and pid == meta.last_producer_id
+                and pid != meta.producer_id and epoch + 1 >= EPOCH_MAX and meta.producer_epoch == 0
+            )
+            if meta.producer_id != pid and not retry_rotation:
+                return E.INVALID_PRODUCER_ID_MAPPING, -1, -1
+            if meta.tv2 and (meta.state.preparing or meta.state.complete):
+                valid = retry_bump or retry_rotation
+            else:
+                valid = epoch == meta.producer_epoch
+            if not valid:
+                return E.PRODUCER_FENCED, -1, -1
             wanted = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
             done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
             if meta.state == done:
-                return E.NONE  # a retry of the EndTxn that completed it
+                return E.NONE, meta.producer_id, meta.producer_epoch  # a retry of the EndTxn that completed it
             if meta.state == wanted:
-                return E.CONCURRENT_TRANSACTIONS
+                return E.CONCURRENT_TRANSACTIONS, -1, -1
             if meta.state != TxnState.ONGOING:
-                return E.INVALID_TXN_STATE
-            await self._begin_end(meta, commit=commit, bump=False)
+                return E.INVALID_TXN_STATE, -1, -1
+            await self._begin_end(meta, commit=commit, bump=False, tv2=tv2)
             task = self._spawn_completion(meta)
+            if meta.next_producer_id >= 0:
+                answer = E.NONE, meta.next_producer_id, 0
+            else:
+                answer = E.NONE, meta.producer_id, meta.producer_epoch
         if self.config.end_wait_ms > 0:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(task), self.config.end_wait_ms / 1000)
-        return E.NONE  # the decision is durable; the markers follow
+        return answer  # the decision is durable; the markers follow
 
     async def _completed(self, tid: str) -> None:
         """Wait (bounded) for the completion of ``tid``'s previous transaction, so that a
@@ -388,8 +422,11 @@ class TransactionCoordinator:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(task), self.config.completion_wait_ms / 1000)
 
-    async def _begin_end(self, meta: TxnMetadata, *, commit: bool, bump: bool) -> None:
-        """Ongoing → Prepare*, durably (with the epoch bumped when fencing)."""
+    async def _begin_end(
+        self, meta: TxnMetadata, *, commit: bool, bump: bool, tv2: bool = False
+    ) -> None:
+        """Ongoing → Prepare*, durably (with the epoch bumped when fencing, or at every
+        end of a TV2 transaction)."""
         before = copy.deepcopy(meta)
         if bump:
             if meta.producer_epoch + 1 > EPOCH_MAX:
@@ -398,6 +435,13 @@ class TransactionCoordinator:
             else:
                 meta.last_producer_id, meta.last_producer_epoch = meta.producer_id, meta.producer_epoch
                 meta.producer_epoch += 1
+        elif tv2:
+            meta.last_producer_id, meta.last_producer_epoch = meta.producer_id, meta.producer_epoch
+            if meta.producer_epoch + 1 >= EPOCH_MAX:  # exhausted: Complete* takes a new id
+                meta.next_producer_id = await self._ids.allocate()
+            meta.producer_epoch = min(meta.producer_epoch + 1, EPOCH_MAX)
+        # A fencing bump is no client's EndTxn: a request with the old epoch is a zombie's.
+        meta.tv2 = tv2 and not bump
         meta.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         if not commit:
             meta.offsets.clear()
@@ -431,7 +475,14 @@ class TransactionCoordinator:
         async with self._lock(meta.transactional_id):
             before = copy.deepcopy(meta)
             meta.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+            rotated = meta.next_producer_id >= 0
+            if rotated:  # TV2 past an exhausted epoch: the markers carried the last one
+                meta.last_producer_id, meta.last_producer_epoch = meta.producer_id, meta.producer_epoch
+                meta.producer_id, meta.producer_epoch = meta.next_producer_id, 0
+                meta.next_producer_id = -1
             await self._persist(meta, before)
+            if rotated:
+                self._by_pid[meta.producer_id] = meta
 
     # -- views -----------------------------------------------------------------------------
 

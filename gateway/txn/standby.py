@@ -37,9 +37,14 @@ class NotTxnCoordinator(TransactionCoordinator):
     async def txn_offset_commit(
         self, tid: str, pid: int, epoch: int, group_id: str, generation_id: int,
         member_id: str, group_instance_id: str | None,
-        offsets: dict[TopicPartition, PendingOffset],
+        offsets: dict[TopicPartition, PendingOffset], *, implicit: bool = False,
     ) -> int:
         return E.NOT_COORDINATOR
 
     async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> int:
         return E.NOT_COORDINATOR
+
+    async def end_transaction(
+        self, tid: str, pid: int, epoch: int, commit: bool, *, tv2: bool = False
+    ) -> tuple[int, int, int]:
+        return E.NOT_COORDINATOR, -1, -1

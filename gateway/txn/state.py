@@ -67,6 +67,12 @@ class TxnMetadata:
     groups: set[str] = field(default_factory=set)
     start_ms: int = -1
     updated_ms: int = -1
+    #: The last EndTxn was of transaction version 2 (KIP-890): it bumped the epoch, so
+    #: its retry comes with the epoch before the bump.
+    tv2: bool = False
+    #: TV2 only: the producer id the next Complete* state takes, when the bump exhausted
+    #: the epoch (-1 otherwise).
+    next_producer_id: int = -1
 
     def encode(self) -> bytes:
         doc: dict[str, Any] = {
@@ -80,6 +86,7 @@ class TxnMetadata:
                 for g, offs in self.offsets.items()
             },
             "start_ms": self.start_ms, "updated_ms": self.updated_ms,
+            "tv": 2 if self.tv2 else 1, "next_pid": self.next_producer_id,
         }
         return json.dumps(doc).encode()
 
@@ -95,6 +102,7 @@ class TxnMetadata:
                 for g, rows in d["offsets"].items()
             },
             set(d["groups"]), int(d["start_ms"]), int(d["updated_ms"]),
+            int(d.get("tv", 1)) == 2, int(d.get("next_pid", -1)),
         )
 
     def topics(self) -> dict[str, list[int]]:

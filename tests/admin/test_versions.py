@@ -171,3 +171,53 @@ async def test_every_version_of_every_admin_api(node: Node) -> None:
         assert answer.responses[0].name == name
         assert node.gateway.ctx.topics.get(name) is None
     await c.close()
+
+
+async def test_create_topics_answers_as_kafka_4(node: Node) -> None:
+    """What the clients' own checks let through, on the wire: a name given twice creates
+    neither and is answered once; assignments with a partition count or replication
+    factor other than -1 are INVALID_REQUEST (Kafka's ControllerApis and
+    ReplicationControlManager)."""
+    c = await node.client()
+    try:
+        t = CreateTopicsRequest.CreatableTopic
+        a = t.CreatableReplicaAssignment
+        answer = await _call(c, CreateTopicsRequest(topics=[
+            t(name="dup", num_partitions=1, replication_factor=1, assignments=[], configs=[]),
+            t(name="single", num_partitions=1, replication_factor=1, assignments=[], configs=[]),
+            t(name="dup", num_partitions=2, replication_factor=1, assignments=[], configs=[]),
+            t(name="rf", num_partitions=-1, replication_factor=1,
+              assignments=[a(partition_index=0, broker_ids=[0])], configs=[]),
+            t(name="np", num_partitions=1, replication_factor=-1,
+              assignments=[a(partition_index=0, broker_ids=[0])], configs=[]),
+            t(name="multi", num_partitions=-1, replication_factor=-1,
+              assignments=[a(partition_index=0, broker_ids=[0]), a(partition_index=0, broker_ids=[0])],
+              configs=[]),
+            t(name="nulls", num_partitions=1, replication_factor=1, assignments=[], configs=[
+                t.CreatableTopicConfig(name="retention.ms", value=None),
+                t.CreatableTopicConfig(name="segment.ms", value=None)]),
+            t(name="twice", num_partitions=1, replication_factor=1, assignments=[], configs=[
+                t.CreatableTopicConfig(name="retention.ms", value="1000"),
+                t.CreatableTopicConfig(name="retention.ms", value="2000")]),
+        ], timeout_ms=1000, validate_only=False), 7, CreateTopicsResponse)
+        got = [(r.name, r.error_code, r.error_message) for r in answer.topics]
+        assert got == [
+            ("single", 0, None),
+            ("rf", ErrorCode.INVALID_REQUEST,
+             "A manual partition assignment was specified, but replication factor was not set to -1."),
+            ("np", ErrorCode.INVALID_REQUEST,
+             "A manual partition assignment was specified, but numPartitions was not set to -1."),
+            ("multi", ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+             "Found multiple manual partition assignments for partition 0"),
+            ("nulls", ErrorCode.INVALID_CONFIG,
+             "Null value not supported for topic configs: retention.ms,segment.ms"),
+            ("twice", 0, None),
+            ("dup", ErrorCode.INVALID_REQUEST, "Duplicate topic name."),
+        ]
+        assert node.gateway is not None
+        topics = node.gateway.ctx.topics
+        assert topics.get("dup") is None and topics.get("single") is not None
+        twice = topics.get("twice")
+        assert twice is not None and twice.configs["retention.ms"] == "2000"  # the last one
+    finally:
+        await c.close()

@@ -6,7 +6,9 @@ The late batch is sent raw (kafka-python's protocol classes), as such a producer
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +40,11 @@ TOPIC = "fence"
 PARTITIONS = 6
 TID = "fence-tx"
 _Topic = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
-#: Answers a client retries (the coordinator busy completing, or moving).
+#: Answers a client retries (the coordinator busy completing, or moving; a leader that
+#: has not yet seen the new topic).
 _RETRIED = (E.CONCURRENT_TRANSACTIONS, E.COORDINATOR_LOAD_IN_PROGRESS, E.NOT_COORDINATOR,
-            E.COORDINATOR_NOT_AVAILABLE, E.NOT_ENOUGH_REPLICAS, E.NOT_LEADER_OR_FOLLOWER)
+            E.COORDINATOR_NOT_AVAILABLE, E.NOT_ENOUGH_REPLICAS, E.NOT_LEADER_OR_FOLLOWER,
+            E.UNKNOWN_TOPIC_OR_PARTITION)
 
 
 def _until(what: str, call: Any, timeout_s: float = 60) -> Any:
@@ -64,12 +68,13 @@ def _batch(pid: int, epoch: int, seq: int, value: bytes) -> bytes:
     return bytes(builder.build())
 
 
-def _produce(conn: Conn, partition: int, pid: int, epoch: int, seq: int, value: bytes) -> int:
+def _produce(conn: Conn, partition: int, pid: int, epoch: int, seq: int, value: bytes,
+             version: int = 9) -> int:
     part = ProduceRequest.TopicProduceData.PartitionProduceData(
         index=partition, records=_batch(pid, epoch, seq, value))
     req = ProduceRequest(transactional_id=TID, acks=-1, timeout_ms=10_000,
                          topic_data=[ProduceRequest.TopicProduceData(name=TOPIC, partition_data=[part])])
-    return int(conn.call(req, 9, ProduceResponse).responses[0].partition_responses[0].error_code)
+    return int(conn.call(req, version, ProduceResponse).responses[0].partition_responses[0].error_code)
 
 
 def _add(conn: Conn, pid: int, epoch: int, partition: int) -> int:
@@ -85,6 +90,13 @@ def _end(conn: Conn, pid: int, epoch: int, *, commit: bool) -> int:
     end = conn.call(EndTxnRequest(transactional_id=TID, producer_id=pid, producer_epoch=epoch,
                                   committed=commit), 3, EndTxnResponse)
     return int(end.error_code)
+
+
+def _end_v5(conn: Conn, pid: int, epoch: int, *, commit: bool) -> tuple[int, tuple[int, int]]:
+    """EndTxn v5 (transaction version 2): the error and the producer id and epoch to go on with."""
+    end = conn.call(EndTxnRequest(transactional_id=TID, producer_id=pid, producer_epoch=epoch,
+                                  committed=commit), 5, EndTxnResponse)
+    return int(end.error_code), (int(end.producer_id), int(end.producer_epoch))
 
 
 def _high_watermark(conn: Conn, partition: int) -> int:
@@ -121,14 +133,15 @@ def _read_committed(bootstrap: str, partition: int, end_offset: int) -> list[byt
         consumer.close()
 
 
-def test_a_late_batch_after_the_abort_marker_is_refused_by_a_leader_elsewhere(
-    tmp_path: Path, zookeeper: ZooKeeperServer
-) -> None:
-    nodes = start_nodes(tmp_path, zookeeper.hosts, 3, container_count=CONTAINERS)
+@contextlib.contextmanager
+def _cluster(tmp_path: Path, hosts: str) -> Iterator[tuple[str, Conn, Conn, int, int, int]]:
+    """Three nodes, the topic, connections to the transaction coordinator and to the
+    leader of a partition on another node; the producer id and epoch of ``TID``."""
+    nodes = start_nodes(tmp_path, hosts, 3, container_count=CONTAINERS)
     conns: list[Conn] = []
     try:
         bootstrap = ",".join(n.bootstrap for n in nodes)
-        owners, _ = _zk_state(zookeeper.hosts)
+        owners, _ = _zk_state(hosts)
         coord_id = owners[container_of(GroupConfig().table, CONTAINERS)]
         coord = next(n for n in nodes if n.node_id == coord_id)
         admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
@@ -148,8 +161,18 @@ def test_a_late_batch_after_the_abort_marker_is_refused_by_a_leader_elsewhere(
             return int(got.error_code), got
 
         found = _until("InitProducerId", init)[1]
-        pid, epoch = found.producer_id, found.producer_epoch
+        yield bootstrap, to_coord, to_leader, partition, found.producer_id, found.producer_epoch
+    finally:
+        for conn in conns:
+            conn.close()
+        for node in nodes:
+            node.close()
 
+
+def test_a_late_batch_after_the_abort_marker_is_refused_by_a_leader_elsewhere(
+    tmp_path: Path, zookeeper: ZooKeeperServer
+) -> None:
+    with _cluster(tmp_path, zookeeper.hosts) as (bootstrap, to_coord, to_leader, partition, pid, epoch):
         # Transaction 1 on a partition led away from its coordinator: verified there.
         _until("AddPartitionsToTxn", lambda: _add(to_coord, pid, epoch, partition))
         _until("produce t1-0", lambda: _produce(to_leader, partition, pid, epoch, 0, b"t1-0"))
@@ -175,8 +198,35 @@ def test_a_late_batch_after_the_abort_marker_is_refused_by_a_leader_elsewhere(
             assert time.monotonic() < deadline, "the commit marker was not written"
             time.sleep(0.2)
         assert _read_committed(bootstrap, partition, end) == [b"t2-0"]
-    finally:
-        for conn in conns:
-            conn.close()
-        for node in nodes:
-            node.close()
+
+
+def test_tv2_leader_elsewhere_adds_the_partition_and_fences_the_old_epoch(
+    tmp_path: Path, zookeeper: ZooKeeperServer
+) -> None:
+    """Transaction version 2 (KIP-890): Produce v12 to a leader on another node than the
+    coordinator, with no AddPartitionsToTxn: the leader has the coordinator add the
+    partition (AddPartitionsToTxn v4 without ``verify_only``); EndTxn v5 bumps the epoch
+    and the markers carry it, so a late batch of the ended transaction is fenced."""
+    with _cluster(tmp_path, zookeeper.hosts) as (bootstrap, to_coord, to_leader, partition, pid, epoch):
+        _until("produce t1-0", lambda: _produce(to_leader, partition, pid, epoch, 0, b"t1-0", 12))
+        _until("produce t1-1", lambda: _produce(to_leader, partition, pid, epoch, 1, b"t1-1", 12))
+        ended = _until("commit", lambda: _end_v5(to_coord, pid, epoch, commit=True))
+        assert ended[1] == (pid, epoch + 1)
+        deadline = time.monotonic() + 60
+        while _high_watermark(to_leader, partition) < 3:  # two records and the commit marker
+            assert time.monotonic() < deadline, "the commit marker was not written"
+            time.sleep(0.2)
+
+        late = _produce(to_leader, partition, pid, epoch, 2, b"late", 12)
+        assert late == E.INVALID_PRODUCER_EPOCH, E(late).name
+        assert _high_watermark(to_leader, partition) == 3
+
+        # The next transaction with the bumped epoch (sequences from 0), aborted.
+        _until("produce t2-0", lambda: _produce(to_leader, partition, pid, epoch + 1, 0, b"t2-0", 12))
+        ended = _until("abort", lambda: _end_v5(to_coord, pid, epoch + 1, commit=False))
+        assert ended[1] == (pid, epoch + 2)
+        deadline = time.monotonic() + 60
+        while (end := _high_watermark(to_leader, partition)) < 5:
+            assert time.monotonic() < deadline, "the abort marker was not written"
+            time.sleep(0.2)
+        assert _read_committed(bootstrap, partition, end) == [b"t1-0", b"t1-1"]

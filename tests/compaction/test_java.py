@@ -1,6 +1,7 @@
 """kafka-clients 4.3.0 (Java) on a compacted topic against ``tidegate serve`` (cleaner
 every 200 ms): keyed updates and tombstones from an lz4 idempotent producer, a keyless
-record refused with InvalidRecordException, and after cleaning a consumer reads the
+record refused with InvalidRecordException (in a batch of three, that record only:
+ProduceResponse's record errors), and after cleaning a consumer reads the
 latest value of every key at its original offset."""
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ def test_java_compacted_topic(java: Java, tmp_path: Path) -> None:
         out = java.run("CompactedScenario", server.bootstrap, "jc", "produce", "5")
         assert "OK produce" in out and "OK keyless-refused" in out, out
         assert "Compacted topic cannot accept message without key" in out, out
+        # The batch with one keyless record in three: only that record is INVALID_RECORD.
+        assert "record-errors KafkaException InvalidRecordException KafkaException" in out, out
+        assert "record error: Compacted topic cannot accept message without key in topic partition jc-0\n" in out, out
         produced = _lines(out, "P")
         assert sorted(produced) == list(range(53))
         log = tmp_path / "tidegate.log"

@@ -58,10 +58,15 @@ def _batch(keys: list[bytes | None]) -> tuple[bytes, Any]:
 
 
 def test_keyless_message_names_the_partition() -> None:
-    raw, header = _batch([b"a", None])
+    raw, header = _batch([b"a", None, b"c", None])
     configs = {"cleanup.policy": "compact"}
-    assert records.compacted_produce_error(configs, raw, header, "t", 3) == (
-        "Compacted topic cannot accept message without key in topic partition t-3.")
+    refused = records.compacted_produce_error(configs, raw, header, "t", 3)
+    one = "Compacted topic cannot accept message without key in topic partition t-3"
+    assert refused is not None and refused.record_errors == ((1, one), (3, one))
+    assert refused.message == (  # Kafka's LogValidator.processRecordErrors
+        "One or more records have been rejected due to 2 record errors in total, and only "
+        f"showing the first three errors at most: [RecordError(batchIndex=1, message='{one}'), "
+        f"RecordError(batchIndex=3, message='{one}')]")
     raw, header = _batch([b"a", b"b"])
     assert records.compacted_produce_error(configs, raw, header, "t", 3) is None
     assert records.compacted_produce_error({}, raw, header, "t", 3) is None

@@ -2,7 +2,8 @@
 // small segment.ms and min.cleanable.dirty.ratio), sends ROUNDS rounds of updates to keys
 // k0..k9 with an lz4 idempotent producer (one batch each), tombstones for k1 and k2 and a
 // last record, printing "P offset key value"; a record without a key must fail with
-// InvalidRecordException. `consume` assigns the partition, seeks to the beginning and
+// InvalidRecordException, and so must exactly the keyless one of a batch of three (record
+// errors, KIP-467). `consume` assigns the partition, seeks to the beginning and
 // prints "C offset key value" up to the end offset (value "null" for a tombstone).
 // Usage: CompactedScenario BOOTSTRAP TOPIC produce ROUNDS | consume
 import java.time.Duration;
@@ -66,6 +67,31 @@ public final class CompactedScenario {
         } catch (ExecutionException e) {
             Check.that(e.getCause() instanceof InvalidRecordException, "got " + e.getCause());
             Check.out("OK keyless-refused " + e.getCause().getMessage());
+        }
+        // One batch of three records, the middle one keyless: ProduceResponse's record_errors
+        // make the client fail exactly that record with InvalidRecordException, the other
+        // two with the generic "part of a batch which had invalid records" exception.
+        q.put(ProducerConfig.LINGER_MS_CONFIG, "60000");
+        q.put(ProducerConfig.BATCH_SIZE_CONFIG, "1000000");
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(q)) {
+            List<java.util.concurrent.Future<RecordMetadata>> sent = List.of(
+                    producer.send(new ProducerRecord<>(topic, 0, "a", "in batch")),
+                    producer.send(new ProducerRecord<>(topic, 0, null, "in batch, no key")),
+                    producer.send(new ProducerRecord<>(topic, 0, "c", "in batch")));
+            producer.flush();
+            StringBuilder outcome = new StringBuilder("record-errors");
+            for (java.util.concurrent.Future<RecordMetadata> f : sent) {
+                try {
+                    f.get();
+                    outcome.append(" accepted");
+                } catch (ExecutionException e) {
+                    outcome.append(" ").append(e.getCause().getClass().getSimpleName());
+                    if (e.getCause() instanceof InvalidRecordException) {
+                        Check.out("record error: " + e.getCause().getMessage());
+                    }
+                }
+            }
+            Check.out(outcome.toString());
         }
         Check.out("OK produce");
     }

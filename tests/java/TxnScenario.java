@@ -1,6 +1,9 @@
 // A transactional KafkaProducer (commit, abort, a fenced zombie) read back by
 // read_committed and read_uncommitted consumers, and the Admin views of KIP-664
-// (listTransactions, describeTransactions, describeProducers).
+// (listTransactions, describeTransactions, describeProducers). Prints the producer epoch
+// the coordinator holds after initTransactions, the commit and the abort (transaction
+// version 2 bumps it at every end, version 1 does not) and the group offset the first
+// transaction committed with sendOffsetsToTransaction.
 // Usage: TxnScenario BOOTSTRAP TOPIC
 import java.time.Duration;
 import java.util.ArrayList;
@@ -14,6 +17,8 @@ import org.apache.kafka.clients.admin.ProducerState;
 import org.apache.kafka.clients.admin.TransactionDescription;
 import org.apache.kafka.clients.admin.TransactionListing;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -54,22 +59,40 @@ public final class TxnScenario {
         return out;
     }
 
+    static int epoch(String bootstrap, String tid) throws Exception {
+        try (Admin admin = Admin.create(Check.props(bootstrap))) {
+            return admin.describeTransactions(List.of(tid)).description(tid).get().producerEpoch();
+        }
+    }
+
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0];
         String topic = args[1];
+        TopicPartition tp0 = new TopicPartition(topic, 0);
         try (KafkaProducer<String, String> p = producer(bootstrap, "java-tx")) {
             p.initTransactions();
+            int e0 = epoch(bootstrap, "java-tx");
             p.beginTransaction();
             for (int i = 0; i < 5; i++) {
                 p.send(new ProducerRecord<>(topic, 0, "k", "c-" + i));
             }
+            p.sendOffsetsToTransaction(Map.of(tp0, new OffsetAndMetadata(5)),
+                    new ConsumerGroupMetadata("java-tx-group"));
             p.commitTransaction();
+            int e1 = epoch(bootstrap, "java-tx");
             p.beginTransaction();
             for (int i = 0; i < 3; i++) {
                 p.send(new ProducerRecord<>(topic, 0, "k", "a-" + i));
             }
             p.flush();
             p.abortTransaction();
+            int e2 = epoch(bootstrap, "java-tx");
+            Check.out("epochs " + (e1 - e0) + "," + (e2 - e0));
+            try (Admin admin = Admin.create(Check.props(bootstrap))) {
+                Map<TopicPartition, OffsetAndMetadata> offsets = admin
+                        .listConsumerGroupOffsets("java-tx-group").partitionsToOffsetAndMetadata().get();
+                Check.out("group offset " + offsets.get(tp0).offset());
+            }
             p.beginTransaction();
             p.send(new ProducerRecord<>(topic, 0, "k", "open")).get();
             try (Admin admin = Admin.create(Check.props(bootstrap))) {

@@ -28,3 +28,32 @@ def test_admin_tools_calls(java: Java, tidegate_groups: Tidegate) -> None:
     assert "quotas 0" in lines, out
     assert "ibp 3.9-IV0" in lines, out
     assert "group partitions 3 lag 27" in lines, out
+
+
+def test_java_create_topics_validate_only_and_assignments(java: Java, tidegate_groups: Tidegate) -> None:
+    """Kafka 4.x's answers to CreateTopics (ReplicationControlManager's checks and
+    messages): validateOnly answers as the creation would and creates nothing; explicit
+    replica assignments must name registered brokers, once each, for consecutive
+    partitions."""
+    out = java.run("CreateTopicsScenario", tidegate_groups.bootstrap)
+    assert "OK create-topics" in out, out
+    expected = [
+        "ct-validate ok 3 configs=true",
+        "ct-assigned ok 2 configs=true",
+        "ct-assigned-v ok 1 configs=true",
+        "ct-no-broker InvalidReplicaAssignmentException: The manual partition assignment includes "
+        "broker 7, but no such broker is registered.",
+        "ct-gap InvalidReplicaAssignmentException: partitions should be a consecutive 0-based integer sequence",
+        "ct-twice InvalidReplicaAssignmentException: The manual partition assignment includes the "
+        "broker 0 more than once.",
+        "ct-empty InvalidReplicaAssignmentException: The manual partition assignment includes an "
+        "empty replica list.",
+        "ct-zero InvalidPartitionsException: Number of partitions was set to an invalid non-positive value.",
+        "ct-rf0 InvalidReplicationFactorException: Replication factor must be larger than 0, or -1 "
+        "to use the default value.",
+        "ct-assigned TopicExistsException: Topic 'ct-assigned' already exists.",
+        "topics [ct-assigned]",
+        "assigned partitions 2",
+    ]
+    for line in expected:
+        assert line in out.splitlines(), f"{line!r} not in:\n{out}"

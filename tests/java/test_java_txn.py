@@ -64,10 +64,13 @@ def java39(tmp_path_factory: pytest.TempPathFactory) -> Java:
     return Java(f"{classes}:{classpath}", java)
 
 
-def _scenario(java: Java, server: Tidegate) -> None:
+def _scenario(java: Java, server: Tidegate, *, tv2: bool) -> None:
     create_topic(server.bootstrap, "jtx", 1)
     out = java.run("TxnScenario", server.bootstrap, "jtx")
     assert "OK txn" in out, out
+    # Transaction version 2 (KIP-890) bumps the epoch at the commit and at the abort.
+    assert ("epochs 1,2" if tv2 else "epochs 0,0") in out, out
+    assert "group offset 5" in out, out
     assert "listed 1 Ongoing" in out, out
     assert "described Ongoing [jtx-0]" in out, out
     # c-0..4 at 0-4, a marker at 5, a-0..2 at 6-8, a marker at 9: "open" is at 10.
@@ -80,8 +83,36 @@ def _scenario(java: Java, server: Tidegate) -> None:
 
 
 def test_java_43_transactions(java: Java, tidegate_groups: Tidegate) -> None:
-    _scenario(java, tidegate_groups)
+    """kafka-clients 4.3 sees ``transaction.version`` 2 finalized and uses it."""
+    _scenario(java, tidegate_groups, tv2=True)
+
+
+def test_java_43_transaction_version_1(java: Java, tmp_path: Path) -> None:
+    """With ``transaction.version`` 1 configured, kafka-clients 4.3 stays on version 1."""
+    config = tmp_path / "tidegate.toml"
+    config.write_text('"transaction.version" = 1\n[groups]\ninitial_rebalance_delay_ms = 1000\n')
+    server = Tidegate(tmp_path / "data", tmp_path / "tidegate.log", config)
+    server.start()
+    try:
+        _scenario(java, server, tv2=False)
+    finally:
+        server.close()
 
 
 def test_java_39_transactions(java39: Java, tidegate_groups: Tidegate) -> None:
-    _scenario(java39, tidegate_groups)
+    """kafka-clients 3.9 knows no transaction version 2: version 1 as before."""
+    _scenario(java39, tidegate_groups, tv2=False)
+
+
+def test_java_43_consume_transform_produce(java: Java, tidegate_groups: Tidegate) -> None:
+    """A group member's offsets committed in transaction version 2 transactions
+    (TxnOffsetCommit v5 with the member's generation, no AddOffsetsToTxn): every commit
+    bumps the epoch, the group's offset and read_committed's records are those of the
+    committed transactions."""
+    create_topic(tidegate_groups.bootstrap, "ctp-in", 1)
+    create_topic(tidegate_groups.bootstrap, "ctp-out", 1)
+    out = java.run("TxnCtpScenario", tidegate_groups.bootstrap, "ctp-in", "ctp-out", "20")
+    assert "OK ctp" in out, out
+    assert "epoch bumps true" in out, out
+    assert "committed 20" in out, out
+    assert "out " + ",".join(f"V{i}" for i in range(20)) in out, out

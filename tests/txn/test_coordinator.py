@@ -232,3 +232,45 @@ async def test_unused_ids_expire(parts) -> None:
     assert coord.describe("old") is None and coord.describe("new") is not None
     assert coord.describe("busy") is not None  # timed out and aborted, not expired yet
     await coord.close()
+
+
+async def test_tv2_epoch_bumps_and_rotation(parts) -> None:
+    """Transaction version 2: every end bumps the epoch, the markers carry the bumped one,
+    a retry with the epoch before the bump gets the same answer; an exhausted epoch takes
+    a new producer id once the markers are written (Kafka's ``prepareComplete``)."""
+    store, markers, groups, clock = parts
+    coord = make(*parts)
+    await coord.start(ticker=False)
+    _, pid, epoch = await coord.init_producer_id("a", 60_000)
+    assert await coord.add_partitions("a", pid, epoch, [("t", 0)]) == E.NONE
+    assert await coord.end_transaction("a", pid, epoch, True, tv2=True) == (E.NONE, pid, epoch + 1)
+    await coord._completed("a")
+    assert markers.written[-1] == ([("t", 0)], pid, epoch + 1, True)
+    assert await coord.end_transaction("a", pid, epoch, True, tv2=True) == (E.NONE, pid, epoch + 1)
+    assert (await coord.end_transaction("a", pid, epoch, False, tv2=True))[0] == E.INVALID_TXN_STATE
+    assert coord.verify_produce("t", 0, pid, epoch) == E.INVALID_PRODUCER_EPOCH
+    # The transaction's state survives a new coordinator on the same table.
+    coord2 = TransactionCoordinator(store, coord._ids, markers, groups, clock, TxnConfig(max_timeout_ms=60_000))
+    await coord2.start(ticker=False)
+    assert await coord2.end_transaction("a", pid, epoch, True, tv2=True) == (E.NONE, pid, epoch + 1)
+
+    # Near the end of the epochs: 32766 is exhausted, so the end rotates the producer id.
+    meta = coord2.describe("a")
+    assert meta is not None
+    meta.producer_epoch = 32766
+    assert await coord2.add_partitions("a", pid, 32766, [("t", 0)]) == E.NONE
+    error, new_pid, new_epoch = await coord2.end_transaction("a", pid, 32766, False, tv2=True)
+    assert (error, new_epoch) == (E.NONE, 0) and new_pid != pid
+    await coord2._completed("a")
+    assert markers.written[-1] == ([("t", 0)], pid, 32767, False)
+    assert await coord2.end_transaction("a", pid, 32766, False, tv2=True) == (E.NONE, new_pid, 0)
+    assert await coord2.add_partitions("a", new_pid, 0, [("t", 0)]) == E.NONE
+    assert coord2.verify_produce("t", 0, new_pid, 0) == E.NONE
+    assert coord2.verify_produce("t", 0, pid, 32767) == E.INVALID_PRODUCER_EPOCH
+    assert await coord2.end_transaction("a", new_pid, 0, True, tv2=True) == (E.NONE, new_pid, 1)
+    # Version 1 keeps the epoch.
+    await coord2._completed("a")
+    assert await coord2.add_partitions("a", new_pid, 1, [("t", 0)]) == E.NONE
+    assert await coord2.end_transaction("a", new_pid, 1, True) == (E.NONE, new_pid, 1)
+    await coord2.close()
+    await coord.close()

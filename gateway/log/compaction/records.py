@@ -162,28 +162,49 @@ def iter_records(area: bytes, count: int) -> Iterator[Record]:
         raise InvalidRecordsError(f"{len(area) - pos} bytes after the last record")
 
 
+#: Kafka's answer names at most this many record errors in the partition's message.
+_SHOWN_ERRORS_MAX = 3
+
+
+@dataclass(frozen=True, slots=True)
+class RecordsRefused:
+    """Why a batch is refused: the partition's message and, when single records are at
+    fault, their index in the batch with a message each (ProduceResponse v8+
+    ``record_errors``, so a client fails exactly those records with INVALID_RECORD)."""
+
+    message: str
+    record_errors: tuple[tuple[int, str], ...] = ()
+
+
 def keyless_record_error(
     batch: bytes | memoryview, header: BatchHeader, where: str, area: bytes | None = None,
-) -> str | None:
-    """Kafka's INVALID_RECORD message if a record of the batch has no key (compacted
-    topics take keyed records only), or why the records cannot be read; None if all
-    have keys. ``area``: the records area already decompressed, if it was."""
+) -> RecordsRefused | None:
+    """Kafka's INVALID_RECORD answer if records of the batch have no key (compacted
+    topics take keyed records only: LogValidator's messages), or why the records cannot
+    be read; None if all have keys. ``area``: the records area already decompressed."""
     try:
         plain = area if area is not None else records_area(batch, header)
-        for record in iter_records(plain, header.record_count):
-            if record.key is None:
-                return f"Compacted topic cannot accept message without key in topic partition {where}."
+        errors = tuple(
+            (index, f"Compacted topic cannot accept message without key in topic partition {where}")
+            for index, record in enumerate(iter_records(plain, header.record_count))
+            if record.key is None
+        )
     except InvalidRecordsError as exc:
-        return f"Invalid records in topic partition {where}: {exc}"
-    return None
+        return RecordsRefused(f"Invalid records in topic partition {where}: {exc}")
+    if not errors:
+        return None
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:_SHOWN_ERRORS_MAX])
+    return RecordsRefused(
+        f"One or more records have been rejected due to {len(errors)} record errors in total, "
+        f"and only showing the first three errors at most: [{shown}]", errors)
 
 
 def compacted_produce_error(
     configs: Mapping[str, str], batch: bytes | memoryview, header: BatchHeader, topic: str,
     partition: int, area: bytes | None = None,
-) -> str | None:
-    """The produce path's one check for compacted topics (INVALID_RECORD with this
-    message), None for any other topic without reading past the header."""
+) -> RecordsRefused | None:
+    """The produce path's one check for compacted topics (INVALID_RECORD), None for any
+    other topic without reading past the header."""
     if "compact" not in configs.get("cleanup.policy", ""):
         return None
     return keyless_record_error(batch, header, f"{topic}-{partition}", area)
