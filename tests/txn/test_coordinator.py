@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import pytest
 from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
 from tidegate.gateway.txn.coordinator import TransactionCoordinator, TxnConfig
-from tidegate.gateway.txn.state import PendingOffset, TopicPartition, TxnState
+from tidegate.gateway.txn.state import PendingOffset, TopicPartition, TxnMetadata, TxnState
 from tidegate.protocol.errors import ErrorCode as E
 
 
@@ -232,3 +232,51 @@ async def test_unused_ids_expire(parts) -> None:
     assert coord.describe("old") is None and coord.describe("new") is not None
     assert coord.describe("busy") is not None  # timed out and aborted, not expired yet
     await coord.close()
+
+
+class CountingStore(InMemorySegmentStore):
+    """Records the state each table write carries."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.states: list[str] = []
+
+    async def table_put(self, name, updates):  # type: ignore[no-untyped-def]
+        self.states += [TxnMetadata.decode("-", u.value).state.name for u in updates]
+        return await super().table_put(name, updates)
+
+
+async def test_next_transaction_supersedes_the_complete_write(parts) -> None:
+    """A producer committing in a loop: each transaction costs two table writes (Ongoing,
+    Prepare*), not three; Complete* reaches the table on its own only once the id is idle,
+    and a crash before it leaves Prepare*, which the next start completes again."""
+    _, markers, groups, clock = parts
+    store = CountingStore()
+    coord = TransactionCoordinator(store, Ids(), markers, groups, clock,
+                                   TxnConfig(max_timeout_ms=60_000, complete_write_delay_ms=200))
+    await coord.start(ticker=False)
+    await coord.init_producer_id("a", 1000)
+    store.states.clear()
+    for _ in range(3):
+        assert await coord.add_partitions("a", 100, 0, [("t", 0)]) == E.NONE
+        assert await coord.end_txn("a", 100, 0, True) == E.NONE
+    assert store.states == ["ONGOING", "PREPARE_COMMIT"] * 3
+    assert coord.verify_produce("t", 0, 100, 0) == E.INVALID_TXN_STATE  # not begun yet
+    # A "crash" now: the table still says PrepareCommit; a start completes it again.
+    again = make(store, Markers(), Groups(), clock)
+    await again.start(ticker=False)
+    assert again.describe("a").state == TxnState.COMPLETE_COMMIT
+    await again.close()  # an orderly stop writes what it completed
+    assert store.states[-1] == "COMPLETE_COMMIT"
+    # Idle: the deferred write lands by itself.
+    store.states.clear()
+    async with asyncio.timeout(30):
+        while store.states != ["COMPLETE_COMMIT"]:
+            await asyncio.sleep(0.01)
+    assert coord.describe("a").state == TxnState.COMPLETE_COMMIT
+    await coord.close()
+    assert store.states == ["COMPLETE_COMMIT"]
+    reloaded = make(store, Markers(), Groups(), clock)
+    await reloaded.start(ticker=False)
+    assert reloaded.describe("a").state == TxnState.COMPLETE_COMMIT
+    await reloaded.close()
