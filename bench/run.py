@@ -224,7 +224,7 @@ class Bench:
                     self.phase(run, server, f"consume-{size}B-p{parts}", consume)
                 step(f"consume {size}B p{parts}")
                 txn_ms = self.args.txn_commit_ms
-                if txn_ms > 0 and size == self.args.large_bytes and name == report.TIDEGATE:
+                if txn_ms > 0 and size == self.args.large_bytes and name.startswith(report.TIDEGATE):
                     txn = functools.partial(
                         self.produce_case, server, f"{topic}-txn", size, parts, records, txn_ms
                     )
