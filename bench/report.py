@@ -26,6 +26,7 @@ GOALS: dict[str, tuple[str, float]] = {
     "consume_vs_tansu_memory": (">=", 1.2),
     "produce_p99_ms_at_rate": ("<=", 5.0),
     "txn_produce_1k_vs_plain": (">=", 0.9),
+    "txn_produce_1k_per_records_vs_plain": (">=", 0.9),
 }
 RSS_GOAL = "tidegate_peak_rss_mb_max"
 
@@ -104,6 +105,14 @@ def _disk_goal_budget(
     }
 
 
+def _txn_records_workload(med: dict[str, Any], produce: str) -> str:
+    """The phase committing every N records beside ``produce`` (``txn{N}r-<produce>``)."""
+    for w in med.get(TIDEGATE, {}):
+        if w.startswith("txn") and w.endswith(f"r-{produce}") and w[3:-len(produce) - 2].isdigit():
+            return str(w)
+    return f"txn0r-{produce}"
+
+
 def goal_ratios(
     med: dict[str, Any],
     large: int,
@@ -126,6 +135,7 @@ def goal_ratios(
     c1k = f"consume-{large}B-p{partitions}"
     tg_1k = _metric(med, TIDEGATE, p1k, "mb_per_s")
     disk = _metric(med, "baseline", "disk-fdatasync-1MiB", "mb_per_s")
+    txn_records = _txn_records_workload(med, p1k)
     ratios: dict[str, Any] = {
         "produce_1k_vs_tansu_memory": _ratio(tg_1k, _metric(med, PEER, p1k, "mb_per_s")),
         "produce_1k_vs_disk_fdatasync": _ratio(tg_1k, disk),
@@ -140,6 +150,10 @@ def goal_ratios(
         # of the same records in the same run.
         "txn_produce_1k_vs_plain": _ratio(
             _metric(med, TIDEGATE, f"txn-{p1k}", "mb_per_s"), tg_1k
+        ),
+        # The same with a commit every N records per producer (``txn{N}r-...``).
+        "txn_produce_1k_per_records_vs_plain": _ratio(
+            _metric(med, TIDEGATE, txn_records, "mb_per_s"), tg_1k
         ),
         **_disk_goal_budget(med, p1k, disk, cpus),
     }
@@ -163,6 +177,7 @@ def goal_ratios(
         "produce_small": p100,
         "consume": c1k,
         "txn_produce": f"txn-{p1k}",
+        "txn_produce_records": txn_records,
         "latency": latency_workload,
     }
     return ratios
@@ -195,7 +210,7 @@ def markdown(doc: dict[str, Any]) -> str:
         lines.append(f"- skipped: {note}")
     lines.append("")
     workloads = sorted(
-        {w for s in systems for w in med[s] if w.startswith(("produce-", "consume-", "txn-produce-"))},
+        {w for s in systems for w in med[s] if w.startswith(("produce-", "consume-", "txn"))},
         key=lambda w: (w.split("-")[0] not in ("produce", "txn"), w),
     )
     lines += [
@@ -351,6 +366,20 @@ def markdown(doc: dict[str, Any]) -> str:
             f"(goal {ratios['targets']['txn_produce_1k_vs_plain']})"
             + (f"; {', '.join(others)}." if others else ".")
         )
+    if ratios.get("txn_produce_1k_per_records_vs_plain") is not None:
+        basis = ratios["basis"]
+        others = [
+            f"{s}: {_fmt(_ratio(_metric(med, s, basis['txn_produce_records'], 'mb_per_s'), _metric(med, s, basis['produce'], 'mb_per_s')), 2)}×"
+            for s in systems
+            if s.startswith(f"{TIDEGATE}@")
+        ]  # fmt: skip
+        lines.append(
+            f"\nTransactions: {basis['txn_produce_records']} (a commit every "
+            f"{doc['args'].get('txn_commit_records', '?')} records per producer) ran at "
+            f"{_fmt(ratios['txn_produce_1k_per_records_vs_plain'], 2)}× plain {basis['produce']} "
+            f"(goal {ratios['targets']['txn_produce_1k_per_records_vs_plain']})"
+            + (f"; {', '.join(others)}." if others else ".")
+        )
     if doc.get("profiles"):
         lines += ["", "## Where tidegate's time goes (py-spy, extra pass, not in the medians)", ""]
         for workload, prof in doc["profiles"].items():
@@ -411,7 +440,7 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     med: dict[str, Any] = doc["medians"]
     systems = [s for s in doc["systems"] if s in med]
     workloads = sorted(
-        {w for s in systems for w in med[s] if w.startswith(("produce-", "consume-", "txn-produce-"))},
+        {w for s in systems for w in med[s] if w.startswith(("produce-", "consume-", "txn"))},
         key=lambda w: (w.split("-")[0] not in ("produce", "txn"), w),
     )
     fig, (ax_t, ax_l) = plt.subplots(1, 2, figsize=(14, 5.5))

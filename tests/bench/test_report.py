@@ -54,6 +54,7 @@ def test_goal_ratios_against_peer_and_disk() -> None:
         "consume_vs_tansu_memory": False,
         "produce_p99_ms_at_rate": False,
         "txn_produce_1k_vs_plain": None,
+        "txn_produce_1k_per_records_vs_plain": None,
     }
 
 
