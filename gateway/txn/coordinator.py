@@ -8,10 +8,11 @@ writes PrepareCommit/PrepareAbort first, then a marker into every partition of t
 transaction through the partition's append path, then (on commit) the transaction's
 offsets into its groups, then CompleteCommit/CompleteAbort. The Complete* write is
 deferred (``complete_write_delay_ms``): the id's next write (the next transaction's
-AddPartitionsToTxn) supersedes it, so a producer committing in a loop waits for one
-durable write fewer per transaction; a crash before either leaves Prepare*, which the
-next start completes again (markers written twice, as after a crash today, are
-harmless: a marker with no open transaction changes nothing). EndTxn is answered once the
+AddPartitionsToTxn) supersedes it, so a producer committing in a loop costs two table
+writes per transaction, not three, and its next AddPartitionsToTxn never waits for the
+third; a crash or a stop before either leaves Prepare*, which the next start (or
+coordinator) completes again (markers written twice are harmless: a marker with no open
+transaction changes nothing). EndTxn is answered once the
 Prepare* state is durable, as Kafka answers it; a request of the same id that comes
 while the markers are still being written waits for them (bounded), and past that bound
 gets CONCURRENT_TRANSACTIONS, Kafka's answer. At
@@ -149,14 +150,13 @@ class TransactionCoordinator:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        for tid, task in list(self._unwritten.items()):
+        # Not written from a closing coordinator (in a cluster, the table's container may
+        # be another node's by now): the next one finds Prepare* and completes it again.
+        for task in list(self._unwritten.values()):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-            meta = self._txns.get(tid)
-            if meta is not None and tid in self._unwritten:  # written now, not redone at start
-                with contextlib.suppress(Exception):
-                    await self._write_complete(meta)
+        self._unwritten.clear()
 
     async def _tick(self) -> None:
         while True:
