@@ -78,6 +78,13 @@ def parse_args(argv: list[str] | None, description: str | None) -> argparse.Name
         "producers committing this often (0: not run)",
     )
     p.add_argument(
+        "--txn-commit-records",
+        type=int,
+        default=1000,
+        help="tidegate only: and again by transactional producers committing every this "
+        "many records each (phase txn{N}r-produce-...; 0: not run)",
+    )
+    p.add_argument(
         "--compaction-records",
         type=int,
         default=30_000,

@@ -76,8 +76,9 @@ class Bench:
             self.compared[f"{report.TIDEGATE}@{ref}"] = (tree, f"tidegate {commit}")
 
     def steps_per_system(self) -> int:
-        # start, produce + consume (+ transactional produce) per case, latency
-        return 1 + 3 * len(self.cases) + 1
+        # start, produce + consume (+ transactional produce, by time and by records) per
+        # case, latency
+        return 1 + 4 * len(self.cases) + 1
 
     def compacting(self) -> bool:
         return self.args.compaction_records > 0 and report.TIDEGATE in self.args.system_list
@@ -224,13 +225,21 @@ class Bench:
                     self.phase(run, server, f"consume-{size}B-p{parts}", consume)
                 step(f"consume {size}B p{parts}")
                 txn_ms = self.args.txn_commit_ms
-                if txn_ms > 0 and size == self.args.large_bytes and name == report.TIDEGATE:
+                if txn_ms > 0 and size == self.args.large_bytes and name.startswith(report.TIDEGATE):
                     txn = functools.partial(
                         self.produce_case, server, f"{topic}-txn", size, parts, records, txn_ms
                     )
                     if self.phase(run, server, f"txn-produce-{size}B-p{parts}", txn):
                         produced_bytes += records * size
                 step(f"txn produce {size}B p{parts}")
+                txn_n = self.args.txn_commit_records
+                if txn_n > 0 and size == self.args.large_bytes and name.startswith(report.TIDEGATE):
+                    txn = functools.partial(
+                        self.produce_case, server, f"{topic}-txnr", size, parts, records, 0, txn_n
+                    )
+                    if self.phase(run, server, f"txn{txn_n}r-produce-{size}B-p{parts}", txn):
+                        produced_bytes += records * size
+                step(f"txn produce every {txn_n} records {size}B p{parts}")
             if self.args.latency_seconds > 0:  # 0: the latency phase is not run
                 self.latency(run, server)
                 produced_bytes += int(
@@ -256,6 +265,7 @@ class Bench:
     def produce_case(
         self, server: systems.Server, topic: str, size: int, partitions: int, records: int,
         txn_commit_ms: int = 0,
+        txn_commit_records: int = 0,
     ) -> workloads.PhaseResult:
         workloads.create_topic(server.bootstrap, topic, partitions, self.args.ready_timeout_s)
         return workloads.run_produce(
@@ -268,6 +278,7 @@ class Bench:
             server.pid,
             self.args.phase_timeout_s,
             txn_commit_ms,
+            txn_commit_records,
         )
 
     def compaction(self, run: int) -> None:

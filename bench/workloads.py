@@ -132,6 +132,7 @@ def _produce_worker(
     timeout_s: float,
     gate: Gate,
     txn_commit_ms: int = 0,
+    txn_commit_records: int = 0,
 ) -> None:
     import uuid
 
@@ -145,19 +146,20 @@ def _produce_worker(
 
     conf = tuning.producer(bootstrap)
     conf.update({"delivery.report.only.error": True, "on_delivery": on_delivery})
-    if txn_commit_ms:
+    transactional = bool(txn_commit_ms or txn_commit_records)
+    if transactional:
         conf.update({"transactional.id": f"bench-{uuid.uuid4().hex}",
                      "enable.idempotence": True, "acks": "all"})
     producer = Producer(conf)
     producer.list_topics(topic, timeout=timeout_s)  # connect and learn leaders untimed
-    if txn_commit_ms:
+    if transactional:
         producer.init_transactions(timeout_s)
     value = os.urandom(record_bytes)
     gate.ready_then_wait(timeout_s)
     start, cpu0 = time.monotonic(), time.process_time()
     produce, poll = producer.produce, producer.poll
     commit_s = txn_commit_ms / 1000
-    if txn_commit_ms:
+    if transactional:
         producer.begin_transaction()
         txn_start = time.monotonic()
     for i in range(records):
@@ -175,7 +177,10 @@ def _produce_worker(
             producer.commit_transaction(timeout_s)
             producer.begin_transaction()
             txn_start = time.monotonic()
-    if txn_commit_ms:
+        elif txn_commit_records and i % txn_commit_records == txn_commit_records - 1:
+            producer.commit_transaction(timeout_s)
+            producer.begin_transaction()
+    if transactional:
         producer.commit_transaction(timeout_s)
     undelivered = producer.flush(timeout_s)
     end = time.monotonic()
@@ -200,9 +205,11 @@ def run_produce(
     server_pid: int,
     timeout_s: float,
     txn_commit_ms: int = 0,
+    txn_commit_records: int = 0,
 ) -> PhaseResult:
     """`records` records of `record_bytes` split over `processes` producers, acks=all;
-    with `txn_commit_ms`, transactional producers committing that often."""
+    with `txn_commit_ms` (or `txn_commit_records`), transactional producers committing
+    that often (every that many records each)."""
     gate = Gate.new()
     shares = [
         records // processes + (1 if i < records % processes else 0) for i in range(processes)
@@ -211,7 +218,8 @@ def run_produce(
         SPAWN.Process(
             target=_produce_worker,
             daemon=True,
-            args=(bootstrap, tuning, topic, record_bytes, n, timeout_s, gate, txn_commit_ms),
+            args=(bootstrap, tuning, topic, record_bytes, n, timeout_s, gate, txn_commit_ms,
+                  txn_commit_records),
         )
         for n in shares
     ]

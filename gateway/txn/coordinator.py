@@ -6,7 +6,13 @@ Every state change is written to the coordinator's table segment before it is an
 (one JSON value per transactional id, ``state.TxnMetadata``). Ending a transaction
 writes PrepareCommit/PrepareAbort first, then a marker into every partition of the
 transaction through the partition's append path, then (on commit) the transaction's
-offsets into its groups, then CompleteCommit/CompleteAbort. EndTxn is answered once the
+offsets into its groups, then CompleteCommit/CompleteAbort. The Complete* write is
+deferred (``complete_write_delay_ms``): the id's next write (the next transaction's
+AddPartitionsToTxn) supersedes it, so a producer committing in a loop costs two table
+writes per transaction, not three, and its next AddPartitionsToTxn never waits for the
+third; a crash or a stop before either leaves Prepare*, which the next start (or
+coordinator) completes again (markers written twice are harmless: a marker with no open
+transaction changes nothing). EndTxn is answered once the
 Prepare* state is durable, as Kafka answers it; a request of the same id that comes
 while the markers are still being written waits for them (bounded), and past that bound
 gets CONCURRENT_TRANSACTIONS, Kafka's answer. At
@@ -74,6 +80,9 @@ class TxnConfig:
     #: How long a request waits for its id's previous transaction to complete before it
     #: is answered CONCURRENT_TRANSACTIONS (Kafka answers at once; clients retry).
     completion_wait_ms: int = 10_000
+    #: How long the Complete* state may wait in memory for the id's next write, which
+    #: supersedes it, before it is written on its own.
+    complete_write_delay_ms: int = 100
     #: Kafka's ``transactional.id.expiration.ms``: an id with no transaction open that
     #: has not been used for this long is forgotten (its state and producer id).
     id_expiration_ms: int = 7 * 24 * 3600 * 1000
@@ -103,6 +112,9 @@ class TransactionCoordinator:
         self._by_pid: dict[int, TxnMetadata] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._completing: dict[str, asyncio.Task[None]] = {}
+        #: Ids whose Complete* state is in memory only (the table still says Prepare*),
+        #: with the task that writes it unless another write of the id comes first.
+        self._unwritten: dict[str, asyncio.Task[None]] = {}
         self._ticker: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -138,6 +150,13 @@ class TransactionCoordinator:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        # Not written from a closing coordinator (in a cluster, the table's container may
+        # be another node's by now): the next one finds Prepare* and completes it again.
+        for task in list(self._unwritten.values()):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._unwritten.clear()
 
     async def _tick(self) -> None:
         while True:
@@ -174,6 +193,7 @@ class TransactionCoordinator:
             ):
                 return
             await self._store.table_remove(TXN_TABLE, [TableRemoval(_KEY + tid.encode())])
+            self._superseded(tid)
             del self._txns[tid]
             if self._by_pid.get(meta.producer_id) is meta:
                 del self._by_pid[meta.producer_id]
@@ -197,6 +217,29 @@ class TransactionCoordinator:
         except BaseException:
             meta.__dict__.update(copy.deepcopy(before).__dict__)
             raise
+        self._superseded(meta.transactional_id)
+
+    def _superseded(self, tid: str) -> None:
+        """The id's latest state is in the table: a deferred Complete* write is moot."""
+        task = self._unwritten.pop(tid, None)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+
+    async def _write_complete_later(self, meta: TxnMetadata) -> None:
+        await asyncio.sleep(self.config.complete_write_delay_ms / 1000)
+        async with self._lock(meta.transactional_id):
+            if self._unwritten.get(meta.transactional_id) is asyncio.current_task():
+                await self._write_complete(meta)
+
+    async def _write_complete(self, meta: TxnMetadata) -> None:
+        """Write the Complete* state held in memory (under the id's lock). On failure
+        the table keeps Prepare*, which a start completes again: nothing is undone."""
+        try:
+            await self._persist(meta, copy.deepcopy(meta))
+        except Exception as exc:
+            self._unwritten.pop(meta.transactional_id, None)
+            log.warning("writing the completion of transaction %r failed (completed again "
+                        "at the next start): %r", meta.transactional_id, exc)
 
     # -- InitProducerId --------------------------------------------------------------------
 
@@ -472,17 +515,27 @@ class TransactionCoordinator:
         if commit:
             for group_id, offsets in meta.offsets.items():
                 await self._groups.apply_txn_offsets(group_id, offsets)
-        async with self._lock(meta.transactional_id):
-            before = copy.deepcopy(meta)
-            meta.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-            rotated = meta.next_producer_id >= 0
-            if rotated:  # TV2 past an exhausted epoch: the markers carried the last one
+        tid = meta.transactional_id
+        async with self._lock(tid):
+            # Durably done (markers and offsets); the table learns it from the id's next
+            # write or from the deferred one, whichever comes first.
+            if meta.next_producer_id >= 0:
+                # TV2 past an exhausted epoch (the markers carried the last one): the new
+                # producer id is written at once, not deferred.
+                before = copy.deepcopy(meta)
+                meta.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
                 meta.last_producer_id, meta.last_producer_epoch = meta.producer_id, meta.producer_epoch
                 meta.producer_id, meta.producer_epoch = meta.next_producer_id, 0
                 meta.next_producer_id = -1
-            await self._persist(meta, before)
-            if rotated:
+                await self._persist(meta, before)
                 self._by_pid[meta.producer_id] = meta
+                return
+            meta.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+            meta.updated_ms = self._clock_ms()
+            self._superseded(tid)
+            self._unwritten[tid] = asyncio.create_task(
+                self._write_complete_later(meta), name=f"txn-complete-write:{tid}"
+            )
 
     # -- views -----------------------------------------------------------------------------
 

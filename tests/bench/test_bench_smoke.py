@@ -71,6 +71,8 @@ def test_bench_runs_both_systems(tmp_path: Path) -> None:
     assert markdown.startswith("# tidegate benchmark")
     assert result["ratios"]["txn_produce_1k_vs_plain"] > 0
     assert "Transactions: txn-produce-1024B-p4 (a commit every 100 ms)" in markdown
+    assert result["ratios"]["txn_produce_1k_per_records_vs_plain"] > 0
+    assert "Transactions: txn1000r-produce-1024B-p4 (a commit every 1000 records" in markdown
     disk_rounds = [
         report._fmt(m["mb_per_s"])
         for m in sorted(doc["measurements"], key=lambda m: m["run"])
@@ -94,6 +96,7 @@ def test_bench_runs_both_systems(tmp_path: Path) -> None:
         if system == report.TIDEGATE:  # transactional produce beside plain produce
             for parts in (1, 4):
                 assert med[system][f"txn-produce-1024B-p{parts}"]["records"] == 2 * 1024
+                assert med[system][f"txn1000r-produce-1024B-p{parts}"]["records"] == 2 * 1024
         else:
             assert not any(w.startswith("txn-") for w in med[system])
         assert med[system]["server"]["peak_rss_mb"] > 0

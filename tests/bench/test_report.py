@@ -53,6 +53,8 @@ def test_goal_ratios_against_peer_and_disk() -> None:
         "produce_100b_records_per_s": True,
         "consume_vs_tansu_memory": False,
         "produce_p99_ms_at_rate": False,
+        "txn_produce_1k_vs_plain": None,
+        "txn_produce_1k_per_records_vs_plain": None,
     }
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import pytest
 from tidegate.core.segmentstore.inmemory import InMemorySegmentStore
 from tidegate.gateway.txn.coordinator import TransactionCoordinator, TxnConfig
-from tidegate.gateway.txn.state import PendingOffset, TopicPartition, TxnState
+from tidegate.gateway.txn.state import PendingOffset, TopicPartition, TxnMetadata, TxnState
 from tidegate.protocol.errors import ErrorCode as E
 
 
@@ -112,9 +112,9 @@ async def test_end_txn_rules(parts) -> None:
     await coord.init_producer_id("a", 1000)
     assert await coord.end_txn("a", 100, 0, True) == E.INVALID_TXN_STATE  # nothing begun
     await coord.add_partitions("a", 100, 0, [("t", 0)])
-    assert await coord.end_txn("a", 100, 0, True) == E.NONE
+    assert (await coord.end_transaction("a", 100, 0, True))[0] == E.NONE
     assert coord.describe("a").state == TxnState.PREPARE_COMMIT  # answered once durable
-    assert await coord.end_txn("a", 100, 0, True) == E.NONE  # a retry waits for the markers
+    assert (await coord.end_transaction("a", 100, 0, True))[0] == E.NONE  # a retry waits for the markers
     assert coord.describe("a").state == TxnState.COMPLETE_COMMIT
     assert await coord.end_txn("a", 100, 0, False) == E.INVALID_TXN_STATE
     assert markers.written == [([("t", 0)], 100, 0, True)]
@@ -136,7 +136,7 @@ async def test_txn_offsets_applied_on_commit_only(parts) -> None:
     assert groups.applied == {}
     await coord.add_offsets("a", 100, 0, "g")
     await coord.txn_offset_commit("a", 100, 0, "g", 3, "m", None, offsets)
-    assert await coord.end_txn("a", 100, 0, True) == E.NONE
+    assert (await coord.end_transaction("a", 100, 0, True))[0] == E.NONE
     assert coord.pending_offsets("g") == {("in", 0)}  # until the markers are written
     await coord.add_offsets("a", 100, 0, "g")  # the next transaction waits for them
     assert groups.applied == {"g": offsets}
@@ -174,7 +174,7 @@ async def test_in_doubt_commit_is_completed_by_the_next_coordinator(parts) -> No
     await coord.txn_offset_commit("a", 100, 0, "g", -1, "", None, offsets)
     markers.fail = True  # the markers cannot be written: the "crash" leaves PrepareCommit
     coord.config = TxnConfig(max_timeout_ms=60_000, end_wait_ms=50)
-    assert await coord.end_txn("a", 100, 0, True) == E.NONE  # the decision is durable
+    assert (await coord.end_transaction("a", 100, 0, True))[0] == E.NONE  # the decision is durable
     assert coord.describe("a").state == TxnState.PREPARE_COMMIT
     await coord.close()
     markers2, groups2 = Markers(), Groups()
@@ -274,3 +274,51 @@ async def test_tv2_epoch_bumps_and_rotation(parts) -> None:
     assert await coord2.end_transaction("a", new_pid, 1, True) == (E.NONE, new_pid, 1)
     await coord2.close()
     await coord.close()
+
+
+class CountingStore(InMemorySegmentStore):
+    """Records the state each table write carries."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.states: list[str] = []
+
+    async def table_put(self, name, updates):  # type: ignore[no-untyped-def]
+        self.states += [TxnMetadata.decode("-", u.value).state.name for u in updates]
+        return await super().table_put(name, updates)
+
+
+async def test_next_transaction_supersedes_the_complete_write(parts) -> None:
+    """A producer committing in a loop: each transaction costs two table writes (Ongoing,
+    Prepare*), not three; Complete* reaches the table on its own only once the id is idle,
+    and a crash before it leaves Prepare*, which the next start completes again."""
+    _, markers, groups, clock = parts
+    store = CountingStore()
+    coord = TransactionCoordinator(store, Ids(), markers, groups, clock,
+                                   TxnConfig(max_timeout_ms=60_000, complete_write_delay_ms=200))
+    await coord.start(ticker=False)
+    await coord.init_producer_id("a", 1000)
+    store.states.clear()
+    for _ in range(3):
+        assert await coord.add_partitions("a", 100, 0, [("t", 0)]) == E.NONE
+        assert (await coord.end_transaction("a", 100, 0, True))[0] == E.NONE
+    assert store.states == ["ONGOING", "PREPARE_COMMIT"] * 3
+    assert coord.verify_produce("t", 0, 100, 0) == E.INVALID_TXN_STATE  # not begun yet
+    # A "crash" now: the table still says PrepareCommit; a start completes it again.
+    again = make(store, Markers(), Groups(), clock)
+    await again.start(ticker=False)
+    assert again.describe("a").state == TxnState.COMPLETE_COMMIT
+    await again.close()  # a closing coordinator leaves it to the next one
+    assert store.states[-1] == "PREPARE_COMMIT"
+    # Idle: the deferred write lands by itself.
+    store.states.clear()
+    async with asyncio.timeout(30):
+        while store.states != ["COMPLETE_COMMIT"]:
+            await asyncio.sleep(0.01)
+    assert coord.describe("a").state == TxnState.COMPLETE_COMMIT
+    await coord.close()
+    assert store.states == ["COMPLETE_COMMIT"]
+    reloaded = make(store, Markers(), Groups(), clock)
+    await reloaded.start(ticker=False)
+    assert reloaded.describe("a").state == TxnState.COMPLETE_COMMIT
+    await reloaded.close()
