@@ -281,6 +281,14 @@ class PartitionLogs:
             self._logs.pop(key).retired = True
         return len(keys)
 
+    def abandon_where(self, drop: Callable[[str, int], bool]) -> int:
+        """``retire_where``, and the picked logs' appends not yet sent fail at once
+        (``PartitionLog.abandon``): their container was given to another node."""
+        keys = [k for k in self._logs if drop(*k)]
+        for key in keys:
+            self._logs.pop(key).abandon()
+        return len(keys)
+
     async def _read_exact(self, name: str, offset: int, length: int) -> bytes:
         out = bytearray()
         while len(out) < length:

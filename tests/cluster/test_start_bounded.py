@@ -36,6 +36,9 @@ class FirstStartHangs:
     async def stop_container(self, cid: int) -> None:
         self.running.discard(cid)
 
+    def release(self, cid: int) -> None:
+        pass
+
 
 async def test_a_stuck_container_start_is_given_up_and_retried(
     zookeeper: ZooKeeperServer, caplog: pytest.LogCaptureFixture
