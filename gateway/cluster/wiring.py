@@ -73,7 +73,10 @@ class ClusterWiring:
         self.config = config
         self.local = local
         self.server = SegmentStoreServer(local)
-        self.session = ClusterSession(config.zookeeper, config.node_id)
+        self.session = ClusterSession(
+            config.zookeeper, config.node_id,
+            session_timeout_s=config.zookeeper_session_timeout_ms / 1000,
+        )
         self.info: dict[str, Any] = {"node": config.node_id}
         self.node = ClusterNode(
             self.session, local, node_id=config.node_id,
