@@ -87,6 +87,9 @@ class GatewayConfig:
     #: others (port 0: any free one), the Tier-1 and Tier-2 directories every node shares,
     #: and the segment containers of the whole cluster (0: the store's default).
     zookeeper: str = ""
+    #: The node's ZooKeeper session timeout: how long after its death (or freeze) its
+    #: containers are handed to the others (ZooKeeper bounds it by its tickTime).
+    zookeeper_session_timeout_ms: int = 6000
     segment_store: str = "127.0.0.1:0"
     tier1_dir: str = ""
     tier2_dir: str = ""

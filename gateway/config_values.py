@@ -61,6 +61,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "max_incremental_fetch_session_cache_slots": (0, None),
     "malloc_mmap_threshold_bytes": (0, None),
     "rebuild_read_bytes": (1, None),
+    "zookeeper_session_timeout_ms": (1, None),
     "log_cleaner_backoff_ms": (0, None),
     "log_cleaner_dedupe_buffer_size": (1, None),
     "log_cleaner_io_max_bytes_per_second": (0, None),

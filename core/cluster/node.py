@@ -11,6 +11,12 @@
   all first (another node may have run them meanwhile). A container a stale owner still runs is
   fenced when the new owner opens its Tier-1 log (the epoch), so there is one writer.
   ``on_owned(gained, lost)`` runs after each change so the gateway can rebuild state.
+- A container the map gives to another node while this node runs (or starts) it is
+  *interrupted* at once, as the map change is seen (``on_interrupted``), not when the
+  reconcile gets to it: the gateway stops serving it and its restart watcher lets it be,
+  and the reconcile stops it even if the map gives it back meanwhile, so what another node
+  appended is recovered and indexed before it is served again (a reconcile slowed by a long
+  index catch-up once missed such a round trip and served stale producer state).
 """
 
 from __future__ import annotations
@@ -54,6 +60,9 @@ class LocalContainers(Protocol):
 
     def plog_server_back(self, server_id: str) -> None: ...
 
+    def release(self, cid: int) -> None:
+        """Stop restarting ``cid`` on failure (another node owns it now); it is stopped later."""
+
 
 OwnedCallback = Callable[[set[int], set[int]], Awaitable[None]]
 LeadershipCallback = Callable[[bool], Awaitable[None]]
@@ -90,6 +99,12 @@ class ClusterNode:
         self._untold_lost: set[int] = set()
         self.leader = False
         self.on_owned: OwnedCallback | None = None
+        #: Containers the map gave another node while they ran or started here: not to
+        #: be served, stopped by the reconcile whatever the map says by then.
+        self.interrupted: set[int] = set()
+        #: Told (synchronously) of newly interrupted containers.
+        self.on_interrupted: Callable[[set[int]], None] | None = None
+        self._starting: set[int] = set()
         self.on_leadership: LeadershipCallback | None = None
         self._reconcile_wake = asyncio.Event()
         self._rebalance_wake = asyncio.Event()
@@ -158,9 +173,28 @@ class ClusterNode:
 
     def _map_changed(self, owners: dict[int, int], version: int) -> None:
         if version >= self.containers.version or version < 0:
+            self._interrupt(owners, version)
             self.containers.update(owners, version)
         self._reconcile_wake.set()
         self._rebalance_wake.set()  # the leader repairs a map that lost its balance
+
+    def _interrupt(self, owners: dict[int, int], version: int) -> None:
+        """Mark the containers run or started here that the new map gives another node;
+        all of them when a version was skipped (a watch reports only the latest map, and
+        one in between may have given them away and back)."""
+        mine = self.running | self._starting
+        skipped = self.containers.version >= 0 and version > self.containers.version + 1
+        gone = {c for c in mine if skipped or owners.get(c) != self.node_id} - self.interrupted
+        if not gone:
+            return
+        log.info("containers %s interrupted: the map (version %d) %s", sorted(gone), version,
+                 "skipped a version" if skipped else "gives them to another node")
+        self.interrupted |= gone
+        for cid in gone:
+            self.local.release(cid)
+        if self.on_interrupted is not None:
+            self.on_interrupted(gone)
+        self._reconcile_wake.set()
 
     def _lost_session(self) -> None:
         """The session expired (this node was frozen or cut off): others may have run
@@ -286,11 +320,13 @@ class ClusterNode:
             if dropped and self.on_owned is not None:
                 await self.on_owned(set(), dropped)
         want = self.owned()
-        lost = self.running - want
+        lost = (self.running - want) | (self.running & self.interrupted)
         for cid in sorted(lost):
             log.info("container %d moves away: stopping it", cid)
             self.running.discard(cid)
             await self.local.stop_container(cid)
+            self.interrupted.discard(cid)
+        self.interrupted &= self.running  # given away before it started: nothing to stop
         gained: set[int] = set()
         failed = False
         unlogged: dict[str, list[int]] = {}  # failures to log: one line for each cause
@@ -298,9 +334,16 @@ class ClusterNode:
             if cid not in self.owned():  # the map moved it on while earlier ones started
                 continue
             bound = asyncio.timeout(self.start_timeout_ms / 1000)
+            self._starting.add(cid)
             try:
                 async with bound:
                     await self.local.start_container(cid)
+                if cid in self.interrupted:  # another node may have claimed it meanwhile
+                    log.info("container %d was given away while it started: stopping it", cid)
+                    self.interrupted.discard(cid)
+                    await self.local.stop_container(cid)
+                    failed = True
+                    continue
             except TimeoutError as exc:
                 stuck = "its start is stuck" if bound.expired() else repr(exc)
                 if self._start_failed(cid, exc):
@@ -313,6 +356,8 @@ class ClusterNode:
                     unlogged.setdefault(repr(exc), []).append(cid)
                 failed = True
                 continue
+            finally:
+                self._starting.discard(cid)
             self.start_errors.pop(cid, None)
             self._start_logged.pop(cid, None)
             log.info("container %d started here", cid)

@@ -243,6 +243,11 @@ class StreamSegmentStore:
         c = self.containers[cid] = self._new_container(cid)
         await c.start()
 
+    def release(self, cid: int) -> None:
+        """Another node owns ``cid`` now: a failure of it is no longer restarted here (the
+        restart would fence the new owner); ``stop_container`` stops it later."""
+        self.owned = self.owned - {cid}
+
     async def stop_container(self, cid: int) -> None:
         """Stop one container and give up its ownership (it moves to another node)."""
         self.owned = self.owned - {cid}

@@ -19,7 +19,9 @@ names two leaders of one partition.
 On a change of owned containers, the node indexes what the segments of containers it did
 not hold throughout gained meanwhile (another node appended them), then forgets its cached
 logs of partitions it did not lead throughout, so their offsets, high watermark and
-producer state are read again from the rebuilt index, as at start-up.
+producer state are read again from the rebuilt index, as at start-up. A container the
+map gives away is dropped at once (``interrupted``), before the node gets round to
+stopping it, and served again only after such a catch-up.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class ClusterView(Protocol):
     node_id: int
     members: dict[int, dict[str, Any]]
     running: set[int]
+    #: Containers the map gave another node while they ran here (``core/cluster/node.py``).
+    interrupted: set[int]
     containers: Any
 
     @property
@@ -174,7 +178,7 @@ class PartitionLeaders:
         except Exception:  # noqa: BLE001 - stream gone or metadata unreachable
             return ErrorCode.LEADER_NOT_AVAILABLE
         cid = container_of(name, self.owners.container_count)
-        if cid in self.ready and cid in self.node.running:
+        if cid in self.ready and cid in self.node.running and cid not in self.node.interrupted:
             if (topic, partition) not in self.leading:
                 try:
                     await self._catch_up(topic, partition)
@@ -258,11 +262,24 @@ class PartitionLeaders:
         indexed = await self.logs.rebuild_where(foreign)
         dropped = self.logs.retire_where(lambda topic, p: self._moved(topic, p, kept))
         self.leading = {k for k in self.leading if not self._moved(*k, kept)}
-        self.ready |= gained
+        self.ready |= gained - self.node.interrupted
         log.info(
             "containers gained %s, lost %s: %d appends indexed, %d partition logs reopened",
             sorted(gained), sorted(lost), indexed, dropped,
         )
+
+    def interrupted(self, cids: set[int]) -> None:
+        """The map gave containers this node runs to another node (called as the map
+        change is seen, before the containers are stopped): their partitions are no
+        longer served, and their logs are dropped with the appends not yet sent, so
+        nothing is appended or answered from state another node may move past. They are
+        caught up afresh once the containers run here again (``on_owned``)."""
+        self.ready -= cids
+        held = set(self.node.running) - cids
+        dropped = self.logs.abandon_where(lambda topic, p: self._moved(topic, p, held))
+        self.leading = {k for k in self.leading if not self._moved(*k, held)}
+        log.info("containers %s given to another node: %d partition logs dropped",
+                 sorted(cids), dropped)
 
     def _moved(self, topic: str, partition: int, kept: set[int]) -> bool:
         """Whether the partition's cached log may be stale: its segment is not in a

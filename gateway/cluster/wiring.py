@@ -22,6 +22,7 @@ from tidegate.core.cluster.zookeeper import ClusterSession, CoordinationError, Z
 from tidegate.core.segmentstore.api import SegmentStore
 from tidegate.core.segmentstore.remote.server import SegmentStoreServer
 from tidegate.core.segmentstore.service import StreamSegmentStore, container_of
+from tidegate.gateway import failpoints
 from tidegate.gateway.cluster.groups import GroupPlacement
 from tidegate.gateway.cluster.internode import InterNode, inter_node
 from tidegate.gateway.cluster.leadership import PartitionLeaders
@@ -72,7 +73,10 @@ class ClusterWiring:
         self.config = config
         self.local = local
         self.server = SegmentStoreServer(local)
-        self.session = ClusterSession(config.zookeeper, config.node_id)
+        self.session = ClusterSession(
+            config.zookeeper, config.node_id,
+            session_timeout_s=config.zookeeper_session_timeout_ms / 1000,
+        )
         self.info: dict[str, Any] = {"node": config.node_id}
         self.node = ClusterNode(
             self.session, local, node_id=config.node_id,
@@ -199,7 +203,12 @@ class ClusterWiring:
                         groups.follow_until_done(lambda: set(self.node.running))
                     )
 
-        self.node.on_owned = owned
+        async def owned_later(gained: set[int], lost: set[int]) -> None:
+            await failpoints.stall("cluster.on_owned")
+            await owned(gained, lost)
+
+        self.node.on_owned = owned_later
+        self.node.on_interrupted = leaders.interrupted
         await owned(set(self.node.running), set())
         self._topics_task = asyncio.get_running_loop().create_task(
             self._follow_topics(ctx.topics, ctx.logs, ctx.controller, ctx)

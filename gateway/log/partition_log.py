@@ -349,6 +349,22 @@ class PartitionLog:
                 self._fail(p, moved)
         self._drop_failed()
 
+    def abandon(self) -> None:
+        """Cluster mode: the partition's container was given to another node. The log is
+        retired and every append waiting to be (re-)sent fails at once (NOT_LEADER_OR_FOLLOWER:
+        the producer sends it to the new leader), never re-sent here: its offsets and
+        producer state predate what the new owner may append. Appends in flight settle
+        as the container answers them (durable ones are in the log the new owner recovers)."""
+        self.retired = True
+        moved = LeaderMovedError(f"{self.topic}/{self.partition}: its container moved to another node")
+        for p in self._pending:
+            if p.state in _RESEND or p.state == _State.MOVED:
+                self._fail(p, moved)
+        if self._inflight:
+            self._start_recovery()  # drops the failed ones once the rest settled
+        else:
+            self._drop_failed()
+
     def _drop_failed(self) -> None:
         """Forget failed appends (only while nothing is in flight). Their offsets are
         skipped, not reused: a later append may already be durable."""

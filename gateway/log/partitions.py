@@ -281,6 +281,14 @@ class PartitionLogs:
             self._logs.pop(key).retired = True
         return len(keys)
 
+    def abandon_where(self, drop: Callable[[str, int], bool]) -> int:
+        """``retire_where``, and the picked logs' appends not yet sent fail at once
+        (``PartitionLog.abandon``): their container was given to another node."""
+        keys = [k for k in self._logs if drop(*k)]
+        for key in keys:
+            self._logs.pop(key).abandon()
+        return len(keys)
+
     async def _read_exact(self, name: str, offset: int, length: int) -> bytes:
         out = bytearray()
         while len(out) < length:
@@ -303,11 +311,12 @@ class PartitionLogs:
         position = max(self.index.marker(name), info.start_offset)
         count = 0
         max_ts: dict[int, int] = {}
+        reader = _ForwardReader(self, name, info.length, self._rebuild_read_bytes)
         while position < info.length:
             try:
-                head = await self._read_exact(name, position, ENVELOPE_BYTES)
+                head = await reader.read(position, ENVELOPE_BYTES)
                 env = decode_envelope(head)
-                payload = await self._read_exact(name, position + ENVELOPE_BYTES, env.payload_length)
+                payload = await reader.read(position + ENVELOPE_BYTES, env.payload_length)
                 batches = list(iter_batches(payload, check_crc=False))
             except (InvalidEnvelopeError, InvalidBatchError, SegmentTruncatedError) as exc:
                 log.error("index rebuild stops in %s at %d: %r", name, position, exc)
@@ -413,6 +422,25 @@ class PartitionLogs:
         """One whole batch as bytes (for the rare paths that decode records)."""
         name = self.topics.segment_name(topic, entry.segment_id)
         return b"".join(await self._read_entry(name, entry))
+
+
+class _ForwardReader:
+    """One segment read forward for the rebuild, ``block_bytes`` (``rebuild.read.bytes``)
+    at a time up to its length as the rebuild began: the rebuild takes two small reads
+    per append, and a segment on another node answers each read in a round trip."""
+
+    def __init__(self, logs: PartitionLogs, name: str, end: int, block_bytes: int) -> None:
+        self._logs, self._name, self._end, self._block_bytes = logs, name, end, block_bytes
+        self._buffer = b""
+        self._at = 0
+
+    async def read(self, offset: int, length: int) -> bytes:
+        start = offset - self._at
+        if start < 0 or start + length > len(self._buffer):
+            want = max(length, min(self._block_bytes, self._end - offset))
+            self._buffer = await self._logs._read_exact(self._name, offset, want)
+            self._at, start = offset, 0
+        return self._buffer[start : start + length]
 
 
 def _base_offset(entry: IndexEntry) -> int:

@@ -51,18 +51,27 @@ class Producing(threading.Thread):
     """Sends value ``i`` to partition ``i % partitions`` until stopped; keeps every
     acknowledged (partition, offset, value)."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, rate_per_s: int = 400) -> None:
+    def __init__(self, bootstrap: str, topic: str, partitions: int, rate_per_s: int = 400,
+                 tag: str = "", message_timeout_ms: int = 120_000) -> None:
         super().__init__(daemon=True)
         self.topic, self.partitions, self.rate_per_s = topic, partitions, rate_per_s
+        #: Prefix of the values (several producers' values stay unique).
+        self.tag = tag
         self.producer = Producer({
             "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-            "linger.ms": 5, "message.timeout.ms": 120_000, **QUIET,
+            "linger.ms": 5, "message.timeout.ms": message_timeout_ms, "error_cb": self._error,
+            **QUIET,
         })
         self.acked: list[tuple[int, int, bytes]] = []
+        #: Delivery errors and fatal errors (OUT_OF_ORDER_SEQUENCE_NUMBER, ...).
         self.errors: list[str] = []
         self.stopping = threading.Event()
         #: The longest time from ``produce`` to an acknowledgement, in seconds.
         self.latency_max_s = 0.0
+
+    def _error(self, err: KafkaError) -> None:
+        if err.fatal():
+            self.errors.append(f"fatal: {err}")
 
     def _done(self, err: KafkaError | None, msg: object) -> None:
         if err is not None:
@@ -75,13 +84,28 @@ class Producing(threading.Thread):
         i = 0
         while not self.stopping.is_set():
             for _ in range(self.rate_per_s // 20):
-                self.producer.produce(
-                    self.topic, value=str(i).encode(), partition=i % self.partitions,
-                    on_delivery=self._done,
-                )
+                try:
+                    self.producer.produce(
+                        self.topic, value=f"{self.tag}{i}".encode(), partition=i % self.partitions,
+                        on_delivery=self._done,
+                    )
+                except BufferError:
+                    break  # the queue is full while a leader is away: send later
+                except KafkaException as e:  # fatal: reported by ``_error`` too
+                    self.errors.append(f"produce: {e.args[0]}")
+                    self.stopping.set()
+                    break
                 i += 1
-            self.producer.poll(0.05)
-        self.unflushed = self.producer.flush(120)
+            try:
+                self.producer.poll(0.05)
+            except KafkaException as e:  # a fatal error is raised here as well as reported
+                self.errors.append(f"poll: {e.args[0]}")
+                self.stopping.set()
+        try:
+            self.unflushed = self.producer.flush(120)
+        except KafkaException as e:
+            self.errors.append(f"flush: {e.args[0]}")
+            self.unflushed = len(self.producer)
 
 
 class Consuming(threading.Thread):

@@ -6,6 +6,7 @@ Tier-1 cannot keep writing through a node's loss)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -31,6 +32,8 @@ class Node(Tidegate):
         self._offset = 0
         #: More ``tidegate serve`` flags (a repeated flag's last value wins).
         self.extra_args: list[str] = list(extra_args)
+        #: More environment for the process (``TIDEGATE_FAILPOINTS``).
+        self.env: dict[str, str] = {}
 
     @property
     def grpc(self) -> str:
@@ -57,7 +60,8 @@ class Node(Tidegate):
             if self.tier1 == "file":
                 cmd += ["--tier1-dir", str(self.shared / "tier1")]
             cmd += self.extra_args
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                         env={**os.environ, **self.env})
 
     def wait_ready(self, line: bytes = b"tidegate ready") -> None:
         """Until the log of this start shows ``line``."""

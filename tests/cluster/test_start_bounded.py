@@ -42,6 +42,9 @@ class FirstStartHangs:
     def plog_server_back(self, server_id: str) -> None:
         pass
 
+    def release(self, cid: int) -> None:
+        pass
+
 
 async def test_a_stuck_container_start_is_given_up_and_retried(
     zookeeper: ZooKeeperServer, caplog: pytest.LogCaptureFixture

@@ -34,6 +34,7 @@ def test_defaults() -> None:
         "127.0.0.1:9092", "127.0.0.1:9080", "127.0.0.1:9090")
     assert config.auto_create_topics_enable and config.num_partitions == 1
     assert config.socket_request_max_bytes == 100 * 1024 * 1024
+    assert config.zookeeper_session_timeout_ms == 6000
 
 
 def test_bad_config_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -108,6 +109,8 @@ def test_bad_values_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "unknown config key 'no.such.key'" in capsys.readouterr().err
     assert main(["serve", "--set", "auto.create.topics.enable=yes"]) == 2
     assert "for auto.create.topics.enable: must be true or false" in capsys.readouterr().err
+    assert main(["serve", "--set", "zookeeper.session.timeout.ms=0"]) == 2
+    assert "invalid value 0 for zookeeper.session.timeout.ms: must be at least 1" in capsys.readouterr().err
 
 
 def test_served_with_environment_set_and_json_log(tmp_path: Path) -> None:
