@@ -1,0 +1,93 @@
+// KIP-932 share groups with kafka-clients 4.3's KafkaShareConsumer.
+// Usage:
+//   ShareScenarios BOOTSTRAP config GROUP KEY VALUE   (IncrementalAlterConfigs on the group)
+//   ShareScenarios BOOTSTRAP consume GROUP TOPIC MODE IDLE_MS MAX_MS
+// consume prints "R <partition> <offset> <delivery count> <value> <ack>" for every record
+// it is given and acknowledges it by MODE: accept; release-first (RELEASE at the first
+// delivery, ACCEPT after); reject-odd (REJECT odd values, ACCEPT the others); hold (no
+// acknowledgement: keeps its records until killed). It stops after IDLE_MS without
+// records once it has had some, or after MAX_MS, and prints "OK consume n=<records>".
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.consumer.AcknowledgeType;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaShareConsumer;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.serialization.StringDeserializer;
+
+public final class ShareScenarios {
+    public static void main(String[] args) throws Exception {
+        String bootstrap = args[0];
+        switch (args[1]) {
+            case "config" -> config(bootstrap, args[2], args[3], args[4]);
+            case "consume" -> consume(bootstrap, args[2], args[3], args[4],
+                    Long.parseLong(args[5]), Long.parseLong(args[6]));
+            default -> throw new IllegalArgumentException(args[1]);
+        }
+    }
+
+    static void config(String bootstrap, String group, String key, String value) throws Exception {
+        try (Admin admin = Admin.create(Check.props(bootstrap))) {
+            ConfigResource r = new ConfigResource(ConfigResource.Type.GROUP, group);
+            AlterConfigOp op = new AlterConfigOp(new ConfigEntry(key, value), AlterConfigOp.OpType.SET);
+            admin.incrementalAlterConfigs(Map.of(r, List.of(op))).all().get();
+        }
+        Check.out("OK config " + key + "=" + value);
+    }
+
+    static void consume(String bootstrap, String group, String topic, String mode, long idleMs,
+                        long maxMs) throws Exception {
+        Properties p = Check.props(bootstrap);
+        p.put("group.id", group);
+        p.put("key.deserializer", StringDeserializer.class.getName());
+        p.put("value.deserializer", StringDeserializer.class.getName());
+        p.put("share.acknowledgement.mode", "explicit");
+        p.put("max.poll.records", "5");
+        int n = 0;
+        long start = System.currentTimeMillis();
+        long last = start;
+        try (KafkaShareConsumer<String, String> c = new KafkaShareConsumer<>(p)) {
+            c.subscribe(List.of(topic));
+            Check.out("SUBSCRIBED");
+            while (true) {
+                long now = System.currentTimeMillis();
+                if (now - start > maxMs || (n > 0 && now - last > idleMs)) {
+                    break;
+                }
+                ConsumerRecords<String, String> records = c.poll(Duration.ofMillis(200));
+                for (ConsumerRecord<String, String> r : records) {
+                    int count = r.deliveryCount().map(Short::intValue).orElse(-1);
+                    AcknowledgeType ack = switch (mode) {
+                        case "accept" -> AcknowledgeType.ACCEPT;
+                        case "release-first" -> count <= 1 ? AcknowledgeType.RELEASE : AcknowledgeType.ACCEPT;
+                        case "reject-odd" -> Integer.parseInt(r.value().substring(2)) % 2 == 1
+                                ? AcknowledgeType.REJECT : AcknowledgeType.ACCEPT;
+                        case "hold" -> null;
+                        default -> throw new IllegalArgumentException(mode);
+                    };
+                    Check.out("R " + r.partition() + " " + r.offset() + " " + count + " " + r.value()
+                            + " " + (ack == null ? "HOLD" : ack.name()));
+                    if (ack != null) {
+                        c.acknowledge(r, ack);
+                    }
+                    n++;
+                    last = System.currentTimeMillis();
+                }
+                if (!records.isEmpty() && !mode.equals("hold")) {
+                    c.commitSync();
+                }
+                if (mode.equals("hold") && n > 0) {
+                    Check.out("HOLDING");
+                    Thread.sleep(maxMs);
+                }
+            }
+        }
+        Check.out("OK consume n=" + n);
+    }
+}

@@ -1,0 +1,102 @@
+"""Share groups (KIP-932) with kafka-clients 4.3's ``KafkaShareConsumer`` against a real
+``tidegate serve``: records shared by members of one group, RELEASE, REJECT, lock expiry
+after a consumer's ``kill -9``, and a server ``kill -9`` in the middle."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.clients.server import Tidegate
+from tests.java.conftest import Java
+
+TS_BASE = 1_700_000_000_000
+#: Short locks so an expired lock shows within a test (Kafka's default is 30 s).
+LOCK_MS = 4_000
+
+
+@pytest.fixture
+def tidegate_share(tmp_path: Path) -> Iterator[Tidegate]:
+    config = tmp_path / "tidegate.toml"
+    config.write_text(f"[share]\nrecord_lock_duration_ms = {LOCK_MS}\n")
+    server = Tidegate(tmp_path / "data", tmp_path / "tidegate.log", config)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+class _Consumer:
+    """One ShareScenarios consume process; its output goes to a file read as it runs."""
+
+    def __init__(self, java: Java, server: Tidegate, tmp: Path, name: str, group: str,
+                 topic: str, mode: str, idle_ms: int = 4_000, max_ms: int = 60_000) -> None:
+        self.log = tmp / f"{name}.out"
+        self._file = open(self.log, "w")
+        self.proc = java.popen("ShareScenarios", server.bootstrap, "consume", group, topic, mode,
+                               str(idle_ms), str(max_ms), stdout=self._file)
+
+    def text(self) -> str:
+        return self.log.read_text()
+
+    def records(self) -> list[tuple[int, int, str, str]]:
+        """(offset, delivery count, value, acknowledgement) of every record given."""
+        out = []
+        for line in self.text().splitlines():
+            if line.startswith("R "):
+                _, _, offset, count, value, ack = line.split()
+                out.append((int(offset), int(count), value, ack))
+        return out
+
+    def finish(self, timeout_s: float = 90) -> str:
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._file.close()
+        return self.text()
+
+    def kill9(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self._file.close()
+
+
+def _wait(cond: object, timeout_s: float, what: str, detail: object = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():  # type: ignore[operator]
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}: {detail() if callable(detail) else ''}")
+
+
+def _setup(java: Java, server: Tidegate, topic: str, group: str, count: int) -> None:
+    java.run("AdminScenarios", server.bootstrap, "topics", topic, "1")
+    out = java.run("ShareScenarios", server.bootstrap, "config", group,
+                   "share.auto.offset.reset", "earliest")
+    assert "OK config" in out, out
+    out = java.run("ProducerScenario", server.bootstrap, topic, str(count), "1", str(TS_BASE))
+    assert f"OK produce {count}" in out, out
+
+
+def test_two_share_consumers_split_one_partition(java: Java, tidegate_share: Tidegate,
+                                                  tmp_path: Path) -> None:
+    server = tidegate_share
+    _setup(java, server, "sh-two", "g-two", 200)
+    a = _Consumer(java, server, tmp_path, "a", "g-two", "sh-two", "accept")
+    b = _Consumer(java, server, tmp_path, "b", "g-two", "sh-two", "accept")
+    out_a, out_b = a.finish(), b.finish()
+    assert "OK consume" in out_a and "OK consume" in out_b, out_a + out_b
+    got_a = [r[2] for r in a.records()]
+    got_b = [r[2] for r in b.records()]
+    assert not set(got_a) & set(got_b), "a record went to both members"
+    assert sorted(got_a + got_b) == sorted(f"v-{i}" for i in range(200))
+    assert len(got_a + got_b) == 200, "a record was delivered twice"
+    assert got_a and got_b, f"one member got nothing: a={len(got_a)} b={len(got_b)}"
