@@ -1,14 +1,18 @@
 // KIP-932 share groups with kafka-clients 4.3's KafkaShareConsumer.
 // Usage:
 //   ShareScenarios BOOTSTRAP config GROUP KEY VALUE   (IncrementalAlterConfigs on the group)
-//   ShareScenarios BOOTSTRAP consume GROUP TOPIC MODE IDLE_MS MAX_MS
+//   ShareScenarios BOOTSTRAP consume GROUP TOPIC MODE IDLE_MS MAX_MS [STOP_FILE]
 // consume prints "R <partition> <offset> <delivery count> <value> <ack>" for every record
 // it is given and acknowledges it by MODE: accept; release-first (RELEASE at the first
-// delivery, ACCEPT after); reject-odd (REJECT odd values, ACCEPT the others); hold (no
-// acknowledgement: keeps its records until killed). It stops after IDLE_MS without
-// records once it has had some, or after MAX_MS, and prints "OK consume n=<records>".
+// delivery, ACCEPT after); release (always RELEASE); reject-odd (REJECT odd values, ACCEPT
+// the others); hold (no acknowledgement: keeps its records until killed). After each
+// commitSync that succeeded for every partition it prints "C <offset>,<offset>...". It
+// stops after IDLE_MS without records once it has had some (with STOP_FILE: once that file
+// exists instead), or after MAX_MS, and prints "OK consume n=<records>".
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
+import java.util.Optional;
 import java.util.Map;
 import java.util.Properties;
 import org.apache.kafka.clients.admin.Admin;
@@ -18,6 +22,8 @@ import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaShareConsumer;
+import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.serialization.StringDeserializer;
 
@@ -27,7 +33,8 @@ public final class ShareScenarios {
         switch (args[1]) {
             case "config" -> config(bootstrap, args[2], args[3], args[4]);
             case "consume" -> consume(bootstrap, args[2], args[3], args[4],
-                    Long.parseLong(args[5]), Long.parseLong(args[6]));
+                    Long.parseLong(args[5]), Long.parseLong(args[6]),
+                    args.length > 7 ? java.nio.file.Path.of(args[7]) : null);
             default -> throw new IllegalArgumentException(args[1]);
         }
     }
@@ -42,7 +49,7 @@ public final class ShareScenarios {
     }
 
     static void consume(String bootstrap, String group, String topic, String mode, long idleMs,
-                        long maxMs) throws Exception {
+                        long maxMs, java.nio.file.Path stop) throws Exception {
         Properties p = Check.props(bootstrap);
         p.put("group.id", group);
         p.put("key.deserializer", StringDeserializer.class.getName());
@@ -57,15 +64,18 @@ public final class ShareScenarios {
             Check.out("SUBSCRIBED");
             while (true) {
                 long now = System.currentTimeMillis();
-                if (now - start > maxMs || (n > 0 && now - last > idleMs)) {
+                boolean done = stop != null ? java.nio.file.Files.exists(stop) : n > 0 && now - last > idleMs;
+                if (now - start > maxMs || done) {
                     break;
                 }
                 ConsumerRecords<String, String> records = c.poll(Duration.ofMillis(200));
+                List<String> acked = new ArrayList<>();
                 for (ConsumerRecord<String, String> r : records) {
                     int count = r.deliveryCount().map(Short::intValue).orElse(-1);
                     AcknowledgeType ack = switch (mode) {
                         case "accept" -> AcknowledgeType.ACCEPT;
                         case "release-first" -> count <= 1 ? AcknowledgeType.RELEASE : AcknowledgeType.ACCEPT;
+                        case "release" -> AcknowledgeType.RELEASE;
                         case "reject-odd" -> Integer.parseInt(r.value().substring(2)) % 2 == 1
                                 ? AcknowledgeType.REJECT : AcknowledgeType.ACCEPT;
                         case "hold" -> null;
@@ -75,12 +85,22 @@ public final class ShareScenarios {
                             + " " + (ack == null ? "HOLD" : ack.name()));
                     if (ack != null) {
                         c.acknowledge(r, ack);
+                        acked.add(Long.toString(r.offset()));
                     }
                     n++;
                     last = System.currentTimeMillis();
                 }
                 if (!records.isEmpty() && !mode.equals("hold")) {
-                    c.commitSync();
+                    try {
+                        Map<TopicIdPartition, Optional<KafkaException>> result = c.commitSync();
+                        if (result.values().stream().allMatch(Optional::isEmpty)) {
+                            Check.out("C " + String.join(",", acked));
+                        } else {
+                            Check.out("COMMIT-FAILED " + result);
+                        }
+                    } catch (KafkaException e) {
+                        Check.out("COMMIT-FAILED " + e);
+                    }
                 }
                 if (mode.equals("hold") && n > 0) {
                     Check.out("HOLDING");

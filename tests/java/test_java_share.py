@@ -35,11 +35,13 @@ class _Consumer:
     """One ShareScenarios consume process; its output goes to a file read as it runs."""
 
     def __init__(self, java: Java, server: Tidegate, tmp: Path, name: str, group: str,
-                 topic: str, mode: str, idle_ms: int = 4_000, max_ms: int = 60_000) -> None:
+                 topic: str, mode: str, idle_ms: int = 4_000, max_ms: int = 60_000,
+                 stop: Path | None = None) -> None:
         self.log = tmp / f"{name}.out"
         self._file = open(self.log, "w")
         self.proc = java.popen("ShareScenarios", server.bootstrap, "consume", group, topic, mode,
-                               str(idle_ms), str(max_ms), stdout=self._file)
+                               str(idle_ms), str(max_ms), *([str(stop)] if stop else []),
+                               stdout=self._file)
 
     def text(self) -> str:
         return self.log.read_text()
@@ -100,3 +102,93 @@ def test_two_share_consumers_split_one_partition(java: Java, tidegate_share: Tid
     assert sorted(got_a + got_b) == sorted(f"v-{i}" for i in range(200))
     assert len(got_a + got_b) == 200, "a record was delivered twice"
     assert got_a and got_b, f"one member got nothing: a={len(got_a)} b={len(got_b)}"
+
+
+def test_release_redelivers_with_a_higher_delivery_count(java: Java, tidegate_share: Tidegate,
+                                                         tmp_path: Path) -> None:
+    server = tidegate_share
+    _setup(java, server, "sh-rel", "g-rel", 20)
+    c = _Consumer(java, server, tmp_path, "c", "g-rel", "sh-rel", "release-first")
+    out = c.finish()
+    assert "OK consume" in out, out
+    seen: dict[str, list[int]] = {}
+    for _, count, value, _ in c.records():
+        seen.setdefault(value, []).append(count)
+    assert seen == {f"v-{i}": [1, 2] for i in range(20)}, seen
+
+
+def test_delivery_count_limit_archives(java: Java, tidegate_share: Tidegate,
+                                       tmp_path: Path) -> None:
+    """Released at every delivery: given 5 times (group.share.delivery.count.limit), then
+    archived and never given again."""
+    server = tidegate_share
+    _setup(java, server, "sh-lim", "g-lim", 4)
+    c = _Consumer(java, server, tmp_path, "c", "g-lim", "sh-lim", "release")
+    out = c.finish()
+    assert "OK consume" in out, out
+    seen: dict[str, list[int]] = {}
+    for _, count, value, _ in c.records():
+        seen.setdefault(value, []).append(count)
+    assert seen == {f"v-{i}": [1, 2, 3, 4, 5] for i in range(4)}, seen
+
+
+def test_reject_archives(java: Java, tidegate_share: Tidegate, tmp_path: Path) -> None:
+    server = tidegate_share
+    _setup(java, server, "sh-rej", "g-rej", 30)
+    c = _Consumer(java, server, tmp_path, "c", "g-rej", "sh-rej", "reject-odd")
+    out = c.finish()
+    assert "OK consume" in out, out
+    assert sorted(r[2] for r in c.records()) == sorted(f"v-{i}" for i in range(30)), out
+    # Everything was accepted or rejected: a later member of the group gets nothing.
+    d = _Consumer(java, server, tmp_path, "d", "g-rej", "sh-rej", "accept", max_ms=8_000)
+    out = d.finish()
+    assert "OK consume n=0" in out, out
+
+
+def test_killed_consumers_records_come_back_after_the_lock(java: Java, tidegate_share: Tidegate,
+                                                           tmp_path: Path) -> None:
+    server = tidegate_share
+    _setup(java, server, "sh-kill", "g-kill", 30)
+    holder = _Consumer(java, server, tmp_path, "holder", "g-kill", "sh-kill", "hold")
+    _wait(lambda: "HOLDING" in holder.text(), 60, "the holder's first records", holder.text)
+    held = {r[2] for r in holder.records()}
+    holder.kill9()
+    c = _Consumer(java, server, tmp_path, "c", "g-kill", "sh-kill", "accept",
+                  idle_ms=LOCK_MS + 4_000)
+    out = c.finish()
+    assert "OK consume" in out, out
+    got = {r[2]: r[1] for r in c.records()}
+    assert sorted(got) == sorted(f"v-{i}" for i in range(30)), out
+    assert held and all(got[v] >= 2 for v in held), (held, got)
+
+
+def test_server_kill9_in_the_middle(java: Java, tidegate_share: Tidegate, tmp_path: Path) -> None:
+    """Nothing lost, and nothing whose acknowledgement was committed is given again."""
+    server = tidegate_share
+    count = 150
+    _setup(java, server, "sh-crash", "g-crash", count)
+    stop = tmp_path / "stop"
+    c = _Consumer(java, server, tmp_path, "c", "g-crash", "sh-crash", "accept", max_ms=170_000,
+                  stop=stop)
+    _wait(lambda: sum(1 for ln in c.text().splitlines() if ln.startswith("C ")) >= 5, 60,
+          "some committed acknowledgements", c.text)
+    server.kill9()
+    server.start()
+    every = {f"v-{i}" for i in range(count)}
+    _wait(lambda: {r[2] for r in c.records()} >= every, 120, "every record", c.text)
+    time.sleep(LOCK_MS / 1000 + 2)  # a redelivery would come within a lock's time
+    stop.touch()
+    out = c.finish(60)
+    assert "OK consume" in out, out
+    committed_at: dict[int, int] = {}
+    order = 0
+    for line in out.splitlines():
+        order += 1
+        if line.startswith("C "):
+            for offset in line[2:].split(","):
+                committed_at.setdefault(int(offset), order)
+        elif line.startswith("R "):
+            offset = int(line.split()[2])
+            assert offset not in committed_at, f"offset {offset} given again after its commit"
+    values = {r[2] for r in c.records()}
+    assert values == {f"v-{i}" for i in range(count)}, out
