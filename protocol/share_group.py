@@ -1,6 +1,6 @@
 """The KIP-932 share group APIs kafka-python 3.0.12 has no classes for:
 ShareGroupHeartbeat (76), ShareGroupDescribe (77), ShareFetch (78) and ShareAcknowledge
-(79), at the versions kafka-clients 4.3 sends, built from ``protocol/schemas/`` like
+(79) and DescribeShareGroupOffsets (90), at the versions kafka-clients 4.3 sends, built from ``protocol/schemas/`` like
 ``protocol/consumer_group.py``."""
 
 from __future__ import annotations
@@ -15,8 +15,12 @@ ShareFetchRequest = _message("ShareFetchRequest")
 ShareFetchResponse = _message("ShareFetchResponse")
 ShareAcknowledgeRequest = _message("ShareAcknowledgeRequest")
 ShareAcknowledgeResponse = _message("ShareAcknowledgeResponse")
+DescribeShareGroupOffsetsRequest = _message("DescribeShareGroupOffsetsRequest")
+DescribeShareGroupOffsetsResponse = _message("DescribeShareGroupOffsetsResponse")
 
 __all__ = [
+    "DescribeShareGroupOffsetsRequest",
+    "DescribeShareGroupOffsetsResponse",
     "ShareAcknowledgeRequest",
     "ShareAcknowledgeResponse",
     "ShareFetchRequest",

@@ -164,6 +164,7 @@ HANDLER_MODULES = [
     "share_group_describe",
     "share_fetch",
     "share_acknowledge",
+    "describe_share_group_offsets",
     # Transactions (gateway/txn).
     "add_partitions_to_txn",
     "add_offsets_to_txn",

@@ -35,6 +35,11 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     refused = group_refusal(ctx, req, request.group_id)
     if refused is not None:
         return _error(ErrorCode.GROUP_AUTHORIZATION_FAILED, refused)
+    groups = ctx.group_coordinator
+    if groups is not None and (groups.group(request.group_id) is not None
+                               or request.group_id in groups.consumer.groups):
+        # One namespace of group ids: a classic or consumer group is not a share group.
+        return _error(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a share group.")
 
     def counts(topic: str) -> int | None:
         info = ctx.topics.get(topic)

@@ -21,11 +21,12 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from tidegate.core.segmentstore.api import SegmentStore, TableUpdate
+from tidegate.core.segmentstore.api import SegmentStore, TableRemoval, TableUpdate
+from tidegate.gateway.groups.errors import NON_EMPTY_GROUP
 from tidegate.gateway.groups.store import GroupStore
 from tidegate.gateway.share import store as share_store
 from tidegate.gateway.share.config import GROUP_CONFIGS, ShareConfig
-from tidegate.gateway.share.partition import SharePartition
+from tidegate.gateway.share.partition import RecordState, SharePartition
 from tidegate.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -297,3 +298,42 @@ class ShareCoordinator:
 
     def describe(self, group_id: str) -> ShareGroup | None:
         return self.groups.get(group_id)
+
+    def start_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, int]]:
+        """Each initialised share-partition's start offset and the records in its window
+        already done (acknowledged or archived), loaded or only stored."""
+        out: dict[TopicPartition, tuple[int, int]] = {}
+        for (gid, topic, partition), (start, runs) in self._stored.items():
+            if gid == group_id:
+                done = sum(last - first + 1 for first, last, state, _ in runs
+                           if state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED))
+                out[(topic, partition)] = (start, done)
+        group = self.groups.get(group_id)
+        for tp, sp in (group.partitions.items() if group is not None else ()):
+            done = sum(1 for offset in range(sp.start_offset, sp.end_offset)
+                       if (r := sp.records.get(offset)) is None
+                       or r.state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED))
+            out[tp] = (sp.start_offset, done)
+        return out
+
+    async def delete_group(self, group_id: str) -> int:
+        """DeleteGroups of a share group: only without members; its state and configs go."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if group.members:
+            return NON_EMPTY_GROUP
+        keys = [share_store.partition_key(group_id, *tp) for tp in group.partitions]
+        for gid, topic, partition in [k for k in self._stored if k[0] == group_id]:
+            keys.append(share_store.partition_key(gid, topic, partition))
+            del self._stored[(gid, topic, partition)]
+        keys.append(share_store.configs_key(group_id))
+        del self.groups[group_id]
+        self.group_configs.pop(group_id, None)
+        for key in [k for k in self.sessions if k[0] == group_id]:
+            del self.sessions[key]
+        await self.store.submit(removals=[TableRemoval(k) for k in keys])
+        return ErrorCode.NONE
+
+    def is_share_group(self, group_id: str) -> bool:
+        return group_id in self.groups

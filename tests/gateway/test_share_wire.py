@@ -7,9 +7,16 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
+from kafka.protocol.admin import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
 from tidegate.protocol.errors import ErrorCode as E
 from tidegate.protocol.share_group import (
+    DescribeShareGroupOffsetsRequest,
+    DescribeShareGroupOffsetsResponse,
     ShareAcknowledgeRequest,
     ShareAcknowledgeResponse,
     ShareFetchRequest,
@@ -122,6 +129,16 @@ async def test_share_session_acknowledgements_and_restart(node: Node) -> None:
     g, none = desc.groups
     assert g.error_code == 0 and [m.member_id for m in g.members] == ["m1"]
     assert none.error_code == E.GROUP_ID_NOT_FOUND
+    _OG = DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup
+    offsets = await c.call(DescribeShareGroupOffsetsRequest(groups=[
+        _OG(group_id="g", topics=None), _OG(group_id="none", topics=None),
+    ]), 1, DescribeShareGroupOffsetsResponse)
+    g_off, none_off = offsets.groups
+    p0 = g_off.topics[0].partitions[0]
+    assert (g_off.topics[0].topic_name, p0.start_offset, p0.lag) == ("sq", 2, 2), g_off
+    assert none_off.error_code == E.GROUP_ID_NOT_FOUND
+    deleted = await c.call(DeleteGroupsRequest(groups_names=["g"]), 2, DeleteGroupsResponse)
+    assert deleted.results[0].error_code == 68, "NON_EMPTY_GROUP: m1 is still a member"
     await c.close()
 
     # Offsets 0-1 were accepted and stored; 2 and 3 were held: after a restart they are

@@ -2,6 +2,8 @@
 // Usage:
 //   ShareScenarios BOOTSTRAP config GROUP KEY VALUE   (IncrementalAlterConfigs on the group)
 //   ShareScenarios BOOTSTRAP consume GROUP TOPIC MODE IDLE_MS MAX_MS [STOP_FILE]
+//   ShareScenarios BOOTSTRAP admin GROUP                (lists, describes, offsets)
+//   ShareScenarios BOOTSTRAP delete GROUP               (deleteShareGroups)
 // consume prints "R <partition> <offset> <delivery count> <value> <ack>" for every record
 // it is given and acknowledges it by MODE: accept; release-first (RELEASE at the first
 // delivery, ACCEPT after); release (always RELEASE); reject-odd (REJECT odd values, ACCEPT
@@ -13,11 +15,20 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Optional;
+import java.util.Set;
 import java.util.Map;
 import java.util.Properties;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.admin.GroupListing;
+import org.apache.kafka.clients.admin.ListGroupsOptions;
+import org.apache.kafka.clients.admin.ListShareGroupOffsetsSpec;
+import org.apache.kafka.clients.admin.SharePartitionOffsetInfo;
+import org.apache.kafka.clients.admin.ShareGroupDescription;
+import org.apache.kafka.clients.admin.ShareMemberDescription;
+import org.apache.kafka.common.GroupType;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
@@ -32,6 +43,8 @@ public final class ShareScenarios {
         String bootstrap = args[0];
         switch (args[1]) {
             case "config" -> config(bootstrap, args[2], args[3], args[4]);
+            case "admin" -> admin(bootstrap, args[2]);
+            case "delete" -> delete(bootstrap, args[2]);
             case "consume" -> consume(bootstrap, args[2], args[3], args[4],
                     Long.parseLong(args[5]), Long.parseLong(args[6]),
                     args.length > 7 ? java.nio.file.Path.of(args[7]) : null);
@@ -46,6 +59,37 @@ public final class ShareScenarios {
             admin.incrementalAlterConfigs(Map.of(r, List.of(op))).all().get();
         }
         Check.out("OK config " + key + "=" + value);
+    }
+
+    static void admin(String bootstrap, String group) throws Exception {
+        try (Admin admin = Admin.create(Check.props(bootstrap))) {
+            for (GroupListing g : admin.listGroups(
+                    new ListGroupsOptions().withTypes(Set.of(GroupType.SHARE))).all().get()) {
+                Check.out("GROUP " + g.groupId() + " " + g.type().orElse(null) + " "
+                        + g.groupState().orElse(null));
+            }
+            ShareGroupDescription d = admin.describeShareGroups(List.of(group)).all().get().get(group);
+            Check.out("DESCRIBE " + d.groupId() + " " + d.groupState() + " members=" + d.members().size());
+            for (ShareMemberDescription m : d.members()) {
+                Check.out("MEMBER " + m.assignment().topicPartitions());
+            }
+            Map<TopicPartition, SharePartitionOffsetInfo> offsets = admin.listShareGroupOffsets(
+                    Map.of(group, new ListShareGroupOffsetsSpec())).partitionsToOffsetInfo(group).get();
+            for (Map.Entry<TopicPartition, SharePartitionOffsetInfo> e : offsets.entrySet()) {
+                Check.out("OFFSET " + e.getKey() + " start=" + e.getValue().startOffset()
+                        + " lag=" + e.getValue().lag().orElse(-1L));
+            }
+        }
+        Check.out("OK admin");
+    }
+
+    static void delete(String bootstrap, String group) throws Exception {
+        try (Admin admin = Admin.create(Check.props(bootstrap))) {
+            admin.deleteShareGroups(List.of(group)).all().get();
+            Check.that(admin.listGroups(new ListGroupsOptions().withTypes(Set.of(GroupType.SHARE)))
+                    .all().get().stream().noneMatch(g -> g.groupId().equals(group)), "still listed");
+        }
+        Check.out("OK delete");
     }
 
     static void consume(String bootstrap, String group, String topic, String mode, long idleMs,

@@ -192,3 +192,23 @@ def test_server_kill9_in_the_middle(java: Java, tidegate_share: Tidegate, tmp_pa
             assert offset not in committed_at, f"offset {offset} given again after its commit"
     values = {r[2] for r in c.records()}
     assert values == {f"v-{i}" for i in range(count)}, out
+
+
+def test_admin_lists_describes_offsets_and_deletes(java: Java, tidegate_share: Tidegate,
+                                                   tmp_path: Path) -> None:
+    server = tidegate_share
+    _setup(java, server, "sh-adm", "g-adm", 20)
+    stop = tmp_path / "stop"
+    c = _Consumer(java, server, tmp_path, "c", "g-adm", "sh-adm", "accept", stop=stop)
+    try:
+        _wait(lambda: len({r[2] for r in c.records()}) == 20
+              and c.text().rstrip().endswith(",19"), 60, "every record committed", c.text)
+        out = java.run("ShareScenarios", server.bootstrap, "admin", "g-adm")
+        assert "GROUP g-adm Share Stable" in out, out
+        assert "DESCRIBE g-adm Stable members=1" in out and "sh-adm-0" in out, out
+        assert "OFFSET sh-adm-0 start=20 lag=0" in out, out
+    finally:
+        stop.touch()
+        c.finish()
+    out = java.run("ShareScenarios", server.bootstrap, "delete", "g-adm")
+    assert "OK delete" in out, out
