@@ -165,6 +165,8 @@ HANDLER_MODULES = [
     "share_fetch",
     "share_acknowledge",
     "describe_share_group_offsets",
+    "alter_share_group_offsets",
+    "delete_share_group_offsets",
     # Transactions (gateway/txn).
     "add_partitions_to_txn",
     "add_offsets_to_txn",

@@ -335,5 +335,41 @@ class ShareCoordinator:
         await self.store.submit(removals=[TableRemoval(k) for k in keys])
         return ErrorCode.NONE
 
+    def has_members(self, group_id: str) -> bool:
+        group = self.groups.get(group_id)
+        return group is not None and bool(group.members)
+
+    async def set_start_offsets(self, group_id: str,
+                                offsets: dict[TopicPartition, int]) -> None:
+        """AlterShareGroupOffsets of a group without members: each share-partition starts
+        again at its offset, nothing in flight (the group is created if need be)."""
+        if group_id not in self.groups and len(self.groups) >= self.config.groups_max:
+            raise OverflowError(f"this node holds {self.config.groups_max} share groups already")
+        group = self.groups.setdefault(group_id, ShareGroup(group_id))
+        for (topic, partition), offset in offsets.items():
+            self._stored.pop((group_id, topic, partition), None)
+            sp = SharePartition(offset, lock_duration_ms=self.lock_duration_ms(group_id),
+                                delivery_count_limit=self.config.delivery_count_limit,
+                                record_locks_max=self.config.partition_record_locks_max)
+            group.partitions[(topic, partition)] = sp
+        await self._persist_all(group, offsets)
+
+    async def forget_topics(self, group_id: str, topics: set[str]) -> set[str]:
+        """DeleteShareGroupOffsets: the group's share-partitions of ``topics`` go (the next
+        fetch starts them by ``share.auto.offset.reset``); the topics that had some."""
+        group = self.groups.get(group_id)
+        keys = [k for k in self._stored if k[0] == group_id and k[1] in topics]
+        found = {k[1] for k in keys}
+        for k in keys:
+            del self._stored[k]
+        if group is not None:
+            for tp in [tp for tp in group.partitions if tp[0] in topics]:
+                del group.partitions[tp]
+                keys.append((group_id, *tp))
+                found.add(tp[0])
+        await self.store.submit(removals=[TableRemoval(share_store.partition_key(*k))
+                                          for k in keys])
+        return found
+
     def is_share_group(self, group_id: str) -> bool:
         return group_id in self.groups

@@ -15,6 +15,10 @@ from kafka.protocol.admin import (
 )
 from tidegate.protocol.errors import ErrorCode as E
 from tidegate.protocol.share_group import (
+    AlterShareGroupOffsetsRequest,
+    AlterShareGroupOffsetsResponse,
+    DeleteShareGroupOffsetsRequest,
+    DeleteShareGroupOffsetsResponse,
     DescribeShareGroupOffsetsRequest,
     DescribeShareGroupOffsetsResponse,
     ShareAcknowledgeRequest,
@@ -149,4 +153,27 @@ async def test_share_session_acknowledgements_and_restart(node: Node) -> None:
     assert (await _fetch(c, "m1", 4, tid)).error_code == E.SHARE_SESSION_NOT_FOUND
     after = await _fetch(c, "m1", 0, tid)
     assert _acquired(after) == [(2, 3, 2)], after
+
+    # No members since the restart: the offsets may be reset and deleted.
+    _AT2 = AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestTopic
+    _AP2 = _AT2.AlterShareGroupOffsetsRequestPartition
+    alter = AlterShareGroupOffsetsRequest(group_id="g", topics=[_AT2(topic_name="sq", partitions=[
+        _AP2(partition_index=0, start_offset=1), _AP2(partition_index=5, start_offset=0)])])
+    altered = await c.call(alter, 0, AlterShareGroupOffsetsResponse)
+    assert altered.error_code == 0
+    assert [p.error_code for p in altered.responses[0].partitions] == [
+        0, E.UNKNOWN_TOPIC_OR_PARTITION]
+    reset = await _fetch(c, "m1", 0, tid)
+    assert _acquired(reset) == [(1, 3, 1)], reset
+    _DT = DeleteShareGroupOffsetsRequest.DeleteShareGroupOffsetsRequestTopic
+    deleted_offsets = await c.call(DeleteShareGroupOffsetsRequest(
+        group_id="g", topics=[_DT(topic_name="sq"), _DT(topic_name="nope")]),
+        0, DeleteShareGroupOffsetsResponse)
+    assert [(t.topic_name, t.error_code) for t in deleted_offsets.responses] == [
+        ("nope", E.UNKNOWN_TOPIC_OR_PARTITION), ("sq", 0)]
+    again = await _fetch(c, "m1", 0, tid)
+    assert _acquired(again) == [(0, 3, 1)], "started again by share.auto.offset.reset"
+    await _heartbeat(c, "m1", 0, ["sq"])
+    busy = await c.call(alter, 0, AlterShareGroupOffsetsResponse)
+    assert busy.error_code == 68, "NON_EMPTY_GROUP"
     await c.close()
