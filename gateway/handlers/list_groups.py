@@ -21,6 +21,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     share = ctx.share_groups
     if share is not None and (not types or "share" in {t.lower() for t in types}):
         wanted = {s.lower() for s in states}
+        share.maintain()  # members past their session timeout are not listed
         for gid, group in sorted(share.groups.items()):
             state = "Stable" if group.members else "Empty"
             if not wanted or state.lower() in wanted:

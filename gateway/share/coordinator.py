@@ -297,6 +297,7 @@ class ShareCoordinator:
     # -- admin ---------------------------------------------------------------------------
 
     def describe(self, group_id: str) -> ShareGroup | None:
+        self.maintain()
         return self.groups.get(group_id)
 
     def start_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, int]]:
@@ -336,6 +337,7 @@ class ShareCoordinator:
         return ErrorCode.NONE
 
     def has_members(self, group_id: str) -> bool:
+        self.maintain()
         group = self.groups.get(group_id)
         return group is not None and bool(group.members)
 
