@@ -96,15 +96,15 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                     session.partitions.add((plog.topic, plog.partition))
             if p.acknowledgement_batches and reading.acknowledge(
                 share, group_id, member_id, part, plog, p.acknowledgement_batches
-            ):
-                changed.append((plog.topic, plog.partition) if plog else None)
+            ) and plog is not None:
+                changed.append((plog.topic, plog.partition))
     for t in request.forgotten_topics_data or ():
         name = ctx.topics.name_of(t.topic_id)
         for p in t.partitions:
             if name is not None:
                 session.partitions.discard((name, p))
     if changed:
-        await share.persist(group_id, [tp for tp in changed if tp is not None])
+        await share.persist(group_id, changed)
     if epoch == FINAL_EPOCH:
         close_session(share, session)
     else:
@@ -123,8 +123,8 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
 async def _poll(ctx: HandlerContext, share: ShareCoordinator, request: Any, group_id: str,
                 member_id: str, parts: dict[tuple[Any, int], SharePart],
                 logs: dict[tuple[Any, int], PartitionLog]) -> None:
-    """Acquire records until some are, or the wait ends (woken by appends, releases and
-    lock expiries)."""
+    """Acquire records until some are, a partition fails, or the wait ends (woken by
+    appends, releases and lock expiries)."""
     loop = asyncio.get_running_loop()
     wait_ms = min(max(request.max_wait_ms, 0), share.config.fetch_wait_ms_max)
     deadline = loop.time() + wait_ms / 1000
@@ -143,7 +143,8 @@ async def _poll(ctx: HandlerContext, share: ShareCoordinator, request: Any, grou
             if got >= max_records or total_bytes >= max_bytes:
                 break
         remaining = deadline - loop.time()
-        if got or remaining <= 0 or ctx.stopping.is_set():
+        failed = any(part.error != ErrorCode.NONE for part in parts.values())
+        if got or failed or remaining <= 0 or ctx.stopping.is_set():
             return
         await _wait(ctx, share, group_id, list(logs.values()), remaining)
 
