@@ -176,6 +176,13 @@ class Gateway:
             groups = GroupCoordinator(self.store, GroupConfig.from_table(self.config.groups))
             await groups.start()
             ctx.group_coordinator = groups
+            # Share groups (gateway/share): the embedded single node only, for now.
+            from tidegate.gateway.share.config import ShareConfig
+            from tidegate.gateway.share.coordinator import ShareCoordinator
+
+            share = ShareCoordinator(self.store, ShareConfig.from_table(self.config.share))
+            await share.start()
+            ctx.share_groups = share
         # The transaction coordinator: in-doubt transactions are completed before serving.
         # In cluster mode the groups' coordinator node runs it (gateway/cluster/groups.py).
         from tidegate.gateway.txn import wiring as txn_wiring
@@ -244,6 +251,9 @@ class Gateway:
             await security.authorizer.close()
         await self.ctx.logs.drain(timeout_s)
         self.ctx.logs.close()
+        share, self.ctx.share_groups = self.ctx.share_groups, None
+        if share is not None:
+            await share.close()
         groups, self.ctx.group_coordinator = self.ctx.group_coordinator, None
         if groups is not None:
             await groups.close()

@@ -54,7 +54,7 @@ from tidegate.gateway.security.listeners import (
 #: The prefix of the environment variables that set config keys.
 ENV_PREFIX = "TIDEGATE_"
 #: Config keys that are tables of settings (``[store]`` in the file).
-TABLES = ("store", "controller", "groups")
+TABLES = ("store", "controller", "groups", "share")
 
 
 #: Values of ``rest``, ``grpc`` (and the plog server's listen) that turn the server off.
@@ -193,6 +193,8 @@ class GatewayConfig:
     controller: dict[str, Any] = field(default_factory=dict)
     #: Group coordinator settings (``gateway.groups.GroupConfig`` fields).
     groups: dict[str, Any] = field(default_factory=dict)
+    #: Share group settings (``gateway.share.config.ShareConfig`` fields).
+    share: dict[str, Any] = field(default_factory=dict)
     #: Kafka's ``transaction.max.timeout.ms``: InitProducerId asking for more gets
     #: INVALID_TRANSACTION_TIMEOUT.
     transaction_max_timeout_ms: int = 15 * 60 * 1000

@@ -26,8 +26,10 @@ def table_types() -> dict[str, type]:
     # Imported here: the groups package pulls in the group coordinator, which every
     # importer of the gateway's config would otherwise load.
     from tidegate.gateway.groups.config import GroupConfig
+    from tidegate.gateway.share.config import ShareConfig
 
-    return {"store": SegmentStoreConfig, "controller": ControllerConfig, "groups": GroupConfig}
+    return {"store": SegmentStoreConfig, "controller": ControllerConfig, "groups": GroupConfig,
+            "share": ShareConfig}
 
 
 def _migration_policies() -> tuple[str, ...]:

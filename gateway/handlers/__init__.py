@@ -54,6 +54,7 @@ from tidegate.gateway.log.producer_ids import ProducerIdAllocator
 from tidegate.gateway.log.producer_state import ProducerStates
 from tidegate.gateway.log.topics import TopicRegistry
 from tidegate.gateway.security.session import Security, Session
+from tidegate.gateway.share.coordinator import ShareCoordinator
 from tidegate.gateway.txn.coordinator import TransactionCoordinator
 from tidegate.gateway.txn.partition_txns import PartitionTxns
 from tidegate.gateway.txn.wiring import LogMarkerWriter
@@ -158,6 +159,14 @@ HANDLER_MODULES = [
     "delete_groups",
     "consumer_group_heartbeat",
     "consumer_group_describe",
+    # Share groups (gateway/share).
+    "share_group_heartbeat",
+    "share_group_describe",
+    "share_fetch",
+    "share_acknowledge",
+    "describe_share_group_offsets",
+    "alter_share_group_offsets",
+    "delete_share_group_offsets",
     # Transactions (gateway/txn).
     "add_partitions_to_txn",
     "add_offsets_to_txn",
@@ -236,6 +245,9 @@ class HandlerContext:
     fetch_sessions: FetchSessionCache | None = None
     #: Each partition's leader epoch and its history; None: epochs are not checked.
     leader_epochs: LeaderEpochs | None = None
+
+    #: Share groups (KIP-932, ``gateway/share``); None in cluster mode (not served yet).
+    share_groups: ShareCoordinator | None = None
 
     #: Cluster mode: answer group and transactional requests NOT_COORDINATOR while this
     #: node coordinates neither (``gateway/cluster/groups.py``).

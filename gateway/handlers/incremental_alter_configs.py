@@ -1,6 +1,7 @@
 """IncrementalAlterConfigs (key 44): SET, DELETE (back to Kafka's default), APPEND and
 SUBTRACT (list configs only: ``cleanup.policy``) on a topic's stored configs; validated
-and mapped onto stream policies like AlterConfigs. Broker configs are read-only."""
+and mapped onto stream policies like AlterConfigs. Broker configs are read-only. GROUP
+resources take the share group configs (``share.auto.offset.reset``, ...)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,15 @@ from tidegate.gateway.handlers.config_resources import (
 )
 from tidegate.gateway.log import topic_config
 from tidegate.gateway.log.topic_config import ConfigType
+from tidegate.gateway.share.config import check_group_config
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
 
 SPEC = ApiSpec(IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1)
 
 _Result = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+#: ConfigResource.Type.GROUP (KIP-848's group configs; not the ACL resource type 3).
+GROUP_CONFIG_RESOURCE = 32
 
 
 class OpType(enum.IntEnum):
@@ -70,7 +74,37 @@ def merged(stored: dict[str, str], ops: list[Any]) -> dict[str, str | None]:
     return out
 
 
+async def alter_share_group(ctx: HandlerContext, res: Any, validate_only: bool) -> None:
+    """A share group's configs (``gateway/share/config.py``): SET and DELETE."""
+    share = ctx.share_groups
+    if share is None:
+        raise ResourceError(ErrorCode.INVALID_REQUEST, "share groups are not served in cluster mode yet")
+    if not res.resource_name:
+        raise ResourceError(ErrorCode.INVALID_REQUEST, "the group name is empty")
+    configs = dict(share.group_configs.get(res.resource_name, {}))
+    for op in res.configs:
+        if op.config_operation not in (OpType.SET, OpType.DELETE):
+            raise ResourceError(ErrorCode.INVALID_CONFIG,
+                                f"Config value append or subtract is not allowed for config key: {op.name}")
+        value = op.value if op.config_operation == OpType.SET else None
+        problem = check_group_config(op.name, value)
+        if problem is not None:
+            raise ResourceError(ErrorCode.INVALID_CONFIG, problem)
+        if value is None:
+            configs.pop(op.name, None)
+        else:
+            configs[op.name] = value.lower() if op.name == "share.auto.offset.reset" else value
+    if not validate_only:
+        try:
+            await share.set_group_configs(res.resource_name, configs)
+        except OverflowError as exc:
+            raise ResourceError(ErrorCode.INVALID_REQUEST, str(exc)) from None
+
+
 async def alter(ctx: HandlerContext, res: Any, validate_only: bool) -> None:
+    if res.resource_type == GROUP_CONFIG_RESOURCE:
+        await alter_share_group(ctx, res, validate_only)
+        return
     rtype = check_type(res.resource_type)
     if rtype == ResourceType.BROKER:
         check_broker(ctx, res.resource_name)

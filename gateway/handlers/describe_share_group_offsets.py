@@ -1,0 +1,82 @@
+"""DescribeShareGroupOffsets (key 90), v0-1: each share-partition's start offset (records
+below it are done) and, from v1, its lag: records from there to the high watermark not
+yet acknowledged or archived (``gateway/share``). A partition the group never fetched
+answers -1; no topics named: every share-partition the group has."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.gateway.handlers.share_group_heartbeat import NOT_SERVED
+from tidegate.gateway.security.acls import Operation, ResourceType
+from tidegate.gateway.security.item_acls import refusal
+from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
+from tidegate.protocol.share_group import (
+    DescribeShareGroupOffsetsRequest,
+    DescribeShareGroupOffsetsResponse,
+)
+
+SPEC = ApiSpec(DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse, 0, 1)
+
+_Group = DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseGroup
+_Topic = _Group.DescribeShareGroupOffsetsResponseTopic
+_Partition = _Topic.DescribeShareGroupOffsetsResponsePartition
+_NO_ID = uuid.UUID(int=0)
+
+
+def _group_error(group_id: str, code: ErrorCode, message: str) -> Any:
+    return _Group(group_id=group_id, topics=[], error_code=code, error_message=message)
+
+
+async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
+    share = ctx.share_groups
+    out = []
+    for g in request.groups:
+        if share is None:
+            out.append(_group_error(g.group_id, ErrorCode.UNSUPPORTED_VERSION, NOT_SERVED))
+            continue
+        refused = refusal(ctx.security, req.session, Operation.DESCRIBE, ResourceType.GROUP,
+                          g.group_id)
+        if refused is not None:
+            out.append(_group_error(g.group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED, refused))
+            continue
+        if not share.is_share_group(g.group_id):
+            out.append(_group_error(g.group_id, ErrorCode.GROUP_ID_NOT_FOUND,
+                                    f"Group {g.group_id} not found."))
+            continue
+        known = share.start_offsets(g.group_id)
+        asked: dict[str, list[int]] = {}
+        if g.topics is None:
+            for topic, partition in sorted(known):
+                asked.setdefault(topic, []).append(partition)
+        else:
+            for t in g.topics:
+                asked.setdefault(t.topic_name, []).extend(t.partitions)
+        topics = []
+        for name, partitions in asked.items():
+            info = ctx.topics.get(name)
+            hidden = refusal(ctx.security, req.session, Operation.DESCRIBE, ResourceType.TOPIC,
+                             name) is not None
+            answers = []
+            for p in partitions:
+                start, done = known.get((name, p), (-1, 0))
+                code, message = ErrorCode.NONE, None
+                if hidden:
+                    code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, None
+                elif info is None or not 0 <= p < info.partitions:
+                    code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "unknown partition"
+                lag = -1
+                if start < 0 or code != ErrorCode.NONE:
+                    start = -1
+                else:
+                    lag = max(ctx.logs.get(name, p).high_watermark - start - done, 0)
+                answers.append(_Partition(partition_index=p, start_offset=start, leader_epoch=0,
+                                          lag=lag, error_code=code, error_message=message))
+            topics.append(_Topic(topic_name=name,
+                                 topic_id=info.topic_id if info is not None else _NO_ID,
+                                 partitions=answers))
+        out.append(_Group(group_id=g.group_id, topics=topics, error_code=0, error_message=None))
+    return DescribeShareGroupOffsetsResponse(throttle_time_ms=0, groups=out)

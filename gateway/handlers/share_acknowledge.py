@@ -1,0 +1,69 @@
+"""ShareAcknowledge (key 79), v1-2: acknowledgements outside a fetch (KIP-932), in the
+member's share session (its epoch checked and moved on; -1 closes it after the
+acknowledgements and releases what the member still holds). The share-partitions are
+stored before the answer, so an accepted record is never delivered again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.gateway.handlers.share_fetch import FINAL_EPOCH, close_session, session_for
+from tidegate.gateway.handlers.share_group_heartbeat import NOT_SERVED
+from tidegate.gateway.share import reading
+from tidegate.gateway.share.reading import SharePart
+from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
+from tidegate.protocol.share_group import ShareAcknowledgeRequest, ShareAcknowledgeResponse
+
+SPEC = ApiSpec(ShareAcknowledgeRequest, ShareAcknowledgeResponse, 1, 2)
+
+_Topic = ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse
+_Partition = _Topic.PartitionData
+_Leader = _Partition.LeaderIdAndEpoch
+
+
+def _error(code: ErrorCode, message: str | None) -> Any:
+    return ShareAcknowledgeResponse(throttle_time_ms=0, error_code=code, error_message=message,
+                                    acquisition_lock_timeout_ms=0, responses=[],
+                                    node_endpoints=[])
+
+
+async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
+    share = ctx.share_groups
+    if share is None:
+        return _error(ErrorCode.UNSUPPORTED_VERSION, NOT_SERVED)
+    group_id, member_id = request.group_id or "", request.member_id or ""
+    if not group_id or not member_id:
+        return _error(ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set")
+    refused = reading.group_refusal(ctx, req, group_id)
+    if refused is not None:
+        return _error(ErrorCode.GROUP_AUTHORIZATION_FAILED, refused)
+    session, code, message = session_for(share, group_id, member_id,
+                                         request.share_session_epoch, False)
+    if session is None:
+        return _error(code, message)
+    out: dict[Any, list[Any]] = {}
+    changed = []
+    for t in request.topics:
+        for p in t.partitions:
+            part = SharePart(t.topic_id, p.partition_index)
+            plog = reading.resolve(ctx, req, part)
+            if reading.acknowledge(share, group_id, member_id, part, plog,
+                                   p.acknowledgement_batches) and plog is not None:
+                changed.append((plog.topic, plog.partition))
+            out.setdefault(t.topic_id, []).append(_Partition(
+                partition_index=p.partition_index, error_code=part.ack_error or ErrorCode.NONE,
+                error_message=part.ack_message,
+                current_leader=_Leader(leader_id=ctx.config.node_id, leader_epoch=0),
+            ))
+    if changed:
+        await share.persist(group_id, changed)
+    if request.share_session_epoch == FINAL_EPOCH:
+        close_session(share, session)
+    return ShareAcknowledgeResponse(
+        throttle_time_ms=0, error_code=0, error_message=None,
+        acquisition_lock_timeout_ms=share.lock_duration_ms(group_id),
+        responses=[_Topic(topic_id=t, partitions=ps) for t, ps in out.items()],
+        node_endpoints=[],
+    )

@@ -1,0 +1,64 @@
+"""ShareGroupHeartbeat (key 76), v1: joining, staying in and leaving a share group
+(KIP-932, ``gateway/share/coordinator.py``). The client makes up its member id; every
+member is assigned every partition of the topics it subscribes to."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidegate.gateway.groups.wiring import client_host
+from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.gateway.share.reading import group_refusal
+from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
+from tidegate.protocol.share_group import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
+
+SPEC = ApiSpec(ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, 1, 1)
+
+_Assignment = ShareGroupHeartbeatResponse.Assignment
+_TopicPartitions = _Assignment.TopicPartitions
+#: Share groups are served by the embedded single node only (docs/share-groups.md).
+NOT_SERVED = "share groups are not served in cluster mode yet"
+
+
+def _error(code: ErrorCode, message: str | None) -> Any:
+    return ShareGroupHeartbeatResponse(
+        throttle_time_ms=0, error_code=code, error_message=message, member_id=None,
+        member_epoch=-1, heartbeat_interval_ms=0, assignment=None,
+    )
+
+
+async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
+    share = ctx.share_groups
+    if share is None:
+        return _error(ErrorCode.UNSUPPORTED_VERSION, NOT_SERVED)
+    refused = group_refusal(ctx, req, request.group_id)
+    if refused is not None:
+        return _error(ErrorCode.GROUP_AUTHORIZATION_FAILED, refused)
+    groups = ctx.group_coordinator
+    if groups is not None and (groups.group(request.group_id) is not None
+                               or request.group_id in groups.consumer.groups):
+        # One namespace of group ids: a classic or consumer group is not a share group.
+        return _error(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a share group.")
+
+    def counts(topic: str) -> int | None:
+        info = ctx.topics.get(topic)
+        return info.partitions if info is not None else None
+
+    result = share.heartbeat(
+        request.group_id, request.member_id, request.member_epoch, request.rack_id,
+        request.subscribed_topic_names, req.client_id or "", client_host(req.peer), counts,
+    )
+    assignment = None
+    if result.assignment is not None:
+        parts = []
+        for name, ps in sorted(result.assignment.items()):
+            info = ctx.topics.get(name)
+            if info is not None:
+                parts.append(_TopicPartitions(topic_id=info.topic_id, partitions=list(ps)))
+        assignment = _Assignment(topic_partitions=parts)
+    return ShareGroupHeartbeatResponse(
+        throttle_time_ms=0, error_code=result.error, error_message=result.message,
+        member_id=result.member_id, member_epoch=result.member_epoch,
+        heartbeat_interval_ms=result.heartbeat_interval_ms, assignment=assignment,
+    )
