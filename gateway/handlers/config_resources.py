@@ -100,7 +100,30 @@ def describe(
                               documentation, version))
     else:
         check_broker(ctx, name)
-        out = _describe_broker(ctx, keys, synonyms, documentation, version)
+        if name == "" and ctx.dynamic_configs is not None:
+            out = _describe_cluster_default(ctx.dynamic_configs.cluster_default, keys, synonyms,
+                                            documentation, version)
+        else:
+            out = _describe_broker(ctx, keys, synonyms, documentation, version)
+    return out
+
+
+def _describe_cluster_default(
+    stored: dict[str, str], keys: Collection[str] | None, synonyms: bool, documentation: bool,
+    version: int,
+) -> list[Any]:
+    """The cluster default resource (empty name) holds only the dynamic defaults set, as
+    Kafka describes it."""
+    out = []
+    types = topic_config.broker_configs(GatewayConfig())
+    for cname, value in sorted(stored.items()):
+        if keys is not None and cname not in keys:
+            continue
+        source = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+        syn = [_Synonym(name=cname, value=value, source=source)] if synonyms else []
+        _, ctype, doc = types[cname]
+        out.append(_entry(cname, value, False, source, False, ctype, doc, syn, documentation,
+                          version))
     return out
 
 

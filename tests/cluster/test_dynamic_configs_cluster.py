@@ -48,6 +48,10 @@ def test_cluster_default_reaches_every_node(
         assert "OK" in out.splitlines(), out
         for node in nodes:
             _wait_for(node, ("100000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
+        # The default resource holds the dynamic defaults alone, as Kafka describes it.
+        out = java.run("BrokerConfigs", second.bootstrap, "", "--describe")
+        described = [line for line in out.splitlines() if line.startswith("CONFIG ")]
+        assert described == ["CONFIG message.max.bytes=100000 DYNAMIC_DEFAULT_BROKER_CONFIG"], out
         # The second node's own value: the first keeps the cluster default.
         admin = AdminClient({"bootstrap.servers": second.bootstrap, **QUIET})
         resource = ConfigResource(ConfigResource.Type.BROKER, str(second.node_id), incremental_configs=[
