@@ -14,6 +14,7 @@ from tidegate.gateway.admin.kafka_exporter import KafkaExporterMetrics
 from tidegate.gateway.admin.metrics import Metrics
 from tidegate.gateway.admin.scaling_metrics import ControllerCounts, ScalingMetrics
 from tidegate.gateway.config import GatewayConfig
+from tidegate.gateway.dynamic_configs import DynamicBrokerConfigs
 from tidegate.gateway.fetch.metrics import FetchSessionCollector
 from tidegate.gateway.fetch.sessions import FetchSessionCache
 from tidegate.gateway.groups import GroupConfig, GroupCoordinator
@@ -213,6 +214,12 @@ class Gateway:
             txns=ctx.partition_txns, switch_entries_max=self.config.log_cleaner_switch_entries_max,
         )
         self.cleaner.start()
+        dynamic = DynamicBrokerConfigs(self.store, self.config)
+        cleaner = self.cleaner
+        dynamic.on_change.append(
+            lambda c: setattr(cleaner, "io_bytes_per_second_max", c.log_cleaner_io_max_bytes_per_second))
+        await until_done("the dynamic broker configs", dynamic.start)
+        ctx.dynamic_configs = dynamic
         ctx.security = await until_done("the credentials and ACLs",
                                         lambda: _security(self.config, self.store))
         assert logs.io is not None
@@ -244,6 +251,9 @@ class Gateway:
         cleaner, self.cleaner = self.cleaner, None
         if cleaner is not None:
             await cleaner.close()
+        dynamic, self.ctx.dynamic_configs = self.ctx.dynamic_configs, None
+        if dynamic is not None:
+            await dynamic.close()
         if self.server is not None:
             await self.server.close(timeout_s)
         security, self.ctx.security = self.ctx.security, None

@@ -44,6 +44,7 @@ from tidegate.core.segmentstore.api import SegmentStore
 from tidegate.gateway.cluster.leadership import PartitionLeaders
 from tidegate.gateway.cluster.txn_verify import RemoteTxnVerifier as TxnVerifier
 from tidegate.gateway.config import GatewayConfig
+from tidegate.gateway.dynamic_configs import DynamicBrokerConfigs
 from tidegate.gateway.fetch.sessions import FetchSessionCache
 from tidegate.gateway.groups.coordinator import GroupCoordinator
 from tidegate.gateway.log.leader_epochs import LeaderEpochs
@@ -248,7 +249,8 @@ class HandlerContext:
 
     #: Share groups (KIP-932, ``gateway/share``); None in cluster mode (not served yet).
     share_groups: ShareCoordinator | None = None
-
+    #: Dynamic broker configs (``gateway/dynamic_configs.py``); None until loaded.
+    dynamic_configs: DynamicBrokerConfigs | None = None
     #: Cluster mode: answer group and transactional requests NOT_COORDINATOR while this
     #: node coordinates neither (``gateway/cluster/groups.py``).
     not_coordinator: GroupCoordinator | None = None

@@ -1,6 +1,7 @@
 """AlterConfigs (key 33): replaces a topic's stored configs with the given set (configs
 not named return to Kafka's defaults); validated (INVALID_CONFIG with a message) and
-mapped onto stream policies. Broker configs are read-only here (INVALID_REQUEST)."""
+mapped onto stream policies. On a broker resource: the dynamic broker configs of that level
+(``gateway/dynamic_configs.py``), the others refused as Kafka refuses them."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.gateway.handlers.config_resources import (
     ResourceError,
     ResourceType,
+    alter_broker,
     apply_topic_configs,
-    check_broker,
     check_type,
     topic_of,
 )
@@ -26,15 +27,13 @@ _Result = AlterConfigsResponse.AlterConfigsResourceResponse
 
 async def alter(ctx: HandlerContext, res: Any, validate_only: bool) -> None:
     rtype = check_type(res.resource_type)
-    if rtype == ResourceType.BROKER:
-        check_broker(ctx, res.resource_name)
-        raise ResourceError(
-            ErrorCode.INVALID_REQUEST,
-            "broker configs are read-only: set them with tidegate serve flags or its config file",
-        )
     names = [c.name for c in res.configs]
     if len(set(names)) != len(names):
         raise ResourceError(ErrorCode.INVALID_REQUEST, "duplicate config keys")
+    if rtype == ResourceType.BROKER:
+        await alter_broker(ctx, res.resource_name, {c.name: c.value for c in res.configs}, None,
+                           validate_only)
+        return
     info = topic_of(ctx, res.resource_name)
     await apply_topic_configs(ctx, info, {c.name: c.value for c in res.configs}, validate_only)
 

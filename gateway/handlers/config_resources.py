@@ -2,8 +2,10 @@
 module): resource types, describing a resource, and applying a topic's new configs.
 
 Topic resources hold the configs of ``gateway.log.topic_config``; the broker resource (name
-``""`` or this node's id) reports this node's settings read-only. Other resource types
-(broker loggers, groups, client metrics) answer INVALID_REQUEST.
+``""``, the cluster default, or this node's id) reports this node's settings, read-only but
+for the dynamic ones (``gateway/dynamic_configs.py``), which AlterConfigs and
+IncrementalAlterConfigs set. Other resource types (broker loggers, groups, client metrics)
+answer INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from kafka.protocol.admin import DescribeConfigsResponse
 from tidegate.core.controller.api import ConflictError, StreamConfig
 from tidegate.gateway import failpoints
 from tidegate.gateway.config import GatewayConfig
+from tidegate.gateway.dynamic_configs import DYNAMIC_KEYS, DynamicConfigError
 from tidegate.gateway.handlers import HandlerContext
 from tidegate.gateway.log import topic_config
 from tidegate.gateway.log.topic_config import ConfigSource, ConfigType, InvalidConfig
@@ -97,22 +100,97 @@ def describe(
                               documentation, version))
     else:
         check_broker(ctx, name)
-        defaults = topic_config.broker_configs(GatewayConfig())
-        for cname, (value, ctype, doc) in topic_config.broker_configs(ctx.config).items():
-            if keys is not None and cname not in keys:
-                continue
-            default = defaults[cname][0]
-            is_default = value == default
-            # Kafka's order: the source in effect first, then the default it overrides.
-            source = ConfigSource.DEFAULT_CONFIG if is_default else ConfigSource.STATIC_BROKER_CONFIG
-            syn = []
-            if synonyms:
-                if not is_default:
-                    syn.append(_Synonym(name=cname, value=value, source=source))
-                syn.append(_Synonym(name=cname, value=default, source=ConfigSource.DEFAULT_CONFIG))
-            out.append(_entry(cname, value, True, source, is_default, ctype, doc, syn,
-                              documentation, version))
+        if name == "" and ctx.dynamic_configs is not None:
+            out = _describe_cluster_default(ctx.dynamic_configs.cluster_default, keys, synonyms,
+                                            documentation, version)
+        else:
+            out = _describe_broker(ctx, keys, synonyms, documentation, version)
     return out
+
+
+def _describe_cluster_default(
+    stored: dict[str, str], keys: Collection[str] | None, synonyms: bool, documentation: bool,
+    version: int,
+) -> list[Any]:
+    """The cluster default resource (empty name) holds only the dynamic defaults set, as
+    Kafka describes it."""
+    out = []
+    types = topic_config.broker_configs(GatewayConfig())
+    for cname, value in sorted(stored.items()):
+        if keys is not None and cname not in keys:
+            continue
+        source = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+        syn = [_Synonym(name=cname, value=value, source=source)] if synonyms else []
+        _, ctype, doc = types[cname]
+        out.append(_entry(cname, value, False, source, False, ctype, doc, syn, documentation,
+                          version))
+    return out
+
+
+def _describe_broker(
+    ctx: HandlerContext, keys: Collection[str] | None, synonyms: bool, documentation: bool,
+    version: int,
+) -> list[Any]:
+    """Each broker config with its source: a dynamic config set for this node or as the
+    cluster default first, then the static value (flags, config file), then the default;
+    the synonyms list every level that sets it in that order, as Kafka does."""
+    out = []
+    dynamic = ctx.dynamic_configs
+    static_config = ctx.config
+    if dynamic is not None:
+        # The static values the dynamic ones override.
+        static_config = replace(ctx.config, **{
+            k.attribute: dynamic.static[n] for n, k in DYNAMIC_KEYS.items()})
+    defaults = topic_config.broker_configs(GatewayConfig())
+    for cname, (value, ctype, doc) in topic_config.broker_configs(static_config).items():
+        if keys is not None and cname not in keys:
+            continue
+        default = defaults[cname][0]
+        levels: list[tuple[ConfigSource, str]] = []
+        if dynamic is not None:
+            levels += [(ConfigSource[src], v) for src, v in dynamic.source_values(cname)]
+        if value != default:
+            levels.append((ConfigSource.STATIC_BROKER_CONFIG, value))
+        levels.append((ConfigSource.DEFAULT_CONFIG, default))
+        source, current = levels[0]
+        syn = [_Synonym(name=cname, value=v, source=src) for src, v in levels] if synonyms else []
+        out.append(_entry(cname, current, cname not in DYNAMIC_KEYS, source,
+                          source == ConfigSource.DEFAULT_CONFIG, ctype, doc, syn,
+                          documentation, version))
+    return out
+
+
+async def alter_broker(
+    ctx: HandlerContext, name: str, configs: dict[str, str | None] | None,
+    ops: list[Any] | None, validate_only: bool,
+) -> None:
+    """AlterConfigs (``configs``: the complete new set) or IncrementalAlterConfigs
+    (``ops``) on broker ``name`` ("" is the cluster default): Kafka's refusals for static
+    configs and bad values (INVALID_REQUEST with ``DynamicBrokerConfig``'s messages)."""
+    check_broker(ctx, name)
+    dynamic = ctx.dynamic_configs
+    if dynamic is None:
+        raise ResourceError(ErrorCode.REQUEST_TIMED_OUT, "the dynamic broker configs are loading")
+    if configs is None:
+        configs = dict(dynamic.level(name))
+        for op in ops or []:
+            if op.config_operation == 0:  # SET
+                configs[op.name] = op.value
+            elif op.config_operation == 1:  # DELETE
+                configs.pop(op.name, None)
+                if op.name not in DYNAMIC_KEYS:
+                    configs[op.name] = None  # refused below as Kafka refuses it
+            elif op.config_operation in (2, 3):  # APPEND, SUBTRACT: list configs only
+                verb = "append" if op.config_operation == 2 else "subtract"
+                raise ResourceError(ErrorCode.INVALID_CONFIG,
+                                    f"Config value {verb} is not allowed for config key: {op.name}")
+            else:
+                raise ResourceError(ErrorCode.INVALID_REQUEST,
+                                    f"unknown config operation {op.config_operation}")
+    try:
+        await dynamic.replace(name, configs, validate_only)
+    except DynamicConfigError as exc:
+        raise ResourceError(ErrorCode.INVALID_REQUEST, str(exc)) from None
 
 
 def _entry(

@@ -1,7 +1,8 @@
 """IncrementalAlterConfigs (key 44): SET, DELETE (back to Kafka's default), APPEND and
 SUBTRACT (list configs only: ``cleanup.policy``) on a topic's stored configs; validated
-and mapped onto stream policies like AlterConfigs. Broker configs are read-only. GROUP
-resources take the share group configs (``share.auto.offset.reset``, ...)."""
+and mapped onto stream policies like AlterConfigs. On a broker resource: SET and DELETE of
+the dynamic broker configs (``gateway/dynamic_configs.py``). GROUP resources take the
+share group configs (``share.auto.offset.reset``, ...)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.gateway.handlers.config_resources import (
     ResourceError,
     ResourceType,
+    alter_broker,
     apply_topic_configs,
-    check_broker,
     check_type,
     topic_of,
 )
@@ -106,15 +107,12 @@ async def alter(ctx: HandlerContext, res: Any, validate_only: bool) -> None:
         await alter_share_group(ctx, res, validate_only)
         return
     rtype = check_type(res.resource_type)
-    if rtype == ResourceType.BROKER:
-        check_broker(ctx, res.resource_name)
-        raise ResourceError(
-            ErrorCode.INVALID_REQUEST,
-            "broker configs are read-only: set them with tidegate serve flags or its config file",
-        )
     names = [c.name for c in res.configs]
     if len(set(names)) != len(names):
         raise ResourceError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+    if rtype == ResourceType.BROKER:
+        await alter_broker(ctx, res.resource_name, None, list(res.configs), validate_only)
+        return
     info = topic_of(ctx, res.resource_name)
     await apply_topic_configs(ctx, info, merged(info.configs, list(res.configs)), validate_only)
 

@@ -319,8 +319,9 @@ def _migration_policy(g: GatewayConfig) -> str:
 
 
 def broker_configs(g: GatewayConfig) -> dict[str, tuple[str, ConfigType, str]]:
-    """The broker configs DescribeConfigs reports: name → (value, type, documentation).
-    Read-only: a node's settings come from ``tidegate serve`` flags and its config file."""
+    """The broker configs DescribeConfigs reports: name → (value, type, documentation),
+    from ``tidegate serve`` flags and its config file (the dynamic ones, in
+    ``gateway/dynamic_configs.py``, may override a few)."""
     values: dict[str, tuple[str, ConfigType, str]] = {
         "broker.id": (str(g.node_id), _T.INT, "This node's id."),
         "node.id": (str(g.node_id), _T.INT, "This node's id."),
@@ -330,6 +331,9 @@ def broker_configs(g: GatewayConfig) -> dict[str, tuple[str, ConfigType, str]]:
         "num.partitions": (str(g.num_partitions), _T.INT, "Partitions of auto-created topics."),
         "message.max.bytes": (str(g.message_max_bytes), _T.INT,
                               "Largest records blob accepted for one partition."),
+        "log.cleaner.io.max.bytes.per.second": (
+            str(g.log_cleaner_io_max_bytes_per_second), _T.DOUBLE,
+            "The log cleaner's read rate, bytes per second (0: no limit)."),
         "socket.request.max.bytes": (str(g.socket_request_max_bytes), _T.INT,
                                      "Largest request frame accepted."),
         "queued.max.request.bytes": (str(g.queued_max_request_bytes), _T.LONG,

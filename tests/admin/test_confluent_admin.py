@@ -109,11 +109,13 @@ def test_create_describe_and_alter_configs(tidegate: Tidegate) -> None:
     assert _error(bad).name() == "INVALID_CONFIG"
     assert _configs(admin, "cfa-c")["retention.ms"].value == "1000"
 
-    # The broker resource is described, and read-only.
+    # The broker resource is described; read-only but for its dynamic configs; num.partitions
+    # is static in Kafka too.
     broker = ConfigResource(ConfigResource.Type.BROKER, "0")
     (entries,) = _wait(admin.describe_configs([broker])).values()
     assert entries["message.max.bytes"].value == "1048588"
-    assert entries["message.max.bytes"].is_read_only
+    assert not entries["message.max.bytes"].is_read_only
+    assert entries["num.partitions"].is_read_only
     assert entries["queued.max.request.bytes"].value == str(128 * 1024 * 1024)
     broker = ConfigResource(ConfigResource.Type.BROKER, "0", set_config={"num.partitions": "3"})
     with pytest.warns(DeprecationWarning, match="alter_configs"):
