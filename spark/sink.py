@@ -28,8 +28,7 @@ from tidegate.spark.txn import (
     FLUSH_TIMEOUT_S,
     TransactionEnder,
     TransactionError,
-    fenced_producer,
-    leave_open,
+    write_transaction,
 )
 
 log = logging.getLogger(__name__)
@@ -48,8 +47,6 @@ class Written(WriterCommitMessage):
     #: An earlier run's decision of this batch: the task wrote nothing, the driver commits it.
     decided: Decision | None = None
 
-#: How long a task aborts its own transaction before leaving it to the coordinator.
-_ABORT_TIMEOUT_MS = 30_000
 #: Idempotent producers kept per Python worker across tasks and micro-batches, as Spark's
 #: Kafka sink caches its producers (one per configuration).
 _PRODUCERS: dict[tuple[tuple[str, str], ...], Producer] = {}
@@ -126,19 +123,6 @@ def _write_idempotent(opts: WriteOptions, schema: StructType, rows: Iterator[Row
     return Written(count)
 
 
-def _abort(producer: Any) -> None:
-    """Aborted now rather than at its timeout: an open transaction holds read_committed
-    readers of its partitions at its first record. Bounded: past it the coordinator's
-    timeout (or the retried task's fencing) aborts it."""
-    try:
-        result = producer._transaction_manager.begin_abort()  # pinned kafka-python 3.0.12
-        producer._sender.wakeup()
-        if not result.wait(timeout_ms=_ABORT_TIMEOUT_MS):
-            log.warning("aborting %s took longer than %d ms", producer.config["transactional_id"], _ABORT_TIMEOUT_MS)
-    finally:
-        producer.close(timeout=5)
-
-
 def _write_transactional(opts: WriteOptions, schema: StructType, rows: Iterator[Row], batch_id: int) -> Written:
     ctx = TaskContext.get()
     if ctx is None or opts.topic is None:
@@ -165,18 +149,9 @@ def write_in_transaction(opts: WriteOptions, schema: StructType, rows: Iterator[
         # An earlier run of the query decided this batch: the driver commits that run's
         # transactions, nothing is written twice.
         return Written(0, None, log_topic, decision if decision.batch_id == batch_id else None)
-    producer = fenced_producer(opts.bootstrap, f"{prefix}-{task}", opts.transaction_timeout_ms)
-    producer.begin_transaction()
-    count = 0
-    try:
-        for record in itertools.chain([first], records):
-            producer.send(record["topic"], value=record["value"], key=record["key"],
-                          partition=record.get("partition"), headers=record.get("headers"))
-            count += 1
-        return Written(count, leave_open(producer, count), log_topic)
-    except BaseException:
-        _abort(producer)
-        raise
+    txn = write_transaction(opts.bootstrap, f"{prefix}-{task}", opts.transaction_timeout_ms, opts.client,
+                            first, records)
+    return Written(txn.rows, txn, log_topic)
 
 
 def end_all(opts: WriteOptions, messages: list[Any], batch_id: int, commit: bool) -> None:

@@ -6,6 +6,7 @@ committed once from the first run's transactions, an undecided one is written ag
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from pyspark.sql.types import Row, StringType, StructField, StructType
 from tidegate.spark.options import write_options
 from tidegate.spark.sink import KafkaStreamWriter, Written, end_all, write_in_transaction
 from tidegate.spark.sink_log import Decision, decision_topic, record_decision
+from tidegate.spark.txn import TransactionEnder, write_transaction
 
 from tests.clients.server import Tidegate
 
@@ -119,3 +121,25 @@ def test_decided_batches_commit_once_and_leave_no_group(server: Tidegate) -> Non
     admin = AdminClient({"bootstrap.servers": b})
     groups = admin.list_consumer_groups(request_timeout=30).result(30)
     assert [g.group_id for g in groups.valid if g.group_id != "check"] == []
+
+
+def test_a_task_leaves_its_transaction_open_for_the_driver(server: Tidegate) -> None:
+    """librdkafka's producer is let go without close() (which aborts): the transaction
+    stays open, and the producer id and epoch read from its statistics end it."""
+    b = server.bootstrap
+    opts = write_options({"kafka.bootstrap.servers": b, "topic": TOPIC, "exactly_once": "true"})
+    KafkaStreamWriter(opts, SCHEMA)
+    first, *rest = [{"topic": TOPIC, "value": v.encode(), "key": None} for v in ("x", "y", "z")]
+    txn = write_transaction(b, f"{PREFIX}-7", 60_000, {}, first, rest)
+    gc.collect()  # the producer is gone, not only unreferenced
+    assert txn.rows == 3 and txn.producer_id >= 0
+    assert _committed(b) == []
+    with pytest.raises(AssertionError):
+        _no_open_transaction(b)
+    ender = TransactionEnder(b)
+    try:
+        ender.end(txn, commit=True)
+    finally:
+        ender.close()
+    assert _committed(b) == ["x", "y", "z"]
+    _no_open_transaction(b)
