@@ -10,7 +10,7 @@ from typing import Any
 
 from tidegate.gateway.groups.errors import NON_EMPTY_GROUP
 from tidegate.gateway.handlers import HandlerContext, RequestContext
-from tidegate.gateway.handlers.share_group_heartbeat import NOT_SERVED
+from tidegate.gateway.handlers.share_group_heartbeat import offsets_refusal
 from tidegate.gateway.security.acls import Operation, ResourceType
 from tidegate.gateway.security.item_acls import refusal
 from tidegate.protocol.apis import ApiSpec
@@ -33,13 +33,12 @@ def _error(code: int, message: str) -> Any:
 
 
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
-    share = ctx.share_groups
-    if share is None:
-        return _error(ErrorCode.UNSUPPORTED_VERSION, NOT_SERVED)
     group_id = request.group_id
-    refused = refusal(ctx.security, req.session, Operation.READ, ResourceType.GROUP, group_id)
-    if refused is not None:
-        return _error(ErrorCode.GROUP_AUTHORIZATION_FAILED, refused)
+    failed = offsets_refusal(ctx, req, Operation.READ, group_id)
+    if failed is not None:
+        return _error(*failed)
+    share = ctx.share_groups
+    assert share is not None
     if not group_id:
         return _error(ErrorCode.INVALID_GROUP_ID, "the group id is empty")
     groups = ctx.group_coordinator

@@ -9,7 +9,7 @@ from typing import Any
 
 from tidegate.gateway.groups.errors import NON_EMPTY_GROUP
 from tidegate.gateway.handlers import HandlerContext, RequestContext
-from tidegate.gateway.handlers.share_group_heartbeat import NOT_SERVED
+from tidegate.gateway.handlers.share_group_heartbeat import offsets_refusal
 from tidegate.gateway.security.acls import Operation, ResourceType
 from tidegate.gateway.security.item_acls import refusal
 from tidegate.protocol.apis import ApiSpec
@@ -31,13 +31,12 @@ def _error(code: int, message: str) -> Any:
 
 
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
-    share = ctx.share_groups
-    if share is None:
-        return _error(ErrorCode.UNSUPPORTED_VERSION, NOT_SERVED)
     group_id = request.group_id
-    refused = refusal(ctx.security, req.session, Operation.DELETE, ResourceType.GROUP, group_id)
-    if refused is not None:
-        return _error(ErrorCode.GROUP_AUTHORIZATION_FAILED, refused)
+    failed = offsets_refusal(ctx, req, Operation.DELETE, group_id)
+    if failed is not None:
+        return _error(*failed)
+    share = ctx.share_groups
+    assert share is not None
     if not share.is_share_group(group_id):
         return _error(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
     if share.has_members(group_id):

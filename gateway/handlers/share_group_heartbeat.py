@@ -8,6 +8,8 @@ from typing import Any
 
 from tidegate.gateway.groups.wiring import client_host
 from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.gateway.security.acls import Operation, ResourceType
+from tidegate.gateway.security.item_acls import refusal
 from tidegate.gateway.share.reading import group_refusal
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
@@ -19,6 +21,19 @@ _Assignment = ShareGroupHeartbeatResponse.Assignment
 _TopicPartitions = _Assignment.TopicPartitions
 #: Share groups are served by the embedded single node only (docs/share-groups.md).
 NOT_SERVED = "share groups are not served in cluster mode yet"
+
+
+def offsets_refusal(
+    ctx: HandlerContext, req: RequestContext, operation: Operation, group_id: str
+) -> tuple[ErrorCode, str] | None:
+    """Why a share group offsets request (alter, delete) is refused as a whole, if it is:
+    share groups not served here, or ``operation`` on the group not allowed."""
+    if ctx.share_groups is None:
+        return ErrorCode.UNSUPPORTED_VERSION, NOT_SERVED
+    refused = refusal(ctx.security, req.session, operation, ResourceType.GROUP, group_id)
+    if refused is not None:
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, refused
+    return None
 
 
 def _error(code: ErrorCode, message: str | None) -> Any:

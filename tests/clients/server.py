@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.conftest import free_port
@@ -98,3 +100,16 @@ class Tidegate:
             self.proc.kill()
             self.proc.wait()
             self.proc = None
+
+
+@contextmanager
+def serving(tmp_path: Path, config_toml: str) -> Iterator[Tidegate]:
+    """A started ``tidegate serve`` with ``config_toml`` as its config file, closed after."""
+    config = tmp_path / "tidegate.toml"
+    config.write_text(config_toml)
+    server = Tidegate(tmp_path / "data", tmp_path / "tidegate.log", config)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaError
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer
 
-from tests.clients.server import Tidegate
+from tests.clients.server import Tidegate, serving
 
 DEADLINE_S = 60.0
 #: How long a consumer that must not create the topic keeps polling before the check.
@@ -25,15 +25,9 @@ NO_CREATE_POLLS_S = 3.0
 
 @pytest.fixture(params=[True, False], ids=["broker-auto-create", "broker-no-auto-create"])
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tidegate]:
-    config = tmp_path / "tidegate.toml"
-    config.write_text(f'"auto.create.topics.enable" = {str(request.param).lower()}\n'
-                      '"num.partitions" = 2\n')
-    tg = Tidegate(tmp_path / "data", tmp_path / "tidegate.log", config)
-    tg.start()
-    try:
-        yield tg
-    finally:
-        tg.close()
+    with serving(tmp_path, f'"auto.create.topics.enable" = {str(request.param).lower()}\n'
+                      '"num.partitions" = 2\n') as server:
+        yield server
 
 
 def _broker_creates(server: Tidegate) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.clients.server import Tidegate
+from tests.clients.server import Tidegate, serving
 
 MiB = 1024 * 1024
 
@@ -90,14 +90,8 @@ BUDGET_BYTES = 24 * MiB
 
 @pytest.fixture
 def budgeted(tmp_path: Path) -> Iterator[Tidegate]:
-    config = tmp_path / "tidegate.toml"
-    config.write_text(f'"queued.max.request.bytes" = {BUDGET_BYTES}\n')
-    server = Tidegate(tmp_path / "data", tmp_path / "tidegate.log", config)
-    server.start()
-    try:
+    with serving(tmp_path, f'"queued.max.request.bytes" = {BUDGET_BYTES}\n') as server:
         yield server
-    finally:
-        server.close()
 
 
 def _send_until_blocked(sock: socket.socket, size: int) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tests.clients.server import Tidegate
+from tests.clients.server import Tidegate, serving
 from tests.java.conftest import Java
 
 #: Long enough for a group join after the topic appears.
@@ -22,15 +22,9 @@ NO_CREATE_WAIT_MS = 4_000
 
 @pytest.fixture(params=[True, False], ids=["broker-auto-create", "broker-no-auto-create"])
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tidegate]:
-    config = tmp_path / "tidegate.toml"
-    config.write_text(f'"auto.create.topics.enable" = {str(request.param).lower()}\n'
-                      '"num.partitions" = 2\n[groups]\ninitial_rebalance_delay_ms = 500\n')
-    tg = Tidegate(tmp_path / "data", tmp_path / "tidegate.log", config)
-    tg.start()
-    try:
-        yield tg
-    finally:
-        tg.close()
+    with serving(tmp_path, f'"auto.create.topics.enable" = {str(request.param).lower()}\n'
+                      '"num.partitions" = 2\n[groups]\ninitial_rebalance_delay_ms = 500\n') as server:
+        yield server
 
 
 def test_java_consumer_subscribes_to_missing_topic(java: Java, server: Tidegate) -> None:

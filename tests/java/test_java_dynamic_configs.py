@@ -22,7 +22,7 @@ from confluent_kafka.admin import (
 from kafka.admin import ConfigResource as KpResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 
-from tests.clients.server import Tidegate
+from tests.clients.server import Tidegate, serving
 from tests.java.conftest import Java
 
 TIMEOUT_S = 30
@@ -33,14 +33,8 @@ RECORD_BYTES = 5000
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Tidegate]:
-    config = tmp_path / "tidegate.toml"
-    config.write_text(f'"message.max.bytes" = {STATIC_BYTES}\n')
-    tg = Tidegate(tmp_path / "data", tmp_path / "tidegate.log", config)
-    tg.start()
-    try:
-        yield tg
-    finally:
-        tg.close()
+    with serving(tmp_path, f'"message.max.bytes" = {STATIC_BYTES}\n') as server:
+        yield server
 
 
 def _set(java: Java, server: Tidegate, broker: str, name: str, value: str | None) -> str:
