@@ -464,18 +464,25 @@ class ReplicatedDurableDataLog:
             return
         if len([s for s in live if not self.replicas.is_suspect(s)]) < self._rf:
             return
-        short = [s for s in self._spares if len([x for x in s.servers if x in live]) < self._rf]
-        if short:
-            gone = {s.id for s in short}
-            self._spares = [s for s in self._spares if s.id not in gone]
-            async with self._chain.lock:
+        short: list[Spare] = []
+        async with self._chain.lock:
+            # Under the lock: a failover (which holds it) may have just made one of these
+            # spares the active plog; it must then not be dropped and deleted.
+            if self._failing or len(self._segs) != 1:
+                return
+            active = {seg.id for seg in self._segs}
+            short = [s for s in self._spares
+                     if s.id not in active and len([x for x in s.servers if x in live]) < self._rf]
+            if short:
+                gone = {s.id for s in short}
+                self._spares[:] = [s for s in self._spares if s.id not in gone]
 
                 def drop(m: LogMeta) -> None:
                     m.spares = [s for s in m.spares if s.id not in gone]
 
                 await self._chain.update(drop)
-            for spare in short:
-                await self.replicas.delete(spare.id, spare.servers)
+        for spare in short:
+            await self.replicas.delete(spare.id, spare.servers)
         if not self._spares:
             self._want_spare()  # the next round rolls onto it
             return
