@@ -162,6 +162,15 @@ RULES: dict[int, tuple[Check, ...]] = {
     68: (Check(Op.READ, G, _field("group_id"), GROUP_DENIED),
          Check(Op.DESCRIBE, T, _field("subscribed_topic_names"), TOPIC_DENIED)),
     69: (),
+    # Share groups (KIP-932): each handler checks the group (READ; DESCRIBE to describe;
+    # DELETE for DeleteShareGroupOffsets) and the topics it reads or lists.
+    76: (),
+    77: (),
+    78: (),
+    79: (),
+    90: (),
+    91: (),
+    92: (),
 }
 
 #: Kafka's rule for an API this table does not know: the cluster's CLUSTER_ACTION.
