@@ -26,10 +26,9 @@ from tests.cluster.clients import QUIET, Producing, leaders, read_back
 from tests.cluster.nodes import Node, start_together
 from tests.cluster.zk import ZooKeeperServer
 
-# Known flaky (1 run in 8 here): a survivor's active plogs, made on two servers while the
-# killed node was away, were gone from both servers ("no such plog") five seconds after
-# its plog server came back; the containers restarted and re-sent appends that had landed,
-# so 8 records were stored twice. Cause not found yet (issue 36).
+# Known flaky: records stored twice now and then, after a survivor's container failed and
+# re-sent appends that had landed: once its active plogs were deleted ("no such plog",
+# fixed since), once its Tier-2 writer was fenced by the returning node. Issue 36.
 pytestmark = [pytest.mark.timeout(720), pytest.mark.known_flaky]
 
 PARTITIONS = 6
