@@ -26,6 +26,7 @@ from kafka.protocol.schemas.fields.codecs.types import Int32, UnsignedVarInt32
 from tidegate.core.segmentstore.api import SegmentStoreError, SegmentTruncatedError
 from tidegate.gateway.fetch.sessions import FetchPart
 from tidegate.gateway.handlers import EncodedBody, HandlerContext
+from tidegate.gateway.log.partition_log import PartitionLog
 from tidegate.gateway.txn.partition_txns import PartitionTxns
 from tidegate.protocol.errors import ErrorCode
 
@@ -98,14 +99,22 @@ async def wait_for_growth(ctx: HandlerContext, parts: list[FetchPart], timeout_s
     future woken by callbacks (no task, one event-loop hop after the append)."""
     if ctx.stopping.is_set():
         return
+    await wait_on_logs(ctx, [p.plog for p in parts if p.plog is not None], timeout_s)
+
+
+async def wait_on_logs(ctx: HandlerContext, plogs: list[PartitionLog], timeout_s: float,
+                       waiter: asyncio.Future[None] | None = None) -> None:
+    """Until one of ``plogs`` grows, the gateway stops, ``timeout_s`` passes, or
+    ``waiter`` (a future others may also complete) is done."""
     loop = asyncio.get_running_loop()
-    waiter: asyncio.Future[None] = loop.create_future()
+    if waiter is None:
+        waiter = loop.create_future()
 
     def wake() -> None:
         if not waiter.done():
             waiter.set_result(None)
 
-    logs = {id(p.plog): p.plog for p in parts if p.plog is not None}
+    logs = {id(plog): plog for plog in plogs}
     for plog in logs.values():
         plog.on_grow.append(wake)
     ctx.on_stop.append(wake)

@@ -9,7 +9,7 @@ from typing import Any
 
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.gateway.handlers.share_fetch import FINAL_EPOCH, close_session, session_for
-from tidegate.gateway.handlers.share_group_heartbeat import NOT_SERVED
+from tidegate.gateway.handlers.share_group_heartbeat import member_refusal
 from tidegate.gateway.share import reading
 from tidegate.gateway.share.reading import SharePart
 from tidegate.protocol.apis import ApiSpec
@@ -30,15 +30,12 @@ def _error(code: ErrorCode, message: str | None) -> Any:
 
 
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
-    share = ctx.share_groups
-    if share is None:
-        return _error(ErrorCode.UNSUPPORTED_VERSION, NOT_SERVED)
     group_id, member_id = request.group_id or "", request.member_id or ""
-    if not group_id or not member_id:
-        return _error(ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set")
-    refused = reading.group_refusal(ctx, req, group_id)
-    if refused is not None:
-        return _error(ErrorCode.GROUP_AUTHORIZATION_FAILED, refused)
+    failed = member_refusal(ctx, req, group_id, member_id)
+    if failed is not None:
+        return _error(*failed)
+    share = ctx.share_groups
+    assert share is not None
     session, code, message = session_for(share, group_id, member_id,
                                          request.share_session_epoch, False)
     if session is None:

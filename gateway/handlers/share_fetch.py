@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from tidegate.gateway.fetch.reading import wait_on_logs
 from tidegate.gateway.handlers import HandlerContext, RequestContext
-from tidegate.gateway.handlers.share_group_heartbeat import NOT_SERVED
+from tidegate.gateway.handlers.share_group_heartbeat import member_refusal
 from tidegate.gateway.log.partition_log import PartitionLog
 from tidegate.gateway.share import reading
 from tidegate.gateway.share.coordinator import ShareCoordinator, ShareSession
@@ -66,15 +67,12 @@ def close_session(share: ShareCoordinator, session: ShareSession) -> None:
 
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     req.release()  # share fetches long-poll: later requests need not wait
-    share = ctx.share_groups
-    if share is None:
-        return _error(ErrorCode.UNSUPPORTED_VERSION, NOT_SERVED)
     group_id, member_id = request.group_id or "", request.member_id or ""
-    if not group_id or not member_id:
-        return _error(ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set")
-    refused = reading.group_refusal(ctx, req, group_id)
-    if refused is not None:
-        return _error(ErrorCode.GROUP_AUTHORIZATION_FAILED, refused)
+    failed = member_refusal(ctx, req, group_id, member_id)
+    if failed is not None:
+        return _error(*failed)
+    share = ctx.share_groups
+    assert share is not None
     epoch = request.share_session_epoch
     acking = any(p.acknowledgement_batches for t in request.topics for p in t.partitions)
     if epoch == INITIAL_EPOCH and acking:
@@ -152,33 +150,17 @@ async def _poll(ctx: HandlerContext, share: ShareCoordinator, request: Any, grou
 async def _wait(ctx: HandlerContext, share: ShareCoordinator, group_id: str,
                 plogs: list[PartitionLog], timeout_s: float) -> None:
     """Until a partition grows, records are released, a lock expires, or ``timeout_s``."""
-    loop = asyncio.get_running_loop()
-    waiter = share.waiter()
-
-    def wake() -> None:
-        if not waiter.done():
-            waiter.set_result(None)
-
     group = share.describe(group_id)
     if group is not None:
         deadlines = [d for sp in group.partitions.values()
                      if (d := sp.next_deadline_ms()) is not None]
         if deadlines:
             timeout_s = min(timeout_s, max(min(deadlines) - ctx.clock_ms(), 0) / 1000 + 0.001)
-    unique = {id(p): p for p in plogs}
-    for plog in unique.values():
-        plog.on_grow.append(wake)
-    ctx.on_stop.append(wake)
-    timer = loop.call_later(timeout_s, wake)
+    waiter = share.waiter()
     try:
-        await waiter
+        await wait_on_logs(ctx, plogs, timeout_s, waiter)
     finally:
-        timer.cancel()
         share.forget_waiter(waiter)
-        for plog in unique.values():
-            plog.on_grow.remove(wake)
-        if wake in ctx.on_stop:
-            ctx.on_stop.remove(wake)
 
 
 def _answer(ctx: HandlerContext, share: ShareCoordinator, group_id: str,

@@ -36,6 +36,21 @@ def offsets_refusal(
     return None
 
 
+def member_refusal(
+    ctx: HandlerContext, req: RequestContext, group_id: str, member_id: str
+) -> tuple[ErrorCode, str] | None:
+    """Why a member's ShareFetch or ShareAcknowledge is refused as a whole, if it is: share
+    groups not served here, ids missing, or READ on the group not allowed."""
+    if ctx.share_groups is None:
+        return ErrorCode.UNSUPPORTED_VERSION, NOT_SERVED
+    if not group_id or not member_id:
+        return ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set"
+    refused = group_refusal(ctx, req, group_id)
+    if refused is not None:
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, refused
+    return None
+
+
 def _error(code: ErrorCode, message: str | None) -> Any:
     return ShareGroupHeartbeatResponse(
         throttle_time_ms=0, error_code=code, error_message=message, member_id=None,
