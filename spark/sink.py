@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Producer
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import Row, StructType
@@ -28,6 +28,7 @@ from tidegate.spark.txn import (
     FLUSH_TIMEOUT_S,
     TransactionEnder,
     TransactionError,
+    send_all,
     write_transaction,
 )
 
@@ -99,28 +100,8 @@ def _write_idempotent(opts: WriteOptions, schema: StructType, rows: Iterator[Row
     if first is None:
         return Written(0)  # an empty task opens nothing
     producer = _cached_producer(opts)
-    errors: list[str] = []
-
-    def delivered(err: Any, _msg: Any) -> None:
-        if err is not None:
-            errors.append(str(err))
-
-    count = 0
-    for record in itertools.chain([first], records):
-        while True:
-            try:
-                producer.produce(on_delivery=delivered, **record)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        count += 1
-        if errors:
-            break
-    # Every record's delivery timeout (message.timeout.ms) ends before this deadline.
-    left = producer.flush(FLUSH_TIMEOUT_S + 30)
-    if errors or left:
-        raise KafkaException(f"{len(errors) + left} records not delivered; first: {(errors or ['timed out'])[0]}")
-    return Written(count)
+    # Every record's delivery timeout (message.timeout.ms) ends before the flush's.
+    return Written(send_all(producer, itertools.chain([first], records), [], FLUSH_TIMEOUT_S + 30))
 
 
 def _write_transactional(opts: WriteOptions, schema: StructType, rows: Iterator[Row], batch_id: int) -> Written:

@@ -32,6 +32,32 @@ log = logging.getLogger(__name__)
 _NONE = 0
 #: How long a task waits for its transaction's records to be acknowledged.
 FLUSH_TIMEOUT_S = 120.0
+
+
+def send_all(producer: Producer, records: Iterable[dict[str, Any]], errors: list[str],
+             flush_timeout_s: float) -> int:
+    """Every record produced (waiting out a full queue) and flushed; the count, or
+    ``KafkaException`` when a delivery failed (``errors`` keeps them) or timed out."""
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    count = 0
+    for record in records:
+        while True:
+            try:
+                producer.produce(on_delivery=delivered, **record)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        count += 1
+        if errors:
+            break
+    left = producer.flush(flush_timeout_s)
+    if errors or left:
+        raise KafkaException(f"{len(errors) + left} records not delivered; first: {(errors or ['timed out'])[0]}")
+    return count
 _REQUEST_TIMEOUT_MS = 30_000
 #: How long opening (InitProducerId, fencing the earlier incarnation) may take.
 _INIT_TIMEOUT_S = 60.0
@@ -80,28 +106,7 @@ class TaskTransaction:
 
     def write(self, records: Iterable[dict[str, Any]]) -> int:
         """Every record sent and acknowledged (or an error); the count."""
-        producer = self._live()
-        errors = self._errors
-
-        def delivered(err: Any, _msg: Any) -> None:
-            if err is not None:
-                errors.append(str(err))
-
-        count = 0
-        for record in records:
-            while True:
-                try:
-                    producer.produce(on_delivery=delivered, **record)
-                    break
-                except BufferError:
-                    producer.poll(0.1)
-            count += 1
-            if errors:
-                break
-        left = producer.flush(FLUSH_TIMEOUT_S)
-        if errors or left:
-            raise KafkaException(f"{len(errors) + left} records not delivered; first: {(errors or ['timed out'])[0]}")
-        return count
+        return send_all(self._live(), records, self._errors, FLUSH_TIMEOUT_S)
 
     def leave_open(self, rows: int) -> OpenTransaction:
         """The transaction's producer id and epoch, from a report made after the flush;
