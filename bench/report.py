@@ -351,33 +351,25 @@ def markdown(doc: dict[str, Any]) -> str:
         f"\nMemory: {_fmt(ratios['tidegate_mb_through_per_instance'])} MB flowed through each "
         "tidegate instance (the issue judges RSS while 10 GB flow: raise the sizes for that)."
     )
-    if ratios.get("txn_produce_1k_vs_plain") is not None:
+    txn_phases = (
+        ("txn_produce_1k_vs_plain", "txn_produce", f"{doc['args'].get('txn_commit_ms', '?')} ms"),
+        ("txn_produce_1k_per_records_vs_plain", "txn_produce_records",
+         f"{doc['args'].get('txn_commit_records', '?')} records per producer"),
+    )
+    for key, phase, every in txn_phases:
+        if ratios.get(key) is None:
+            continue
         basis = ratios["basis"]
         # Each compared commit's own ratio (its phases ran in the same rounds).
         others = [
-            f"{s}: {_fmt(_ratio(_metric(med, s, basis['txn_produce'], 'mb_per_s'), _metric(med, s, basis['produce'], 'mb_per_s')), 2)}×"
+            f"{s}: {_fmt(_ratio(_metric(med, s, basis[phase], 'mb_per_s'), _metric(med, s, basis['produce'], 'mb_per_s')), 2)}×"
             for s in systems
             if s.startswith(f"{TIDEGATE}@")
         ]  # fmt: skip
         lines.append(
-            f"\nTransactions: {basis['txn_produce']} (a commit every "
-            f"{doc['args'].get('txn_commit_ms', '?')} ms) ran at "
-            f"{_fmt(ratios['txn_produce_1k_vs_plain'], 2)}× plain {basis['produce']} "
-            f"(goal {ratios['targets']['txn_produce_1k_vs_plain']})"
-            + (f"; {', '.join(others)}." if others else ".")
-        )
-    if ratios.get("txn_produce_1k_per_records_vs_plain") is not None:
-        basis = ratios["basis"]
-        others = [
-            f"{s}: {_fmt(_ratio(_metric(med, s, basis['txn_produce_records'], 'mb_per_s'), _metric(med, s, basis['produce'], 'mb_per_s')), 2)}×"
-            for s in systems
-            if s.startswith(f"{TIDEGATE}@")
-        ]  # fmt: skip
-        lines.append(
-            f"\nTransactions: {basis['txn_produce_records']} (a commit every "
-            f"{doc['args'].get('txn_commit_records', '?')} records per producer) ran at "
-            f"{_fmt(ratios['txn_produce_1k_per_records_vs_plain'], 2)}× plain {basis['produce']} "
-            f"(goal {ratios['targets']['txn_produce_1k_per_records_vs_plain']})"
+            f"\nTransactions: {basis[phase]} (a commit every {every}) ran at "
+            f"{_fmt(ratios[key], 2)}× plain {basis['produce']} "
+            f"(goal {ratios['targets'][key]})"
             + (f"; {', '.join(others)}." if others else ".")
         )
     if doc.get("profiles"):
