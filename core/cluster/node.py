@@ -185,10 +185,13 @@ class ClusterNode:
         mine = self.running | self._starting
         skipped = self.containers.version >= 0 and version > self.containers.version + 1
         gone = {c for c in mine if skipped or owners.get(c) != self.node_id} - self.interrupted
+        self._give_up(gone, f"the map (version {version}) " + (
+            "skipped a version" if skipped else "gives them to another node"))
+
+    def _give_up(self, gone: set[int], why: str) -> None:
         if not gone:
             return
-        log.info("containers %s interrupted: the map (version %d) %s", sorted(gone), version,
-                 "skipped a version" if skipped else "gives them to another node")
+        log.info("containers %s interrupted: %s", sorted(gone), why)
         self.interrupted |= gone
         for cid in gone:
             self.local.release(cid)
@@ -201,6 +204,8 @@ class ClusterNode:
         its containers meanwhile, and the map may give them back before this node sees
         that it lost them. None is trusted: every one is stopped, and what the map says
         is this node's starts afresh (recovered; the gateway catches up)."""
+        self._give_up((self.running | self._starting) - self.interrupted,
+                      "the ZooKeeper session was lost")
         self._session_lost = True
         self._reconcile_wake.set()
 
@@ -310,6 +315,7 @@ class ClusterNode:
         )
 
     async def _reconcile(self) -> None:
+        dropped: set[int] = set()
         if self._session_lost:
             self._session_lost = False
             dropped = set(self.running)
@@ -317,8 +323,6 @@ class ClusterNode:
                 log.info("container %d stopped: the ZooKeeper session was lost", cid)
                 self.running.discard(cid)
                 await self.local.stop_container(cid)
-            if dropped and self.on_owned is not None:
-                await self.on_owned(set(), dropped)
         want = self.owned()
         lost = (self.running - want) | (self.running & self.interrupted)
         for cid in sorted(lost):
@@ -366,6 +370,9 @@ class ClusterNode:
         for text, cids in unlogged.items():
             log.warning("container%s %s did not start (%s); retrying",
                         "s" if len(cids) > 1 else "", ", ".join(map(str, cids)), text)
+        # Told after the starts: ``on_owned`` reads other containers, maybe ones that
+        # other nodes' own ``on_owned`` is waiting to see started here.
+        lost |= dropped
         gained |= self._untold_gained & self.running
         lost |= self._untold_lost - self.running
         if (gained or lost) and self.on_owned is not None:

@@ -41,6 +41,9 @@ from tidegate.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
+#: How often a partition that stays behind its segments is logged again.
+CATCH_UP_LOG_S = 30.0
+
 class Owners(Protocol):
     container_count: int
 
@@ -78,6 +81,7 @@ class PartitionLeaders:
         #: caught up with their segments (``_catch_up``).
         self.leading: set[tuple[str, int]] = set()
         self._catching_up = asyncio.Lock()
+        self._catch_up_logged: dict[tuple[str, int], tuple[str, float]] = {}
         #: The container of the groups' table (``gateway/cluster/groups.py``).
         self.groups_container: int | None = None
         #: Other leaders' high watermarks, for the exporter's group lag (``watermarks.py``).
@@ -183,7 +187,7 @@ class PartitionLeaders:
                 try:
                     await self._catch_up(topic, partition)
                 except UNAVAILABLE as exc:  # served once the topic's segments are readable
-                    log.debug("%s/%d not caught up: %r", topic, partition, exc)
+                    self._not_caught_up(topic, partition, exc)
                     return ErrorCode.LEADER_NOT_AVAILABLE
             return ErrorCode.NONE
         self.leading.discard((topic, partition))
@@ -191,6 +195,16 @@ class PartitionLeaders:
         if leader is None:
             return ErrorCode.LEADER_NOT_AVAILABLE
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    def _not_caught_up(self, topic: str, partition: int, exc: BaseException) -> None:
+        """Logged when the cause changes, else once in a while: producers of the
+        partition are refused meanwhile."""
+        text, now = repr(exc), time.monotonic()
+        last = self._catch_up_logged.get((topic, partition))
+        if last is None or last[0] != text or now - last[1] >= CATCH_UP_LOG_S:
+            self._catch_up_logged[(topic, partition)] = (text, now)
+            log.warning("%s/%d led here but not caught up yet (%s); answering "
+                        "LEADER_NOT_AVAILABLE", topic, partition, text)
 
     async def _catch_up(self, topic: str, partition: int) -> None:
         """Before this node first serves a partition it did not lead just before (a scale
@@ -204,6 +218,7 @@ class PartitionLeaders:
             indexed = await self.logs.rebuild_where(lambda name: name.startswith(prefix), strict=True)
             self.logs.retire_where(lambda t, p: t == topic and p == partition)
             self.leading.add((topic, partition))
+            self._catch_up_logged.pop((topic, partition), None)
             if indexed:
                 log.info("%s/%d led here now: %d appends indexed", topic, partition, indexed)
 
@@ -257,7 +272,11 @@ class PartitionLeaders:
         count = self.owners.container_count
 
         def foreign(name: str) -> bool:
-            return container_of(name, count) not in kept
+            cid = container_of(name, count)
+            # Owned here but not running yet: read once it starts (its own ``on_owned``);
+            # reading it now waits for the start this call holds up.
+            return cid not in kept and (
+                cid in self.node.running or self.node.containers.owners.get(cid) != self.node_id)
 
         indexed = await self.logs.rebuild_where(foreign)
         dropped = self.logs.retire_where(lambda topic, p: self._moved(topic, p, kept))

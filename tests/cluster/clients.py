@@ -75,7 +75,7 @@ class Producing(threading.Thread):
 
     def _done(self, err: KafkaError | None, msg: object) -> None:
         if err is not None:
-            self.errors.append(str(err))
+            self.errors.append(f"{msg.partition()}: {err}")  # type: ignore[attr-defined]
         else:
             self.acked.append((msg.partition(), msg.offset(), msg.value()))  # type: ignore[attr-defined]
             self.latency_max_s = max(self.latency_max_s, msg.latency() or 0.0)  # type: ignore[attr-defined]

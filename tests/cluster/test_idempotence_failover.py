@@ -120,7 +120,12 @@ def test_idempotent_producers_survive_their_leader_killed_twice(
         stored = read_back(survivors_bootstrap, "orders", PARTITIONS)
         counts = Counter(value for _, _, value in stored)
         duplicates = [v for v, c in counts.items() if c > 1]
-        assert not duplicates, f"{len(duplicates)} values stored twice, e.g. {duplicates[:5]}"
+        if duplicates:
+            copies = {v: [(p, o) for p, o, w in stored if w == v] for v in duplicates[:5]}
+            acks = {v: [(a[0], a[1]) for p in producers for a in p.acked if a[2] == v]
+                    for v in duplicates[:5]}
+            raise AssertionError(f"{len(duplicates)} values stored twice: stored at {copies}, "
+                                 f"acknowledged at {acks}")
         by_partition: dict[int, list[int]] = {}
         for p, offset, _ in stored:
             by_partition.setdefault(p, []).append(offset)
