@@ -4,7 +4,8 @@ Each call goes to the owner of its segment's container (``container_of``): this 
 own store, or a ``RemoteSegmentStore`` to the owner's segment-store server. While a
 container moves (no owner yet, the old owner stopped it, the new one is still recovering
 it) calls get ``ContainerNotOwnedError`` or ``StoreShutdownError``; they are sent again
-as the map changes, for up to ``retry_ms``, then the error reaches the caller.
+as the map changes, for up to ``retry_ms`` (less within ``patience``: a caller that
+retries on its own), then the error reaches the caller.
 
 Appends go only to this node's own containers and are never sent again (see
 ``_append_target``; only the gateway's producer state can tell a re-send from a
@@ -16,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TypeVar
 
 from tidegate.core.segmentstore.api import (
@@ -37,6 +40,19 @@ from tidegate.core.segmentstore.remote.client import RemoteSegmentStore
 from tidegate.core.segmentstore.service import container_of
 
 log = logging.getLogger(__name__)
+
+_patience_ms: ContextVar[int | None] = ContextVar("routing_patience_ms", default=None)
+
+
+@contextmanager
+def patience(ms: int) -> Iterator[None]:
+    """Calls routed within wait at most ``ms`` for a moving container (this task and
+    what it awaits): for callers with a retry of their own, such as a client's."""
+    token = _patience_ms.set(ms)
+    try:
+        yield
+    finally:
+        _patience_ms.reset(token)
 
 T = TypeVar("T")
 _ZERO = SegmentTraffic(0.0, 0.0)
@@ -146,7 +162,9 @@ class RoutingSegmentStore:
         return store
 
     async def _routed(self, name: str, call: Callable[[SegmentStore], Awaitable[T]]) -> T:
-        deadline = time.monotonic() + self.retry_ms / 1000
+        patient_ms = _patience_ms.get()
+        retry_ms = self.retry_ms if patient_ms is None else min(patient_ms, self.retry_ms)
+        deadline = time.monotonic() + retry_ms / 1000
         delay_s = 0.02
         while True:
             try:

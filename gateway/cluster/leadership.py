@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from tidegate.core.cluster.replicas import PlogReplicas, ReplicaSet
+from tidegate.core.cluster.routing import patience
 from tidegate.core.segmentstore.service import container_of
 from tidegate.gateway.cluster.watermarks import PeerWatermarks
 from tidegate.gateway.log.partitions import UNAVAILABLE
@@ -43,6 +44,9 @@ log = logging.getLogger(__name__)
 
 #: How often a partition that stays behind its segments is logged again.
 CATCH_UP_LOG_S = 30.0
+#: How long a catch-up waits for a moving container: the producer retries (and the
+#: catch-ups of other partitions wait behind this one).
+CATCH_UP_PATIENCE_MS = 2_000
 
 class Owners(Protocol):
     container_count: int
@@ -215,7 +219,9 @@ class PartitionLeaders:
             if (topic, partition) in self.leading:
                 return
             prefix = self.topics.segment_name(topic, 0).rsplit("/", 1)[0] + "/"
-            indexed = await self.logs.rebuild_where(lambda name: name.startswith(prefix), strict=True)
+            with patience(CATCH_UP_PATIENCE_MS):
+                indexed = await self.logs.rebuild_where(
+                    lambda name: name.startswith(prefix), strict=True)
             self.logs.retire_where(lambda t, p: t == topic and p == partition)
             self.leading.add((topic, partition))
             self._catch_up_logged.pop((topic, partition), None)
@@ -278,7 +284,8 @@ class PartitionLeaders:
             return cid not in kept and (
                 cid in self.node.running or self.node.containers.owners.get(cid) != self.node_id)
 
-        indexed = await self.logs.rebuild_where(foreign)
+        with patience(CATCH_UP_PATIENCE_MS):  # what is skipped is caught up when served
+            indexed = await self.logs.rebuild_where(foreign)
         dropped = self.logs.retire_where(lambda topic, p: self._moved(topic, p, kept))
         self.leading = {k for k in self.leading if not self._moved(*k, kept)}
         self.ready |= gained - self.node.interrupted
