@@ -82,8 +82,7 @@ def test_every_config_has_a_valid_default() -> None:
         assert d.validate(d.default) == d.default, name
         assert d.doc, name
     # What has no effect says so in DescribeConfigs' documentation.
-    for name in ("message.format.version", "message.downconversion.enable", "preallocate",
-                 "flush.messages", "segment.jitter.ms", "remote.storage.enable"):
+    for name in ("preallocate", "flush.messages", "segment.jitter.ms", "remote.storage.enable"):
         assert "gnored" in topic_config.TOPIC_CONFIGS[name].doc, name
 
 
