@@ -200,7 +200,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
                   low=-1),
         ConfigDef("segment.bytes", _T.INT, "1073741824", "Size at which the cleaner "
                   "rolls a compacted partition's head (the stream's own segments scale by "
-                  "the scaling policy).", "log.segment.bytes", low=14),
+                  "the scaling policy).", "log.segment.bytes", low=1 << 20),  # Kafka 4.x's minimum
         ConfigDef("segment.index.bytes", _T.INT, "10485760", "Index file size (ignored).",
                   "log.index.size.max.bytes", low=4),
         ConfigDef("segment.jitter.ms", _T.LONG, "0", "Segment roll jitter (ignored).",
