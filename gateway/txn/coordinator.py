@@ -494,6 +494,10 @@ class TransactionCoordinator:
             else:
                 meta.last_producer_id, meta.last_producer_epoch = meta.producer_id, meta.producer_epoch
                 meta.producer_epoch += 1
+            if meta.tv2 and meta.producer_epoch >= EPOCH_MAX and meta.next_producer_id < 0:
+                # Version 2 fenced into the last epoch: Complete* takes a new producer id,
+                # which the producer's abort then gets (Kafka's KAFKA-20090).
+                meta.next_producer_id = await self._ids.allocate()
         elif tv2:
             meta.last_producer_id, meta.last_producer_epoch = meta.producer_id, meta.producer_epoch
             if meta.producer_epoch + 1 >= EPOCH_MAX:  # exhausted: Complete* takes a new id
