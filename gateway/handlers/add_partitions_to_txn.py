@@ -42,7 +42,8 @@ async def _one(
         errors = coord.verify_partitions(tid, pid, epoch, wanted)
     else:
         try:
-            error = await coord.add_partitions(tid, pid, epoch, wanted)
+            # v4+ without verify_only is a leader's add for Produce v12 (version 2).
+            error = await coord.add_partitions(tid, pid, epoch, wanted, tv2=version >= 4)
         except Exception:  # the coordinator's table cannot be written: the client retries
             error = ErrorCode.COORDINATOR_NOT_AVAILABLE
         errors = dict.fromkeys(wanted, for_version(error, version, 2))

@@ -45,9 +45,13 @@ def _list(value: str | None) -> list[str]:
 
 def merged(stored: dict[str, str], ops: list[Any]) -> dict[str, str | None]:
     """The topic's stored configs after ``ops`` (raises ``ResourceError``)."""
-    out: dict[str, str | None] = dict(stored)
+    out: dict[str, str | None] = dict(topic_config.without_removed(stored))
     for op in ops:
         d = topic_config.TOPIC_CONFIGS.get(op.name)
+        if d is None and op.name in topic_config.REMOVED_CONFIGS and (
+            op.config_operation == OpType.DELETE
+        ):
+            continue  # gone already: Kafka 4.x deletes what its LogConfig no longer has
         if d is None:
             raise ResourceError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {op.name}")
         if op.config_operation == OpType.SET:

@@ -228,7 +228,7 @@ async def _add_local(ctx: HandlerContext, works: list[_Work], transactional_id: 
     for (pid, epoch), adding in _transactional(works).items():
         try:
             code = await coord.add_partitions(
-                transactional_id, pid, epoch, [(w.topic, w.partition) for w in adding])
+                transactional_id, pid, epoch, [(w.topic, w.partition) for w in adding], tv2=True)
         except Exception:  # noqa: BLE001 - the coordinator's table cannot be written now
             code = ErrorCode.COORDINATOR_NOT_AVAILABLE
         error = _verify_answer(code)

@@ -6,9 +6,9 @@ from the produce handler. Records are decoded only where a topic's configs need 
 - ``message.timestamp.type=LogAppendTime``: the batch is stamped as Kafka's broker does
   (timestamp-type attribute bit set, maxTimestamp = now, CRC-32C recomputed; records are
   not touched: readers take every record's timestamp from maxTimestamp);
-- CreateTime with ``message.timestamp.before.max.ms`` / ``after.max.ms`` (or the older
-  ``message.timestamp.difference.max.ms`` for both) set: every record's timestamp lies
-  within [now - before, now + after] (INVALID_TIMESTAMP).
+- CreateTime with ``message.timestamp.before.max.ms`` / ``after.max.ms`` set: every
+  record's timestamp lies within [now - before, now + after] (INVALID_TIMESTAMP). The
+  older ``message.timestamp.difference.max.ms`` is gone, as in Kafka 4.x (KIP-937).
 """
 
 from __future__ import annotations
@@ -60,9 +60,8 @@ def check_batch(
         return Verdict(ErrorCode.INVALID_RECORD, keyless.message, record_errors=keyless.record_errors)
     if configs.get("message.timestamp.type") == "LogAppendTime":
         return _stamp(records, header, now_ms)
-    difference = int(configs.get("message.timestamp.difference.max.ms", _LONG_MAX))
-    before = int(configs.get("message.timestamp.before.max.ms", difference))
-    after = int(configs.get("message.timestamp.after.max.ms", difference))
+    before = int(configs.get("message.timestamp.before.max.ms", _LONG_MAX))
+    after = int(configs.get("message.timestamp.after.max.ms", _LONG_MAX))
     if before == _LONG_MAX and after == _LONG_MAX:
         return _OK
     low, high = now_ms - before, now_ms + after

@@ -24,9 +24,12 @@ them); every other config reads as Kafka's default. Three groups:
   ``min/max.compaction.lag.ms``, ``min.cleanable.dirty.ratio``, ``segment.bytes``/``.ms``
   and ``file.delete.delay.ms`` by the cleaner of compacted topics
   (``gateway/log/compaction``);
-- everything else (``segment.jitter.ms``, ``preallocate``, ``message.format.version``,
-  ...) is validated, stored and returned, and its documentation in DescribeConfigs says
-  it is ignored.
+- everything else (``segment.jitter.ms``, ``preallocate``, ...) is validated, stored and
+  returned, and its documentation in DescribeConfigs says it is ignored.
+
+Names Kafka 4.x removed (``message.format.version``, ``message.downconversion.enable``,
+``message.timestamp.difference.max.ms``) are unknown, as in Kafka 4.x's ``LogConfig``:
+INVALID_CONFIG "Unknown topic config name: ...".
 """
 
 from __future__ import annotations
@@ -197,7 +200,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
                   low=-1),
         ConfigDef("segment.bytes", _T.INT, "1073741824", "Size at which the cleaner "
                   "rolls a compacted partition's head (the stream's own segments scale by "
-                  "the scaling policy).", "log.segment.bytes", low=14),
+                  "the scaling policy).", "log.segment.bytes", low=1 << 20),  # Kafka 4.x's minimum
         ConfigDef("segment.index.bytes", _T.INT, "10485760", "Index file size (ignored).",
                   "log.index.size.max.bytes", low=4),
         ConfigDef("segment.jitter.ms", _T.LONG, "0", "Segment roll jitter (ignored).",
@@ -208,18 +211,6 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("unclean.leader.election.enable", _T.BOOLEAN, "false", "Unclean leader "
                   "election (ignored: there are no replicas to elect).",
                   "unclean.leader.election.enable"),
-        # Names Kafka 3.x brokers accept and clients still send: validated, stored and
-        # returned; DescribeConfigs' documentation says they are ignored.
-        ConfigDef("message.format.version", _T.STRING, "3.0-IV1", "Ignored: record batches "
-                  "are v2 (as in Kafka 3.0+, where this config is deprecated).",
-                  "log.message.format.version"),
-        ConfigDef("message.timestamp.difference.max.ms", _T.LONG, str(_LONG_MAX), "Allowed "
-                  "timestamp difference from the broker clock, both ways (deprecated; "
-                  "before/after.max.ms win when set).", "log.message.timestamp.difference.max.ms",
-                  low=0),
-        ConfigDef("message.downconversion.enable", _T.BOOLEAN, "true", "Ignored: fetches "
-                  "older than v4 (message format down-conversion) are not served.",
-                  "log.message.downconversion.enable"),
         ConfigDef("leader.replication.throttled.replicas", _T.LIST, "", "Ignored: "
                   "replication is the segment store's.",
                   "leader.replication.throttled.replicas"),
@@ -249,6 +240,15 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
     ]
 }
 
+#: Kafka 3.x topic configs that Kafka 4.x's ``LogConfig`` no longer defines (KIP-724,
+#: KIP-937, down-conversion gone): a request naming them is refused as any unknown name
+#: is; a topic that stored them before keeps them out of sight and loses them at its next
+#: alteration.
+REMOVED_CONFIGS = frozenset({
+    "message.format.version", "message.timestamp.difference.max.ms",
+    "message.downconversion.enable",
+})
+
 #: Configs whose change updates the stream's policies (the rest are only stored).
 STREAM_POLICY_CONFIGS = frozenset(
     {"cleanup.policy", "retention.ms", "retention.bytes"} | {n for n in TOPIC_CONFIGS if n.startswith("tidegate.")}
@@ -266,6 +266,11 @@ def validate(configs: Mapping[str, str | None]) -> dict[str, str]:
         out[name] = d.validate(value)
     stream_config(out, 1)
     return out
+
+
+def without_removed(configs: Mapping[str, str]) -> dict[str, str]:
+    """A topic's stored configs without the names Kafka 4.x removed."""
+    return {k: v for k, v in configs.items() if k not in REMOVED_CONFIGS}
 
 
 def effective(configs: Mapping[str, str]) -> dict[str, str]:

@@ -18,7 +18,8 @@ while the markers are still being written waits for them (bounded), and past tha
 gets CONCURRENT_TRANSACTIONS, Kafka's answer. At
 start every transaction found in Prepare* is completed before requests are served
 (Ongoing ones stay open until they end or time out). Ongoing transactions past their timeout are aborted by the
-ticker with the epoch bumped, which fences the producer that let them time out.
+ticker with the epoch bumped, which fences the producer that let them time out (under
+transaction version 2 it may abort in turn and go on with the bumped epoch, as on Kafka).
 """
 
 from __future__ import annotations
@@ -301,17 +302,24 @@ class TransactionCoordinator:
             return E.CONCURRENT_TRANSACTIONS, None
         return E.NONE, meta
 
-    def _begin(self, meta: TxnMetadata) -> None:
+    def _begin(self, meta: TxnMetadata, *, tv2: bool) -> None:
+        """Begin a transaction unless one is open; ``tv2``: begun by a request of
+        transaction version 2 (Kafka's ``clientTransactionVersion``), whose end by the
+        coordinator (a timeout) the producer may answer as a retry of a bumped end."""
         if meta.state != TxnState.ONGOING:
             meta.state = TxnState.ONGOING
+            meta.tv2 = tv2
             meta.start_ms = self._clock_ms()
             meta.partitions.clear()
             meta.offsets.clear()
             meta.groups.clear()
 
     async def add_partitions(
-        self, tid: str, pid: int, epoch: int, partitions: Iterable[TopicPartition]
+        self, tid: str, pid: int, epoch: int, partitions: Iterable[TopicPartition],
+        *, tv2: bool = False,
     ) -> int:
+        """``tv2``: the add of a Produce v12 batch (transaction version 2), not a
+        client's AddPartitionsToTxn."""
         await self._completed(tid)
         async with self._lock(tid):
             error, meta = self._check(tid, pid, epoch)
@@ -321,7 +329,7 @@ class TransactionCoordinator:
             if meta.state == TxnState.ONGOING and wanted <= meta.partitions:
                 return E.NONE
             before = copy.deepcopy(meta)
-            self._begin(meta)
+            self._begin(meta, tv2=tv2)
             meta.partitions |= wanted
             await self._persist(meta, before)
             return E.NONE
@@ -375,7 +383,7 @@ class TransactionCoordinator:
             if meta.state == TxnState.ONGOING and group_id in meta.groups:
                 return E.NONE
             before = copy.deepcopy(meta)
-            self._begin(meta)
+            self._begin(meta, tv2=False)
             meta.groups.add(group_id)
             await self._persist(meta, before)
             return E.NONE
@@ -399,7 +407,7 @@ class TransactionCoordinator:
             if error != E.NONE:
                 return error
             before = copy.deepcopy(meta)
-            self._begin(meta)  # TV2: the commit adds its group itself (KIP-890)
+            self._begin(meta, tv2=implicit)  # TV2: the commit adds its group itself (KIP-890)
             meta.groups.add(group_id)
             meta.offsets.setdefault(group_id, {}).update(offsets)
             await self._persist(meta, before)
@@ -424,7 +432,9 @@ class TransactionCoordinator:
             if meta is None:
                 return E.INVALID_PRODUCER_ID_MAPPING, -1, -1
             # A TV2 retry comes with the epoch before the bump (Kafka's endTxnEpochBumped)
-            # or, past an exhausted epoch, with the producer id before the rotation.
+            # or, past an exhausted epoch, with the producer id before the rotation. The
+            # bump may be the coordinator's own (a timeout): the producer's abort is then
+            # taken as a retry and goes on with the bumped epoch, as on Kafka.
             retry_bump = meta.tv2 and pid == meta.producer_id and meta.producer_epoch == epoch + 1
             retry_rotation = (
                 meta.tv2 and meta.state.complete and pid == meta.last_producer_id
@@ -442,6 +452,12 @@ class TransactionCoordinator:
             done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
             if meta.state == done:
                 return E.NONE, meta.producer_id, meta.producer_epoch  # a retry of the EndTxn that completed it
+            if commit and meta.state in (TxnState.PREPARE_ABORT, TxnState.COMPLETE_ABORT) and (
+                retry_bump or retry_rotation
+            ):
+                # A commit of a transaction the coordinator aborted (a timeout): fenced,
+                # not INVALID_TXN_STATE (Kafka's KAFKA-20785), as under version 1.
+                return E.PRODUCER_FENCED, -1, -1
             if meta.state == wanted:
                 return E.CONCURRENT_TRANSACTIONS, -1, -1
             if meta.state != TxnState.ONGOING:
@@ -478,13 +494,20 @@ class TransactionCoordinator:
             else:
                 meta.last_producer_id, meta.last_producer_epoch = meta.producer_id, meta.producer_epoch
                 meta.producer_epoch += 1
+            if meta.tv2 and meta.producer_epoch >= EPOCH_MAX and meta.next_producer_id < 0:
+                # Version 2 fenced into the last epoch: Complete* takes a new producer id,
+                # which the producer's abort then gets (Kafka's KAFKA-20090).
+                meta.next_producer_id = await self._ids.allocate()
         elif tv2:
             meta.last_producer_id, meta.last_producer_epoch = meta.producer_id, meta.producer_epoch
             if meta.producer_epoch + 1 >= EPOCH_MAX:  # exhausted: Complete* takes a new id
                 meta.next_producer_id = await self._ids.allocate()
             meta.producer_epoch = min(meta.producer_epoch + 1, EPOCH_MAX)
-        # A fencing bump is no client's EndTxn: a request with the old epoch is a zombie's.
-        meta.tv2 = tv2 and not bump
+        if not bump:
+            meta.tv2 = tv2
+        # A fencing bump keeps the transaction's version: under version 2 the producer's
+        # EndTxn with the epoch before it is a retry (Kafka's endTxnEpochBumped looks at
+        # the transaction's client version); under version 1 it is PRODUCER_FENCED.
         meta.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         if not commit:
             meta.offsets.clear()

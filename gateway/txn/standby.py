@@ -22,7 +22,8 @@ class NotTxnCoordinator(TransactionCoordinator):
         return E.NOT_COORDINATOR, -1, -1
 
     async def add_partitions(
-        self, tid: str, pid: int, epoch: int, partitions: Iterable[TopicPartition]
+        self, tid: str, pid: int, epoch: int, partitions: Iterable[TopicPartition],
+        *, tv2: bool = False,
     ) -> int:
         return E.NOT_COORDINATOR
 

@@ -67,8 +67,10 @@ class TxnMetadata:
     groups: set[str] = field(default_factory=set)
     start_ms: int = -1
     updated_ms: int = -1
-    #: The last EndTxn was of transaction version 2 (KIP-890): it bumped the epoch, so
-    #: its retry comes with the epoch before the bump.
+    #: The transaction (begun by Produce v12 or TxnOffsetCommit v5) or the last EndTxn was
+    #: of transaction version 2 (KIP-890, Kafka's ``clientTransactionVersion``): an end
+    #: bumped the epoch, so a retry (or, after a timeout, the producer's abort) comes with
+    #: the epoch before the bump.
     tv2: bool = False
     #: TV2 only: the producer id the next Complete* state takes, when the bump exhausted
     #: the epoch (-1 otherwise).

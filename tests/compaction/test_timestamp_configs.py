@@ -1,7 +1,7 @@
 """Topic configs enforced on produce, with confluent-kafka against ``tidegate serve``:
 LogAppendTime stamps batches (the consumer checks CRCs and sees the broker's time),
-the timestamp bounds answer INVALID_TIMESTAMP, and the names Kafka 3.x brokers accept
-(``message.format.version``, ...) are taken, their documentation saying they are ignored."""
+the timestamp bounds answer INVALID_TIMESTAMP, and the names Kafka 4.x removed
+(``message.format.version``, ...) are refused as unknown, as Kafka 4.x refuses them."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from confluent_kafka import (
     TIMESTAMP_LOG_APPEND_TIME,
     Consumer,
     KafkaError,
+    KafkaException,
     Producer,
     TopicPartition,
 )
@@ -81,24 +82,49 @@ def test_timestamp_bounds(tidegate: Tidegate) -> None:
     reports = _send(tidegate, "tsb", [now, now - 2 * HOUR_MS, now + HOUR_MS, now - 60_000])
     codes = [e.code() if e is not None else None for e, _ in reports]
     assert codes == [None, KafkaError.INVALID_TIMESTAMP, KafkaError.INVALID_TIMESTAMP, None]
-    # The deprecated difference config bounds both ways when the new ones are unset.
-    _create(tidegate, "tsd", {"message.timestamp.difference.max.ms": "60000"})
-    reports = _send(tidegate, "tsd", [now - HOUR_MS, now + HOUR_MS, now])
-    codes = [e.code() if e is not None else None for e, _ in reports]
-    assert codes == [KafkaError.INVALID_TIMESTAMP, KafkaError.INVALID_TIMESTAMP, None]
 
 
-def test_kafka_3x_names_are_accepted_and_described_as_ignored(tidegate: Tidegate) -> None:
-    admin = _create(tidegate, "k3", {"message.format.version": "2.8"})
-    resource = ConfigResource(ConfigResource.Type.TOPIC, "k3", incremental_configs=[
-        ConfigEntry("message.format.version", "3.0-IV1",
-                    incremental_operation=AlterConfigOpType.SET),
-        ConfigEntry("message.downconversion.enable", "false",
-                    incremental_operation=AlterConfigOpType.SET),
-    ])
-    for f in admin.incremental_alter_configs([resource]).values():
-        f.result(timeout=TIMEOUT_S)
+REMOVED = ("message.format.version", "message.downconversion.enable",
+           "message.timestamp.difference.max.ms")
+
+
+def test_names_kafka_4_removed_are_refused(tidegate: Tidegate) -> None:
+    """Kafka 3.x topic configs that Kafka 4.x's LogConfig no longer defines are unknown
+    names to CreateTopics (validate_only too), AlterConfigs and IncrementalAlterConfigs:
+    INVALID_CONFIG "Unknown topic config name: ...", nothing created or changed."""
+    admin = AdminClient({"bootstrap.servers": tidegate.bootstrap})
+    for i, (name, value) in enumerate(zip(REMOVED, ("2.8", "true", "60000"), strict=True)):
+        for validate_only in (True, False):
+            fut = admin.create_topics([NewTopic(f"k3-{i}", 1, 1, config={name: value})],
+                                      validate_only=validate_only)[f"k3-{i}"]
+            with pytest.raises(KafkaException) as err:
+                fut.result(timeout=TIMEOUT_S)
+            assert err.value.args[0].code() == KafkaError.INVALID_CONFIG, err.value
+            assert f"Unknown topic config name: {name}" in err.value.args[0].str(), err.value
+    assert not [t for t in admin.list_topics(timeout=TIMEOUT_S).topics if t.startswith("k3-")]
+    _create(tidegate, "k4", {"retention.ms": "3600000"})
+    for name in REMOVED:
+        incremental = ConfigResource(ConfigResource.Type.TOPIC, "k4", incremental_configs=[
+            ConfigEntry(name, "1", incremental_operation=AlterConfigOpType.SET)])
+        legacy = ConfigResource(ConfigResource.Type.TOPIC, "k4", set_config={name: "1"})
+        with pytest.warns(DeprecationWarning):  # AlterConfigs, as old tools still send it
+            legacy_futures = list(admin.alter_configs([legacy]).values())
+        for fut in [*admin.incremental_alter_configs([incremental]).values(), *legacy_futures]:
+            with pytest.raises(KafkaException) as err:
+                fut.result(timeout=TIMEOUT_S)
+            assert err.value.args[0].code() == KafkaError.INVALID_CONFIG, err.value
+            assert f"Unknown topic config name: {name}" in err.value.args[0].str(), err.value
+    # Deleting one is no error (Kafka 4.x validates what remains).
+    deleting = ConfigResource(ConfigResource.Type.TOPIC, "k4", incremental_configs=[
+        ConfigEntry("message.format.version", None, incremental_operation=AlterConfigOpType.DELETE)])
+    for fut in admin.incremental_alter_configs([deleting]).values():
+        fut.result(timeout=TIMEOUT_S)
     (entries,) = [f.result(timeout=TIMEOUT_S) for f in admin.describe_configs(
-        [ConfigResource(ConfigResource.Type.TOPIC, "k3")]).values()]
-    assert entries["message.format.version"].value == "3.0-IV1"
-    assert entries["message.downconversion.enable"].value == "false"
+        [ConfigResource(ConfigResource.Type.TOPIC, "k4")]).values()]
+    assert entries["retention.ms"].value == "3600000"  # untouched by the refused alters
+    assert not set(REMOVED) & set(entries)
+    # An unknown name is refused the same way.
+    fut = admin.create_topics([NewTopic("k5", 1, 1, config={"no.such.config": "1"})])["k5"]
+    with pytest.raises(KafkaException) as err:
+        fut.result(timeout=TIMEOUT_S)
+    assert "Unknown topic config name: no.such.config" in err.value.args[0].str(), err.value

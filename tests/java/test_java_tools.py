@@ -52,6 +52,13 @@ def test_java_create_topics_validate_only_and_assignments(java: Java, tidegate_g
         "ct-rf0 InvalidReplicationFactorException: Replication factor must be larger than 0, or -1 "
         "to use the default value.",
         "ct-assigned TopicExistsException: Topic 'ct-assigned' already exists.",
+        "ct-mfv InvalidConfigurationException: Unknown topic config name: message.format.version",
+        "ct-tdm InvalidConfigurationException: Unknown topic config name: "
+        "message.timestamp.difference.max.ms",
+        "ct-seg InvalidConfigurationException: Invalid value 1024 for configuration segment.bytes: "
+        "Value must be at least 1048576",
+        "alter message.downconversion.enable InvalidConfigurationException: Unknown topic config "
+        "name: message.downconversion.enable",
         "topics [ct-assigned]",
         "assigned partitions 2",
     ]

@@ -56,7 +56,8 @@ def java39(tmp_path_factory: pytest.TempPathFactory) -> Java:
     jars = [_jar_39()] + [j for j in _pyspark_jars() if not re.match(r"kafka-clients", j.name)]
     classes = tmp_path_factory.mktemp("java39-classes")
     classpath = ":".join(str(j) for j in jars)
-    files = [str(REPO / "tests" / "java" / f) for f in ("Check.java", "TxnScenario.java")]
+    files = [str(REPO / "tests" / "java" / f)
+             for f in ("Check.java", "TxnScenario.java", "TxnTimeoutScenario.java")]
     proc = subprocess.run([javac, "-nowarn", "-d", str(classes), "-cp", classpath, *files],
                           capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
@@ -116,3 +117,63 @@ def test_java_43_consume_transform_produce(java: Java, tidegate_groups: Tidegate
     assert "epoch bumps true" in out, out
     assert "committed 20" in out, out
     assert "out " + ",".join(f"V{i}" for i in range(20)) in out, out
+
+
+#: The coordinator looks for timed-out transactions every 200 ms (Kafka: 10 s).
+TIMEOUT_CONFIG = '"transaction.abort.timed.out.transaction.cleanup.interval.ms" = 200\n'
+
+
+def _timeout_server(tmp_path: Path, extra: str = "") -> Tidegate:
+    config = tmp_path / "tidegate.toml"
+    config.write_text(TIMEOUT_CONFIG + extra)
+    server = Tidegate(tmp_path / "data", tmp_path / "tidegate.log", config)
+    server.start()
+    return server
+
+
+def test_java_43_transaction_timeout(java: Java, tmp_path: Path) -> None:
+    """Transaction version 2, a transaction past ``transaction.timeout.ms``: the
+    coordinator aborts it with the epoch bumped; the producer's next send gets
+    INVALID_PRODUCER_EPOCH (abortable), its EndTxn abort with the old epoch is taken as a
+    retry of the bumped end (Kafka's ``endTxnEpochBumped``) and answers the new epoch, and
+    its next transaction commits."""
+    server = _timeout_server(tmp_path)
+    try:
+        create_topic(server.bootstrap, "jtt", 1)
+        out = java.run("TxnTimeoutScenario", server.bootstrap, "jtt")
+    finally:
+        server.close()
+    assert "timed out CompleteAbort" in out or "timed out PrepareAbort" in out, out
+    assert "send InvalidProducerEpochException" in out, out
+    assert "abort ok" in out, out
+    assert "next committed" in out, out
+    assert "read_committed next" in out, out
+    assert "OK timeout" in out, out
+
+
+def _fenced_after_timeout(out: str) -> None:
+    # Transaction version 1 on Kafka: the abort's EndTxn with the epoch the timeout
+    # bumped is PRODUCER_FENCED ("... or the producer's transaction has been expired by
+    # the broker"), fatal for the producer.
+    assert "send InvalidProducerEpochException" in out, out
+    assert "abort ProducerFencedException" in out, out
+
+
+def test_java_39_transaction_timeout(java39: Java, tmp_path: Path) -> None:
+    """kafka-clients 3.9 (transaction version 1) after a timeout: fenced, as on Kafka."""
+    server = _timeout_server(tmp_path)
+    try:
+        create_topic(server.bootstrap, "jtt", 1)
+        _fenced_after_timeout(java39.run("TxnTimeoutScenario", server.bootstrap, "jtt"))
+    finally:
+        server.close()
+
+
+def test_java_43_transaction_timeout_version_1(java: Java, tmp_path: Path) -> None:
+    """kafka-clients 4.3 kept on transaction version 1: fenced after a timeout, as 3.9."""
+    server = _timeout_server(tmp_path, '"transaction.version" = 1\n')
+    try:
+        create_topic(server.bootstrap, "jtt", 1)
+        _fenced_after_timeout(java.run("TxnTimeoutScenario", server.bootstrap, "jtt"))
+    finally:
+        server.close()

@@ -160,6 +160,54 @@ async def test_timed_out_transaction_is_aborted_with_the_epoch_bumped(parts) -> 
     assert coord.describe("a").state == TxnState.COMPLETE_ABORT
     assert markers.written == [([("t", 0)], 100, 1, False)]
     assert await coord.end_txn("a", 100, 0, True) == E.PRODUCER_FENCED
+    assert await coord.end_txn("a", 100, 0, False) == E.PRODUCER_FENCED  # version 1: fenced
+    await coord.close()
+
+
+async def test_tv2_producer_aborts_after_a_timeout_and_goes_on(parts) -> None:
+    """Transaction version 2 (begun by Produce v12): after the timeout's abort (epoch
+    bumped once), the producer's EndTxn abort with its old epoch is a retry of the bumped
+    end (Kafka's ``endTxnEpochBumped``) answered with the new epoch; a commit is fenced
+    (Kafka's KAFKA-20785, not INVALID_TXN_STATE); the next transaction commits."""
+    store, markers, groups, clock = parts
+    coord = make(*parts)
+    await coord.start(ticker=False)
+    _, pid, epoch = await coord.init_producer_id("a", 1000)
+    assert await coord.add_partitions("a", pid, epoch, [("t", 0)], tv2=True) == E.NONE
+    clock.now_ms += 1001
+    await coord.maintain()
+    await coord._completed("a")
+    assert coord.describe("a").state == TxnState.COMPLETE_ABORT
+    assert markers.written == [([("t", 0)], pid, epoch + 1, False)]
+    assert await coord.add_partitions("a", pid, epoch, [("t", 0)], tv2=True) == E.PRODUCER_FENCED
+    assert await coord.end_transaction("a", pid, epoch, True, tv2=True) == (E.PRODUCER_FENCED, -1, -1)
+    assert await coord.end_transaction("a", pid, epoch, False, tv2=True) == (E.NONE, pid, epoch + 1)
+    assert await coord.add_partitions("a", pid, epoch + 1, [("t", 0)], tv2=True) == E.NONE
+    assert await coord.end_transaction("a", pid, epoch + 1, True, tv2=True) == (E.NONE, pid, epoch + 2)
+    await coord.close()
+
+
+async def test_tv2_timeout_into_the_last_epoch_rotates_the_producer_id(parts) -> None:
+    """A version 2 transaction timing out at epoch 32766: the fence takes it to 32767 for
+    the markers and its completion to a new producer id (Kafka's KAFKA-20090), which the
+    producer's abort with the old id and epoch is answered with."""
+    store, markers, groups, clock = parts
+    coord = make(*parts)
+    await coord.start(ticker=False)
+    _, pid, _ = await coord.init_producer_id("a", 1000)
+    meta = coord.describe("a")
+    assert meta is not None
+    meta.producer_epoch = 32766
+    assert await coord.add_partitions("a", pid, 32766, [("t", 0)], tv2=True) == E.NONE
+    clock.now_ms += 1001
+    await coord.maintain()
+    await coord._completed("a")
+    assert markers.written[-1] == ([("t", 0)], pid, 32767, False)
+    error, new_pid, new_epoch = await coord.end_transaction("a", pid, 32766, False, tv2=True)
+    assert (error, new_epoch) == (E.NONE, 0) and new_pid != pid
+    assert coord.verify_produce("t", 0, pid, 32767) == E.INVALID_PRODUCER_EPOCH
+    assert await coord.add_partitions("a", new_pid, 0, [("t", 0)], tv2=True) == E.NONE
+    assert await coord.end_transaction("a", new_pid, 0, True, tv2=True) == (E.NONE, new_pid, 1)
     await coord.close()
 
 
