@@ -56,9 +56,11 @@ from tidegate.core.controller.workflows import create, delete, scale, seal, trun
 from tidegate.core.controller.workflows.base import Context, txn_segment_name
 from tidegate.core.segmentstore.api import (
     NOT_EXISTS,
+    ContainerNotOwnedError,
     SegmentNotFoundError,
     SegmentStore,
     SegmentTraffic,
+    StoreShutdownError,
 )
 
 log = logging.getLogger(__name__)
@@ -148,6 +150,8 @@ class StreamController:
             await asyncio.sleep(period_ms / 1000)
             try:
                 await job()
+            except (ContainerNotOwnedError, StoreShutdownError) as exc:  # a container moving
+                log.warning("controller background job %s skipped this round: %r", name, exc)
             except Exception:
                 log.exception("controller background job %s failed", name)
 

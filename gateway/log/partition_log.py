@@ -258,8 +258,11 @@ class PartitionLog:
             p.state = _State.SEALED
         elif isinstance(exc, ContainerNotOwnedError):
             p.state = _State.MOVED
-        elif isinstance(exc, _PERMANENT) or self.retired:
+        elif isinstance(exc, _PERMANENT):
             log.error("append to %s/%d failed: %r", self.topic, self.partition, exc)
+            self._fail(p, exc)
+        elif self.retired:  # the partition moved on (or was deleted): the producer re-sends
+            log.info("append to %s/%d failed after it moved: %r", self.topic, self.partition, exc)
             self._fail(p, exc)
         else:
             p.attempts += 1

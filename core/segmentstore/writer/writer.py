@@ -44,7 +44,7 @@ from tidegate.core.segmentstore.operations import (
     TableWriteOp,
     TruncateOp,
 )
-from tidegate.core.segmentstore.tier1.api import DataLogFencedError, LogAddress
+from tidegate.core.segmentstore.tier1.api import DataLogError, DataLogFencedError, LogAddress
 from tidegate.core.segmentstore.writer.eviction import SegmentEviction
 from tidegate.core.segmentstore.writer.source import WriterDataSource
 from tidegate.tier2.api import (
@@ -237,6 +237,9 @@ class StorageWriter(SegmentEviction):
             self._lag_ok.set()
             if isinstance(exc, (StorageFencedError, DataLogFencedError)):  # a handover, not a fault
                 log.warning("storage writer of container %d stopped: fenced (%r)", self.c.id, exc)
+            elif isinstance(exc, DataLogError):  # Tier-1 unavailable: the container restarts
+                log.warning("storage writer of container %d stopped: %r (cause: %r)",
+                            self.c.id, exc, exc.__cause__)
             else:
                 log.exception("storage writer of container %d stopped", self.c.id)
             self.c.on_writer_stopped(exc)
