@@ -491,3 +491,41 @@ async def test_a_server_whose_node_left_is_given_up_on_at_once(make: Any, cluste
     await app.stop()
     assert not app.errors
     await log.close()
+
+
+async def test_a_zookeeper_outage_during_a_truncation_is_ridden_out(tmp_path: Path) -> None:
+    """The log's record cannot be written while ZooKeeper is away: the truncation waits
+    for it (its outcome read back) instead of stopping the log, and appends to the
+    current plog go on meanwhile (the truncation failed the log at once, and with it its
+    container, which could not start again until ZooKeeper was back)."""
+    zookeeper = ZooKeeperServer(tmp_path / "zk")
+    zookeeper.start()
+    cluster = PlogCluster(tmp_path, 3, zookeeper, "/outage")
+    cluster.start()
+    zk = ZooKeeper(zookeeper.hosts)
+    try:
+        log = ReplicatedDurableDataLog("log", ZooKeeperPlogCoordinator(zk, cluster.root),
+                                       timeout_ms=TIMEOUT_MS, plog_bytes_max=1 << 20)
+        await log.open()
+        addrs = [await log.append(payload(i)) for i in range(60)]
+        cut = addrs[50]  # a cut inside the current plog is recorded too (the log's start)
+        await asyncio.to_thread(zookeeper.close)
+        truncating = asyncio.ensure_future(log.truncate(cut))
+        during = [await asyncio.wait_for(log.append(payload(i)), 10) for i in range(60, 63)]
+        await asyncio.sleep(12)  # longer than a call waits for ZooKeeper to come back
+        assert not truncating.done()
+        await asyncio.to_thread(zookeeper.start)
+        await asyncio.wait_for(truncating, 60)
+        after = await asyncio.wait_for(log.append(payload(63)), 30)
+        await log.close()
+        check = ReplicatedDurableDataLog("log", ZooKeeperPlogCoordinator(zk, cluster.root),
+                                         timeout_ms=TIMEOUT_MS)
+        await check.open()
+        got = await read_all(check)
+        kept = [(a, payload(i)) for i, a in enumerate(addrs) if i >= 50]
+        assert got == kept + [(a, payload(60 + i)) for i, a in enumerate(during)] + [(after, payload(63))]
+        await check.close()
+    finally:
+        await zk.stop()
+        cluster.stop()
+        zookeeper.close()

@@ -26,6 +26,10 @@ from tidegate.core.segmentstore.tier1.replicated.replicas import Replicas
 
 log = logging.getLogger(__name__)
 
+#: How long a record write whose outcome is unknown is resolved (read back, written
+#: again) before the log stops: a ZooKeeper outage of up to this long is ridden out.
+RESOLVE_S = 60.0
+
 
 class Chain:
     def __init__(self, name: str, coordinator: PlogCoordinator) -> None:
@@ -67,13 +71,47 @@ class Chain:
         """Apply ``change`` to the record, conditionally. Hold ``lock``."""
         meta = LogMeta.from_bytes(self.meta.to_bytes())
         change(meta)
+        data = meta.to_bytes()
         try:
-            self._version = await self._coordinator.write_log(self.name, meta.to_bytes(), self._version)
+            self._version = await self._coordinator.write_log(self.name, data, self._version)
         except MetadataConflictError:
-            raise DataLogFencedError(f"log {self.name}: epoch {self.epoch} fenced (record changed)") from None
-        except Exception as exc:  # noqa: BLE001 - the outcome is unknown: stop writing
-            raise DataLogError(f"log {self.name}: recording failed: {exc!r}") from exc
+            raise self._fenced() from None
+        except Exception as exc:  # noqa: BLE001 - the outcome is unknown (ZooKeeper went away)
+            self._version = await self._resolve(data, exc)
         self.meta = meta
+
+    def _fenced(self) -> DataLogFencedError:
+        return DataLogFencedError(f"log {self.name}: epoch {self.epoch} fenced (record changed)")
+
+    async def _resolve(self, data: bytes, exc: Exception) -> int:
+        """The new version of a write whose outcome is unknown: once the record can be
+        read again, it is ours (written), still the one before (written again now), or
+        another owner's (fenced). ``DataLogError`` after ``RESOLVE_S``."""
+        log.warning("log %s: recording %r; resolving it", self.name, exc)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RESOLVE_S
+        cause: Exception = exc
+        while loop.time() < deadline:
+            await asyncio.sleep(0.2)
+            try:
+                got = await self._coordinator.read_log(self.name)
+                if got is None or (got[1] != self._version and not (
+                        got[1] == self._version + 1 and got[0] == data)):
+                    raise self._fenced()
+                if got[1] == self._version + 1:
+                    version = got[1]
+                else:
+                    version = await self._coordinator.write_log(self.name, data, self._version)
+            except MetadataConflictError:
+                raise self._fenced() from None
+            except DataLogFencedError:
+                raise
+            except Exception as again:  # noqa: BLE001 - still away: read it back again
+                cause = again
+                continue
+            log.info("log %s: recording resolved", self.name)
+            return version
+        raise DataLogError(f"log {self.name}: recording failed: {cause!r}") from cause
 
     async def new_plog(self, replicas: Replicas, count: int, least: int, capacity: int) -> Spare:
         """A new empty plog on ``count`` healthy servers (as few as ``least`` while
