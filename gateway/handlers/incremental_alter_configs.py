@@ -28,8 +28,6 @@ from tidegate.protocol.errors import ErrorCode
 SPEC = ApiSpec(IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1)
 
 _Result = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
-#: ConfigResource.Type.GROUP (KIP-848's group configs; not the ACL resource type 3).
-GROUP_CONFIG_RESOURCE = 32
 
 
 class OpType(enum.IntEnum):
@@ -103,7 +101,7 @@ async def alter_share_group(ctx: HandlerContext, res: Any, validate_only: bool) 
 
 
 async def alter(ctx: HandlerContext, res: Any, validate_only: bool) -> None:
-    if res.resource_type == GROUP_CONFIG_RESOURCE:
+    if res.resource_type == ResourceType.GROUP:
         await alter_share_group(ctx, res, validate_only)
         return
     rtype = check_type(res.resource_type)
