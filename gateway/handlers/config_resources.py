@@ -122,9 +122,10 @@ def _describe_group(
     """A group's share configs: those it sets (GROUP_CONFIG), the others with the value
     that applies to it (DEFAULT_CONFIG), as Kafka describes a group resource."""
     share = ctx.share_groups
-    if share is None:
+    if share is None or ctx.config.zookeeper:
+        # Any node answers configs; only the coordinator's node has the share state.
         raise ResourceError(ErrorCode.INVALID_REQUEST,
-                            "share groups are not served in cluster mode yet")
+                            "share group configs are not served in cluster mode yet")
     if not name:
         raise ResourceError(ErrorCode.INVALID_REQUEST, "the group name is empty")
     stored = share.group_configs.get(name, {})

@@ -76,8 +76,10 @@ def merged(stored: dict[str, str], ops: list[Any]) -> dict[str, str | None]:
 async def alter_share_group(ctx: HandlerContext, res: Any, validate_only: bool) -> None:
     """A share group's configs (``gateway/share/config.py``): SET and DELETE."""
     share = ctx.share_groups
-    if share is None:
-        raise ResourceError(ErrorCode.INVALID_REQUEST, "share groups are not served in cluster mode yet")
+    if share is None or ctx.config.zookeeper:
+        # Any node answers configs; only the coordinator's node has the share state.
+        raise ResourceError(ErrorCode.INVALID_REQUEST,
+                            "share group configs are not served in cluster mode yet")
     if not res.resource_name:
         raise ResourceError(ErrorCode.INVALID_REQUEST, "the group name is empty")
     configs = dict(share.group_configs.get(res.resource_name, {}))
