@@ -6,11 +6,13 @@ table segment (``GroupConfig.table``). FindCoordinator answers that node, for gr
 for transactional ids alike. The transaction coordinator runs on the same node: a
 committed transaction's offsets go straight into the group coordinator (there is no
 ``__consumer_offsets`` partition to send them to), so the two are never apart. Its table
-is reached through the routing store wherever it lives.
+is reached through the routing store wherever it lives. The share group coordinator
+(``gateway/share``) runs there too: share consumers heartbeat to the node FindCoordinator
+names for their group, and its table is reached the same way.
 
-When the container moves here, both are loaded from their tables, as at start-up (the
+When the container moves here, all three are loaded from their tables, as at start-up (the
 transaction coordinator completes what a dead coordinator left in Prepare*); when it
-moves away, both close, and group and transactional requests sent here answer
+moves away, they close, and group, share group and transactional requests sent here answer
 ``NOT_COORDINATOR`` (stand-ins that never start), after which clients look their
 coordinator up again. Markers for partitions other nodes lead are sent to them
 (``gateway/cluster/txn_markers.py``).
@@ -26,6 +28,8 @@ from typing import Any
 from tidegate.core.segmentstore.service import container_of
 from tidegate.gateway.groups import GroupConfig, GroupCoordinator
 from tidegate.gateway.groups.coordinator import NotCoordinator
+from tidegate.gateway.share.config import ShareConfig
+from tidegate.gateway.share.coordinator import ShareCoordinator
 from tidegate.gateway.txn.coordinator import MarkerWriter
 from tidegate.gateway.txn.standby import NotTxnCoordinator
 from tidegate.gateway.txn.wiring import GroupOffsetsAdapter, build_coordinator
@@ -39,6 +43,7 @@ class GroupPlacement:
         self.store = store
         self.markers = markers
         self.config = GroupConfig.from_table(ctx.config.groups)
+        self.share_config = ShareConfig.from_table(ctx.config.share)
         self.container = container_of(self.config.table, container_count)
         self._following = asyncio.Lock()
         ctx.not_coordinator = NotCoordinator(store, self.config)
@@ -75,7 +80,16 @@ class GroupPlacement:
                 await txns.start()  # in-doubt transactions completed before serving
                 self.ctx.transactions = txns
                 log.info("transaction coordinator moved here (container %d)", self.container)
+            if self.ctx.share_groups is None:
+                share = ShareCoordinator(self.store, self.share_config)
+                await share.start()
+                self.ctx.share_groups = share
+                log.info("share group coordinator moved here (container %d)", self.container)
             return
+        share, self.ctx.share_groups = self.ctx.share_groups, None
+        if share is not None:
+            await share.close()
+            log.info("share group coordinator moved away (container %d)", self.container)
         txns, self.ctx.transactions = self.ctx.transactions, None
         if txns is not None:
             await txns.close()

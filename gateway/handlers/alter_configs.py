@@ -26,7 +26,8 @@ _Result = AlterConfigsResponse.AlterConfigsResourceResponse
 
 
 async def alter(ctx: HandlerContext, res: Any, validate_only: bool) -> None:
-    rtype = check_type(res.resource_type)
+    # As Kafka: group configs are set with IncrementalAlterConfigs only.
+    rtype = check_type(res.resource_type, (ResourceType.TOPIC, ResourceType.BROKER))
     names = [c.name for c in res.configs]
     if len(set(names)) != len(names):
         raise ResourceError(ErrorCode.INVALID_REQUEST, "duplicate config keys")

@@ -4,8 +4,9 @@ module): resource types, describing a resource, and applying a topic's new confi
 Topic resources hold the configs of ``gateway.log.topic_config``; the broker resource (name
 ``""``, the cluster default, or this node's id) reports this node's settings, read-only but
 for the dynamic ones (``gateway/dynamic_configs.py``), which AlterConfigs and
-IncrementalAlterConfigs set. Other resource types (broker loggers, groups, client metrics)
-answer INVALID_REQUEST.
+IncrementalAlterConfigs set. Group resources (DescribeConfigs and IncrementalAlterConfigs)
+hold the share group configs (``gateway/share/config.py``). Other resource types (broker
+loggers, client metrics) answer INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from tidegate.gateway.handlers import HandlerContext
 from tidegate.gateway.log import topic_config
 from tidegate.gateway.log.topic_config import ConfigSource, ConfigType, InvalidConfig
 from tidegate.gateway.log.topics import TopicInfo
+from tidegate.gateway.share.config import group_config_defaults
 from tidegate.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -40,12 +42,14 @@ UPDATE_RETRY_DELAY_MS = 100
 
 
 class ResourceType(enum.IntEnum):
+    """Kafka's ConfigResource.Type (not the ACL resource types of ``security.acls``)."""
+
     UNKNOWN = 0
-    ANY = 1
     TOPIC = 2
-    GROUP = 3
     BROKER = 4
     BROKER_LOGGER = 8
+    CLIENT_METRICS = 16
+    GROUP = 32
 
 
 class ResourceError(Exception):
@@ -68,8 +72,9 @@ def check_broker(ctx: HandlerContext, name: str) -> None:
         raise ResourceError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id {name!r}")
 
 
-def check_type(resource_type: int) -> ResourceType:
-    if resource_type not in (ResourceType.TOPIC, ResourceType.BROKER):
+def check_type(resource_type: int, served: Collection[ResourceType] = (
+        ResourceType.TOPIC, ResourceType.BROKER, ResourceType.GROUP)) -> ResourceType:
+    if resource_type not in served:
         raise ResourceError(
             ErrorCode.INVALID_REQUEST, f"resource type {resource_type} is not supported"
         )
@@ -98,6 +103,8 @@ def describe(
                                     source=ConfigSource.DEFAULT_CONFIG))
             out.append(_entry(cname, value, False, source, not is_set, d.type, d.doc, syn,
                               documentation, version))
+    elif rtype == ResourceType.GROUP:
+        out = _describe_group(ctx, name, keys, synonyms, documentation, version)
     else:
         check_broker(ctx, name)
         if name == "" and ctx.dynamic_configs is not None:
@@ -105,6 +112,36 @@ def describe(
                                             documentation, version)
         else:
             out = _describe_broker(ctx, keys, synonyms, documentation, version)
+    return out
+
+
+def _describe_group(
+    ctx: HandlerContext, name: str, keys: Collection[str] | None, synonyms: bool,
+    documentation: bool, version: int,
+) -> list[Any]:
+    """A group's share configs: those it sets (GROUP_CONFIG), the others with the value
+    that applies to it (DEFAULT_CONFIG), as Kafka describes a group resource."""
+    share = ctx.share_groups
+    if share is None or ctx.config.zookeeper:
+        # Any node answers configs; only the coordinator's node has the share state.
+        raise ResourceError(ErrorCode.INVALID_REQUEST,
+                            "share group configs are not served in cluster mode yet")
+    if not name:
+        raise ResourceError(ErrorCode.INVALID_REQUEST, "the group name is empty")
+    stored = share.group_configs.get(name, {})
+    out = []
+    for cname, default in group_config_defaults(share.config).items():
+        if keys is not None and cname not in keys:
+            continue
+        is_set = cname in stored
+        source = ConfigSource.GROUP_CONFIG if is_set else ConfigSource.DEFAULT_CONFIG
+        value = stored[cname] if is_set else default
+        ctype = ConfigType.STRING if cname == "share.auto.offset.reset" else ConfigType.INT
+        syn = [_Synonym(name=cname, value=v, source=src) for src, v in
+               ([(source, value)] if is_set else []) + [(ConfigSource.DEFAULT_CONFIG, default)]
+               ] if synonyms else []
+        out.append(_entry(cname, value, False, source, not is_set, ctype,
+                          "A share group config (KIP-932).", syn, documentation, version))
     return out
 
 

@@ -1,5 +1,5 @@
 """DescribeConfigs (key 32): topic configs (stored ones and Kafka's defaults) and this
-node's broker configs; synonyms (v1+) and documentation (v3+) when asked for."""
+node's broker configs, a group's share configs; synonyms (v1+) and documentation (v3+) when asked for."""
 
 from __future__ import annotations
 

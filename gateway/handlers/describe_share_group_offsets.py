@@ -1,7 +1,9 @@
 """DescribeShareGroupOffsets (key 90), v0-1: each share-partition's start offset (records
 below it are done) and, from v1, its lag: records from there to the high watermark not
 yet acknowledged or archived (``gateway/share``). A partition the group never fetched
-answers -1; no topics named: every share-partition the group has."""
+answers -1; no topics named: every share-partition the group has. In cluster mode the high
+watermarks of partitions other nodes lead are asked of them (``gateway/cluster/watermarks.py``);
+a leader that does not answer leaves the lag unknown (-1)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import uuid
 from typing import Any
 
 from tidegate.gateway.handlers import HandlerContext, RequestContext
-from tidegate.gateway.handlers.share_group_heartbeat import NOT_SERVED
+from tidegate.gateway.handlers.share_group_heartbeat import unserved
 from tidegate.gateway.security.acls import Operation, ResourceType
 from tidegate.gateway.security.item_acls import refusal
 from tidegate.protocol.apis import ApiSpec
@@ -27,6 +29,23 @@ _Partition = _Topic.DescribeShareGroupOffsetsResponsePartition
 _NO_ID = uuid.UUID(int=0)
 
 
+async def _high_watermarks(ctx: HandlerContext, parts: set[tuple[str, int]]
+                           ) -> dict[tuple[str, int], int]:
+    """Each partition's high watermark: this node's own, or its leader's in cluster mode."""
+    cluster = ctx.cluster
+    if cluster is None:
+        return {(t, p): ctx.logs.get(t, p).high_watermark for t, p in parts}
+    out, remote = {}, []
+    for t, p in sorted(parts):
+        if await cluster.leader(t, p) == cluster.node_id:
+            out[(t, p)] = ctx.logs.get(t, p).high_watermark
+        else:
+            remote.append((t, p))
+    if remote:
+        out.update(await cluster.remote_high_watermarks(remote))
+    return out
+
+
 def _group_error(group_id: str, code: ErrorCode, message: str) -> Any:
     return _Group(group_id=group_id, topics=[], error_code=code, error_message=message)
 
@@ -36,7 +55,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     out = []
     for g in request.groups:
         if share is None:
-            out.append(_group_error(g.group_id, ErrorCode.UNSUPPORTED_VERSION, NOT_SERVED))
+            out.append(_group_error(g.group_id, *unserved(ctx)))
             continue
         refused = refusal(ctx.security, req.session, Operation.DESCRIBE, ResourceType.GROUP,
                           g.group_id)
@@ -55,6 +74,10 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         else:
             for t in g.topics:
                 asked.setdefault(t.topic_name, []).extend(t.partitions)
+        wanted = {(t, p) for t, ps in asked.items() for p in ps
+                  if (t, p) in known and (info := ctx.topics.get(t)) is not None
+                  and 0 <= p < info.partitions}
+        watermarks = await _high_watermarks(ctx, wanted)
         topics = []
         for name, partitions in asked.items():
             info = ctx.topics.get(name)
@@ -71,8 +94,8 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                 lag = -1
                 if start < 0 or code != ErrorCode.NONE:
                     start = -1
-                else:
-                    lag = max(ctx.logs.get(name, p).high_watermark - start - done, 0)
+                elif (name, p) in watermarks:
+                    lag = max(watermarks[(name, p)] - start - done, 0)
                 answers.append(_Partition(partition_index=p, start_offset=start, leader_epoch=0,
                                           lag=lag, error_code=code, error_message=message))
             topics.append(_Topic(topic_name=name,

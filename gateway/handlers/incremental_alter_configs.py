@@ -28,8 +28,6 @@ from tidegate.protocol.errors import ErrorCode
 SPEC = ApiSpec(IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1)
 
 _Result = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
-#: ConfigResource.Type.GROUP (KIP-848's group configs; not the ACL resource type 3).
-GROUP_CONFIG_RESOURCE = 32
 
 
 class OpType(enum.IntEnum):
@@ -82,8 +80,10 @@ def merged(stored: dict[str, str], ops: list[Any]) -> dict[str, str | None]:
 async def alter_share_group(ctx: HandlerContext, res: Any, validate_only: bool) -> None:
     """A share group's configs (``gateway/share/config.py``): SET and DELETE."""
     share = ctx.share_groups
-    if share is None:
-        raise ResourceError(ErrorCode.INVALID_REQUEST, "share groups are not served in cluster mode yet")
+    if share is None or ctx.config.zookeeper:
+        # Any node answers configs; only the coordinator's node has the share state.
+        raise ResourceError(ErrorCode.INVALID_REQUEST,
+                            "share group configs are not served in cluster mode yet")
     if not res.resource_name:
         raise ResourceError(ErrorCode.INVALID_REQUEST, "the group name is empty")
     configs = dict(share.group_configs.get(res.resource_name, {}))
@@ -107,7 +107,7 @@ async def alter_share_group(ctx: HandlerContext, res: Any, validate_only: bool) 
 
 
 async def alter(ctx: HandlerContext, res: Any, validate_only: bool) -> None:
-    if res.resource_type == GROUP_CONFIG_RESOURCE:
+    if res.resource_type == ResourceType.GROUP:
         await alter_share_group(ctx, res, validate_only)
         return
     rtype = check_type(res.resource_type)

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from tidegate.gateway.handlers import HandlerContext, RequestContext
-from tidegate.gateway.handlers.share_group_heartbeat import NOT_SERVED
-from tidegate.gateway.share.reading import group_refusal
+from tidegate.gateway.handlers.share_group_heartbeat import unserved
+from tidegate.gateway.security.acls import Operation, ResourceType
+from tidegate.gateway.security.item_acls import refusal
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
 from tidegate.protocol.share_group import ShareGroupDescribeRequest, ShareGroupDescribeResponse
@@ -32,9 +33,11 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     out = []
     for group_id in request.group_ids:
         if share is None:
-            out.append(_failed(group_id, ErrorCode.UNSUPPORTED_VERSION, NOT_SERVED))
+            out.append(_failed(group_id, *unserved(ctx)))
             continue
-        refused = group_refusal(ctx, req, group_id)
+        # Kafka's rule: describing a group needs DESCRIBE on it (READ implies DESCRIBE).
+        refused = refusal(ctx.security, req.session, Operation.DESCRIBE, ResourceType.GROUP,
+                          group_id)
         if refused is not None:
             out.append(_failed(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED, refused))
             continue

@@ -19,8 +19,19 @@ SPEC = ApiSpec(ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, 1, 1)
 
 _Assignment = ShareGroupHeartbeatResponse.Assignment
 _TopicPartitions = _Assignment.TopicPartitions
-#: Share groups are served by the embedded single node only (docs/share-groups.md).
-NOT_SERVED = "share groups are not served in cluster mode yet"
+#: In cluster mode the group coordinator's node runs the share coordinator
+#: (``gateway/cluster/groups.py``); ShareFetch and ShareAcknowledge, which go to each
+#: partition's leader, are not served there yet (docs/share-groups.md).
+NOT_SERVED = "ShareFetch and ShareAcknowledge are not served in cluster mode yet"
+NOT_HERE = "this node is not the share group coordinator"
+
+
+def unserved(ctx: HandlerContext) -> tuple[ErrorCode, str]:
+    """Why this node has no share coordinator: in cluster mode another node runs it (or
+    it is moving), which clients retry after FindCoordinator; else it is not started."""
+    if ctx.config.zookeeper:
+        return ErrorCode.NOT_COORDINATOR, NOT_HERE
+    return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the share coordinator is not running"
 
 
 def offsets_refusal(
@@ -29,7 +40,7 @@ def offsets_refusal(
     """Why a share group offsets request (alter, delete) is refused as a whole, if it is:
     share groups not served here, or ``operation`` on the group not allowed."""
     if ctx.share_groups is None:
-        return ErrorCode.UNSUPPORTED_VERSION, NOT_SERVED
+        return unserved(ctx)
     refused = refusal(ctx.security, req.session, operation, ResourceType.GROUP, group_id)
     if refused is not None:
         return ErrorCode.GROUP_AUTHORIZATION_FAILED, refused
@@ -41,8 +52,10 @@ def member_refusal(
 ) -> tuple[ErrorCode, str] | None:
     """Why a member's ShareFetch or ShareAcknowledge is refused as a whole, if it is: share
     groups not served here, ids missing, or READ on the group not allowed."""
-    if ctx.share_groups is None:
+    if ctx.config.zookeeper:
         return ErrorCode.UNSUPPORTED_VERSION, NOT_SERVED
+    if ctx.share_groups is None:
+        return unserved(ctx)
     if not group_id or not member_id:
         return ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set"
     refused = group_refusal(ctx, req, group_id)
@@ -61,7 +74,7 @@ def _error(code: ErrorCode, message: str | None) -> Any:
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     share = ctx.share_groups
     if share is None:
-        return _error(ErrorCode.UNSUPPORTED_VERSION, NOT_SERVED)
+        return _error(*unserved(ctx))
     refused = group_refusal(ctx, req, request.group_id)
     if refused is not None:
         return _error(ErrorCode.GROUP_AUTHORIZATION_FAILED, refused)

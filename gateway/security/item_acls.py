@@ -110,6 +110,8 @@ def _config(item: Any, name_of: NameOf) -> Resource:
         return T, item.resource_name, TOPIC_DENIED, False
     if item.resource_type in (4, 8):  # broker, broker logger: the cluster's configs
         return C, CLUSTER_NAME, CLUSTER_DENIED, False
+    if item.resource_type == 32:  # ConfigResource.Type.GROUP: the group's own ACLs
+        return G, item.resource_name, GROUP_DENIED, False
     return None
 
 

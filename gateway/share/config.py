@@ -54,6 +54,17 @@ class ShareConfig:
         return cls(**kwargs)  # type: ignore[arg-type]  # each value has its field's type
 
 
+def group_config_defaults(config: ShareConfig) -> dict[str, str]:
+    """Each share group config's value for a group that does not set it."""
+    broker = {
+        "share.record.lock.duration.ms": config.record_lock_duration_ms,
+        "share.session.timeout.ms": config.session_timeout_ms,
+        "share.heartbeat.interval.ms": config.heartbeat_interval_ms,
+    }
+    return {name: default if default is not None else str(broker[name])
+            for name, default in GROUP_CONFIGS.items()}
+
+
 def check_group_config(name: str, value: str | None) -> str | None:
     """The error message for a share group config, or None when it is valid."""
     if name not in GROUP_CONFIGS:

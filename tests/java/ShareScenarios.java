@@ -4,6 +4,7 @@
 //   ShareScenarios BOOTSTRAP consume GROUP TOPIC MODE IDLE_MS MAX_MS [STOP_FILE]
 //   ShareScenarios BOOTSTRAP admin GROUP                (lists, describes, offsets)
 //   ShareScenarios BOOTSTRAP delete GROUP               (deleteShareGroups)
+//   ShareScenarios BOOTSTRAP alter GROUP TOPIC P=OFFSET...  (alterShareGroupOffsets)
 // consume prints "R <partition> <offset> <delivery count> <value> <ack>" for every record
 // it is given and acknowledges it by MODE: accept; release-first (RELEASE at the first
 // delivery, ACCEPT after); release (always RELEASE); reject-odd (REJECT odd values, ACCEPT
@@ -45,6 +46,8 @@ public final class ShareScenarios {
             case "config" -> config(bootstrap, args[2], args[3], args[4]);
             case "admin" -> admin(bootstrap, args[2]);
             case "delete" -> delete(bootstrap, args[2]);
+            case "alter" -> alter(bootstrap, args[2], args[3],
+                    java.util.Arrays.copyOfRange(args, 4, args.length));
             case "consume" -> consume(bootstrap, args[2], args[3], args[4],
                     Long.parseLong(args[5]), Long.parseLong(args[6]),
                     args.length > 7 ? java.nio.file.Path.of(args[7]) : null);
@@ -81,6 +84,18 @@ public final class ShareScenarios {
             }
         }
         Check.out("OK admin");
+    }
+
+    static void alter(String bootstrap, String group, String topic, String[] offsets) throws Exception {
+        Map<TopicPartition, Long> wanted = new java.util.HashMap<>();
+        for (String o : offsets) {
+            String[] po = o.split("=");
+            wanted.put(new TopicPartition(topic, Integer.parseInt(po[0])), Long.parseLong(po[1]));
+        }
+        try (Admin admin = Admin.create(Check.props(bootstrap))) {
+            admin.alterShareGroupOffsets(group, wanted).all().get();
+        }
+        Check.out("OK alter");
     }
 
     static void delete(String bootstrap, String group) throws Exception {

@@ -1,0 +1,115 @@
+"""Share groups (KIP-932) on three nodes: the share coordinator runs on the group
+coordinator's node and its state (share-partition start offsets) moves with the groups'
+container: set with kafka-clients 4.3's Admin, it is the same after a ``kill -9`` of that
+node (another node takes over) and after the node comes back. Other nodes answer share
+group requests with NOT_COORDINATOR; ShareFetch is not served in cluster mode yet
+(UNSUPPORTED_VERSION, docs/share-groups.md)."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+from tidegate.protocol.errors import ErrorCode as E
+from tidegate.protocol.share_group import (
+    ShareFetchRequest,
+    ShareFetchResponse,
+    ShareGroupHeartbeatRequest,
+    ShareGroupHeartbeatResponse,
+)
+
+from tests.cluster.clients import QUIET, ask, leaders
+from tests.cluster.nodes import Node, start_nodes
+from tests.cluster.zk import ZooKeeperServer
+from tests.java.conftest import Java
+
+TOPIC, GROUP, PARTITIONS, COUNT = "sq", "sg", 3, 10
+#: The start offsets set for each partition (records below them are done).
+STARTS = {0: 3, 1: 5, 2: 7}
+
+
+def _coordinator(node: Node) -> int:
+    try:
+        found = ask(node.port, FindCoordinatorRequest(key=GROUP, key_type=0), 1,
+                    FindCoordinatorResponse)
+    except OSError:
+        return -1
+    return int(found.node_id) if found.error_code == E.NONE else -1
+
+
+def _wait_for(what: str, check: Any, timeout_s: float = 90) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _offsets(java: Java, bootstrap: str) -> dict[int, tuple[int, int]]:
+    """Each partition's (start offset, lag) as the Java Admin lists them."""
+    out = java.run("ShareScenarios", bootstrap, "admin", GROUP)
+    found = {}
+    for line in out.splitlines():
+        m = re.fullmatch(rf"OFFSET {TOPIC}-(\d+) start=(-?\d+) lag=(-?\d+)", line)
+        if m:
+            found[int(m[1])] = (int(m[2]), int(m[3]))
+    assert "OK admin" in out, out
+    return found
+
+
+def test_share_state_moves_with_the_group_coordinator(
+    tmp_path: Path, zookeeper: ZooKeeperServer, java: Java
+) -> None:
+    nodes = start_nodes(tmp_path, zookeeper.hosts, 3, container_count=6)
+    try:
+        bootstrap = ",".join(n.bootstrap for n in nodes)
+        admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(30)
+        _wait_for("every partition led", lambda: len(leaders(bootstrap, TOPIC)) == PARTITIONS)
+        producer = Producer({"bootstrap.servers": bootstrap, **QUIET})
+        for p in range(PARTITIONS):
+            for i in range(COUNT):
+                producer.produce(TOPIC, value=b"v-%d-%d" % (p, i), partition=p)
+        assert producer.flush(60) == 0
+
+        coord_id = _wait_for("a coordinator", lambda: (c := _coordinator(nodes[0])) > 0 and c)
+        coord = next(n for n in nodes if n.node_id == coord_id)
+        other = next(n for n in nodes if n is not coord)
+        # Share group requests sent to another node: NOT_COORDINATOR, as for groups.
+        hb = ask(other.port, ShareGroupHeartbeatRequest(
+            group_id=GROUP, member_id=uuid.uuid4().hex[:22], member_epoch=0, rack_id=None,
+            subscribed_topic_names=[TOPIC]), 1, ShareGroupHeartbeatResponse)
+        assert hb.error_code == E.NOT_COORDINATOR, hb
+        fetch = ask(coord.port, ShareFetchRequest(
+            group_id=GROUP, member_id="m", share_session_epoch=0, max_wait_ms=0, min_bytes=1,
+            max_bytes=1 << 20, max_records=10, batch_size=10, topics=[], forgotten_topics_data=[]),
+            1, ShareFetchResponse)
+        assert fetch.error_code == E.UNSUPPORTED_VERSION, fetch
+
+        out = java.run("ShareScenarios", bootstrap, "alter", GROUP, TOPIC,
+                       *(f"{p}={o}" for p, o in STARTS.items()))
+        assert "OK alter" in out, out
+        expected = {p: (o, COUNT - o) for p, o in STARTS.items()}
+        assert _offsets(java, bootstrap) == expected
+
+        coord.kill9()
+        survivors = [n for n in nodes if n is not coord]
+        new_id = _wait_for("another coordinator",
+                           lambda: (c := _coordinator(survivors[0])) not in (-1, coord_id) and c)
+        assert _coordinator(survivors[1]) == new_id
+        survivor_bootstrap = ",".join(n.bootstrap for n in survivors)
+        assert _offsets(java, survivor_bootstrap) == expected
+
+        coord.start()
+        assert _offsets(java, bootstrap) == expected
+    finally:
+        for node in nodes:
+            node.close()
