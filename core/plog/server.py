@@ -26,7 +26,7 @@ from pathlib import Path
 from tidegate.core.cluster.zookeeper import ZooKeeper
 from tidegate.core.plog.store import PlogStore
 from tidegate.core.plog.sweep import OrphanSweep
-from tidegate.core.plog.transport import FrameProtocol
+from tidegate.core.plog.transport import BufferPool, FrameProtocol
 from tidegate.core.plog.wire import (
     FRAME_BYTES_MAX,
     INFO,
@@ -87,6 +87,8 @@ class PlogServer:
         self._conn_requests_max = conn_requests_max
         self._server: asyncio.Server | None = None
         self._conns: set[_Connection] = set()
+        #: Large append frames are received into these, given back once answered.
+        self.pool = BufferPool()
         self._sweep_interval_ms = sweep_interval_ms
         self.sweep: OrphanSweep | None = None
         self._sweep_task: asyncio.Task[None] | None = None
@@ -129,7 +131,7 @@ class _Connection:
         self.store = server.store
         self.protocol = FrameProtocol(
             self.dispatch, self.lost, frame_bytes_max=FRAME_BYTES_MAX,
-            write_buffer_bytes_max=4 * FRAME_BYTES_MAX,
+            write_buffer_bytes_max=4 * FRAME_BYTES_MAX, pool=server.pool,
         )
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.append_bytes = 0
@@ -169,6 +171,8 @@ class _Connection:
                 if self.append_bytes <= self.append_bytes_max:
                     self.protocol.resume_reading("append bytes")
                 self.reply(rid, status, parts)
+                # Written or refused: the store holds no view of the frame any more.
+                self.server.pool.give(body)
 
             self.store.append(plog_id, offset, data, answered)
         elif op == Op.INFO:

@@ -34,6 +34,38 @@ STAGING_BYTES = 256 * 1024
 OnFrame = Callable[[int, int, memoryview], None]  # code (op or status), request id, body
 
 
+class BufferPool:
+    """Buffers for frames too large to stage, kept for reuse once given back: a fresh
+    one of that size is a mapping of its own (glibc's mmap threshold), faulted in page by
+    page and unmapped when freed, for every append. Size classes are powers of two; at
+    most ``bytes_max`` of free buffers are kept. Used on the event loop only."""
+
+    def __init__(self, bytes_max: int = 32 * 1024 * 1024) -> None:
+        self.bytes_max = bytes_max
+        self._free: dict[int, list[bytearray]] = {}
+        self._free_bytes = 0
+
+    def take(self, n: int) -> memoryview:
+        size = 1 << max(n - 1, 1).bit_length()
+        free = self._free.get(size)
+        if free:
+            self._free_bytes -= size
+            return memoryview(free.pop())[:n]
+        return memoryview(bytearray(size))[:n]
+
+    def give(self, view: memoryview) -> None:
+        """Take back the buffer under ``view`` (a frame from ``take``; anything else is
+        left alone). The caller holds no view of it any more."""
+        buf = view.obj
+        if not isinstance(buf, bytearray):
+            return
+        size = len(buf)
+        if size & (size - 1) or self._free_bytes + size > self.bytes_max:
+            return
+        self._free.setdefault(size, []).append(buf)
+        self._free_bytes += size
+
+
 class FrameProtocol(asyncio.BufferedProtocol):
     def __init__(
         self,
@@ -43,9 +75,13 @@ class FrameProtocol(asyncio.BufferedProtocol):
         frame_bytes_max: int,
         write_buffer_bytes_max: int | None = None,
         staging_bytes: int = STAGING_BYTES,
+        pool: BufferPool | None = None,
     ) -> None:
         """``write_buffer_bytes_max``: while more bytes than this wait to be sent, reading
-        pauses (a server: its answers pile up while the client does not read them)."""
+        pauses (a server: its answers pile up while the client does not read them).
+        ``pool``: where frames too large to stage are received (the owner gives each
+        back once done with it); without one each gets a fresh buffer."""
+        self._pool = pool
         self._on_frame = on_frame
         self._on_lost = on_lost
         self._write_buffer_bytes_max = write_buffer_bytes_max
@@ -118,7 +154,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
                 pos = body + n
                 continue
             if LENGTH_BYTES + n > len(view):  # too large to stage: received into its own
-                big = memoryview(bytearray(n))
+                big = memoryview(bytearray(n)) if self._pool is None else self._pool.take(n)
                 have = end - body
                 big[:have] = view[body:end]
                 self._big, self._big_filled = big, have

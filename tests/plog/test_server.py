@@ -198,3 +198,38 @@ async def test_a_create_cancelled_mid_way_does_not_block_the_id(
     assert (await call(conn, Op.CREATE, pack_id("c"), U64.pack(4096)))[0] == Status.OK
     status, _ = await call(conn, Op.APPEND, *append("c", 0, b"abc"))
     assert status == Status.OK and await read(conn, "c") == b"abc"
+
+
+async def test_frames_of_every_size_arrive_whole_and_stay_intact(
+    server: PlogServer, conn: PlogConnection
+) -> None:
+    """Appends from a few bytes to 2 MiB, pipelined (so frames share reads and large ones
+    straddle them), each with its own bytes: the server's reused receive buffers must
+    never let one append's bytes show up in another's. Then the same over a raw socket
+    that sends a frame a few bytes at a time."""
+    sizes = [1, 300, 16 * 1024, 200_000, 256 * 1024 + 1, 700_000, 2 * 1024 * 1024, 5, 1_000_000] * 3
+    total = sum(sizes)
+    assert (await call(conn, Op.CREATE, pack_id("m"), U64.pack(total + 100)))[0] == Status.OK
+    payloads, offset, waits = [], 0, []
+    for i, n in enumerate(sizes):
+        data = bytes([i % 251]) * n
+        payloads.append(data)
+        waits.append(conn.request(Op.APPEND, *append("m", offset, data)))
+        offset += n
+    answers = await asyncio.wait_for(asyncio.gather(*waits), 60)
+    assert [a[0] for a in answers] == [Status.OK] * len(sizes)
+    got = bytearray()
+    while len(got) < total:
+        got += await read(conn, "m", len(got), 2 * 1024 * 1024)
+    assert got == b"".join(payloads)
+
+    assert (await call(conn, Op.CREATE, pack_id("r"), U64.pack(1 << 20)))[0] == Status.OK
+    data = os.urandom(300_000)
+    body = b"\x02" + (7).to_bytes(4, "big") + b"".join(append("r", 0, data))
+    raw_frame = len(body).to_bytes(4, "big") + body
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
+        for at in range(0, len(raw_frame), 4093):
+            raw.sendall(raw_frame[at : at + 4093])
+        answer = await asyncio.to_thread(raw.recv, 100)
+    assert answer[4] == Status.OK and int.from_bytes(answer[5:9], "big") == 7
+    assert await read(conn, "r") == data
