@@ -117,11 +117,29 @@ def _written_bytes(pid: int) -> int:
     return 0
 
 
+def _wait_replicas(admin: AdminClient, partitions: int, replicas: int) -> None:
+    """Until Metadata names ``replicas`` replicas for every partition: in a cluster, the
+    plog servers holding its container's active plog. Containers that started while
+    fewer plog servers were up write to a short group until their log rolls to a full
+    one (``tier1_plog_repair_interval_ms``); measured before, the bench would time two
+    copies, not three."""
+    deadline = time.monotonic() + READY_S
+    while True:
+        topic = admin.list_topics("bench", timeout=10).topics["bench"]
+        counts = [len(p.replicas) for p in topic.partitions.values()]
+        if topic.error is None and len(counts) == partitions and min(counts) >= replicas:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"replicas per partition {counts}, {replicas} awaited")
+        time.sleep(0.5)
+
+
 def _measure(bootstrap: str, records: int, record_bytes: int, partitions: int,
-             procs: dict[str, subprocess.Popen[bytes]]) -> dict[str, Any]:
+             procs: dict[str, subprocess.Popen[bytes]], replicas: int) -> dict[str, Any]:
     admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
     admin.create_topics([NewTopic("bench", partitions, 1)])["bench"].result(60)
     time.sleep(1)  # every node learns the topic
+    _wait_replicas(admin, partitions, replicas)
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                          "linger.ms": 5, "batch.size": 1_000_000, **QUIET})
     latencies: list[float] = []
@@ -218,7 +236,7 @@ def run(records: int, record_bytes: int, partitions: int, plog_processes: bool =
         root = Path(tmp)
         one, bootstrap = _node(root, "single", [])
         try:
-            out["one_node"] = _measure(bootstrap, records, record_bytes, partitions, {"node": one})
+            out["one_node"] = _measure(bootstrap, records, record_bytes, partitions, {"node": one}, 1)
         finally:
             _stop([one])
         zk, hosts = _zookeeper(root)
@@ -233,7 +251,7 @@ def run(records: int, record_bytes: int, partitions: int, plog_processes: bool =
             procs = {f"node-{n}": p for n, p in enumerate(nodes, 1)}
             procs.update({f"plog-{n}": p for n, p in enumerate(plogs, 1)})
             procs["zookeeper"] = zk
-            out["three_nodes"] = _measure(",".join(addresses), records, record_bytes, partitions, procs)
+            out["three_nodes"] = _measure(",".join(addresses), records, record_bytes, partitions, procs, 3)
         finally:
             _stop(nodes)
             _stop(plogs)
