@@ -90,7 +90,9 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._staged = 0
         self._big: memoryview | None = None  # a frame too large to stage, being received
         self._big_filled = 0
+        #: Why reading is paused; while any reason holds, staged frames wait too.
         self._paused: set[str] = set()
+        self._splitting = False  # in ``_split``: a resume from a frame's handler waits for it
         self._stopped = False  # nothing more is delivered
         self._error: BaseException | None = None  # why this side ended the connection
         self.transport: asyncio.Transport | None = None
@@ -143,9 +145,11 @@ class FrameProtocol(asyncio.BufferedProtocol):
     def _split(self) -> None:
         view = self._staging
         pos, end = 0, self._staged
-        while end - pos >= LENGTH_BYTES and not self._ended():
+        self._splitting = True
+        while end - pos >= LENGTH_BYTES and not self._paused and not self._ended():
             n = int.from_bytes(view[pos : pos + LENGTH_BYTES], "big")
             if n < FRAME_HEADER_BYTES - LENGTH_BYTES or n > self._frame_bytes_max:
+                self._splitting = False
                 self._fail(WireError(f"frame of {n} bytes"))
                 return
             body = pos + LENGTH_BYTES
@@ -159,8 +163,10 @@ class FrameProtocol(asyncio.BufferedProtocol):
                 big[:have] = view[body:end]
                 self._big, self._big_filled = big, have
                 self._staged = 0
+                self._splitting = False
                 return
             break
+        self._splitting = False
         rest = end - pos
         if pos and rest:
             view[:rest] = view[pos:end]  # a memoryview copy is a memmove: no temporary
@@ -195,7 +201,11 @@ class FrameProtocol(asyncio.BufferedProtocol):
         if reason not in self._paused:
             return
         self._paused.discard(reason)
-        if not self._paused and self.transport is not None and not self.transport.is_closing():
+        if self._paused or self.transport is None or self.transport.is_closing():
+            return
+        if self._staged and not self._splitting and self._big is None:
+            self._split()  # frames staged before the pause (it may pause again)
+        if not self._paused:
             self.transport.resume_reading()
 
     def send(self, parts: list[bytes | memoryview]) -> None:

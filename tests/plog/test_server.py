@@ -233,3 +233,27 @@ async def test_frames_of_every_size_arrive_whole_and_stay_intact(
         answer = await asyncio.to_thread(raw.recv, 100)
     assert answer[4] == Status.OK and int.from_bytes(answer[5:9], "big") == 7
     assert await read(conn, "r") == data
+
+
+async def test_answers_a_client_does_not_read_stop_the_reading(
+    server: PlogServer, conn: PlogConnection
+) -> None:
+    """A client that sends reads and never reads the answers: the server stops reading
+    its requests once answers pile up, so its memory stays bounded by the connection's
+    write bound plus what is in flight, not by what the client sends."""
+    size = 2 * 1024 * 1024
+    assert (await call(conn, Op.CREATE, pack_id("big"), U64.pack(size)))[0] == Status.OK
+    assert (await call(conn, Op.APPEND, *append("big", 0, os.urandom(size))))[0] == Status.OK
+    body = b"\x03" + (1).to_bytes(4, "big") + pack_id("big") + U64U32.pack(0, size)
+    request = len(body).to_bytes(4, "big") + body
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    try:
+        raw.sendall(request * 1000)  # 2 GiB of answers asked for, none read
+        await asyncio.sleep(1)
+        backlog = max(c.protocol.transport.get_write_buffer_size() for c in server._conns
+                      if c.protocol.transport is not None)
+        # the bound (4 frames of 2 MiB), the answers of the reads in flight (at most
+        # conn_requests_max), one answer over
+        assert backlog <= (4 + 64 + 1) * (size + 64), backlog
+    finally:
+        raw.close()
