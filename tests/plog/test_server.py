@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -186,9 +187,22 @@ async def test_a_create_cancelled_mid_way_does_not_block_the_id(
     """A create whose request is cancelled while its file is being made (the client gave
     up and closed the connection) leaves the file unlisted: the next create of that id
     (a re-replication's retry) must succeed, not fail on the file for good."""
+    started, go_on = threading.Event(), threading.Event()
+    make = server.store._create_file
+
+    def held(plog_id: str, capacity: int) -> int:
+        started.set()
+        go_on.wait(10)
+        fd: int = make(plog_id, capacity)
+        return fd
+
+    setattr(server.store, "_create_file", held)  # noqa: B010 - replaced on this instance only
     task = asyncio.ensure_future(server.store.create("c", 4096))
-    await asyncio.sleep(0)  # the file is being made on a thread
+    # Cancelled once the file is being made on a thread (before, one loop turn was
+    # assumed enough for the thread to start: under load the cancel often came first).
+    assert await asyncio.to_thread(started.wait, 10)
     task.cancel()
+    go_on.set()
     path = server.store.directory / "c.plog"
     for _ in range(500):
         if path.exists():
