@@ -484,7 +484,10 @@ def main(argv: list[str] | None = None) -> int:
         "security_ratio_to_plaintext": (security_doc or {}).get("ratio_to_plaintext"),
     }
     if cluster_result is not None:
+        from bench import cluster
+
         print("cluster (one node, then three): " + json.dumps(cluster_result))
+        print(cluster.summary(cluster_result))
         result["cluster"] = cluster_result
     print("RESULT " + json.dumps(result, sort_keys=True), flush=True)
     return 1 if bench.failures or security_failed else 0

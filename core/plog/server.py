@@ -1,11 +1,12 @@
 """The plog server: ``PlogStore`` over TCP (``wire.py``), registered in ZooKeeper.
 
-Each connection reads whole frames and answers each request once; appends are answered
-when durable, out of order with other requests (the request id pairs them). A frame
-that cannot be parsed closes its connection. Per connection, the bytes of appends not
-yet answered are bounded: past ``conn_append_bytes_max`` the server stops reading that
-connection until some are answered; other requests run concurrently, at most
-``conn_requests_max`` at a time.
+Each connection reads whole frames (``transport.py``: received into buffers, dispatched
+as they arrive) and answers each request once; appends are answered when durable, out
+of order with other requests (the request id pairs them). A frame that cannot be parsed
+closes its connection. Per connection, the bytes of appends not yet answered are
+bounded: past ``conn_append_bytes_max`` the server stops reading that connection until
+some are answered; other requests run concurrently, at most ``conn_requests_max`` at a
+time; and reading stops while answers the client has not read pile up.
 
 Registration: an ephemeral node ``<root>/servers/<server id>`` holding
 ``{"host": H, "port": P}``; clients find live servers there. The server id is given,
@@ -25,11 +26,10 @@ from pathlib import Path
 from tidegate.core.cluster.zookeeper import ZooKeeper
 from tidegate.core.plog.store import PlogStore
 from tidegate.core.plog.sweep import OrphanSweep
+from tidegate.core.plog.transport import BufferPool, FrameProtocol
 from tidegate.core.plog.wire import (
     FRAME_BYTES_MAX,
-    FRAME_HEADER_BYTES,
     INFO,
-    LENGTH_BYTES,
     READ_BYTES_MAX,
     U64,
     U64U32,
@@ -86,14 +86,17 @@ class PlogServer:
         self._conn_append_bytes_max = conn_append_bytes_max
         self._conn_requests_max = conn_requests_max
         self._server: asyncio.Server | None = None
-        self._conns: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._conns: set[_Connection] = set()
+        #: Large append frames are received into these, given back once answered.
+        self.pool = BufferPool()
         self._sweep_interval_ms = sweep_interval_ms
         self.sweep: OrphanSweep | None = None
         self._sweep_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self.store.open()
-        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Connection(self).protocol, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         if self._zk_hosts:
             self.zk = ZooKeeper(self._zk_hosts)
@@ -110,77 +113,66 @@ class PlogServer:
                 await self._sweep_task
         if self._server is not None:
             self._server.close()
-        for w in self._conns.values():
-            w.close()  # their read loops end; cancelling would log the cancellation
-        if self._conns:
-            await asyncio.wait(list(self._conns), timeout=5)
+        conns = list(self._conns)
+        for c in conns:
+            c.protocol.close()
+        if conns:
+            await asyncio.wait([c.closed for c in conns], timeout=5)
         if self.zk is not None:
             await self.zk.stop()
         await self.store.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._conns[task] = writer
-        try:
-            await _Connection(self, reader, writer).run()
-        except (ConnectionError, asyncio.IncompleteReadError, WireError) as exc:
-            log.debug("plog connection closed: %r", exc)
-        finally:
-            self._conns.pop(task, None)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
-
 
 class _Connection:
-    def __init__(self, server: PlogServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """One client's connection: frames dispatched as they arrive (``transport.py``)."""
+
+    def __init__(self, server: PlogServer) -> None:
+        self.server = server
         self.store = server.store
-        self.reader, self.writer = reader, writer
+        self.protocol = FrameProtocol(
+            self.dispatch, self.lost, frame_bytes_max=FRAME_BYTES_MAX,
+            write_buffer_bytes_max=4 * FRAME_BYTES_MAX, pool=server.pool,
+        )
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.append_bytes = 0
         self.append_bytes_max = server._conn_append_bytes_max
-        self.room = asyncio.Event()
-        self.room.set()
         self.requests_max = server._conn_requests_max
         self.tasks: set[asyncio.Task[None]] = set()
+        server._conns.add(self)
 
-    async def run(self) -> None:
-        try:
-            while True:
-                await self.room.wait()
-                while len(self.tasks) >= self.requests_max:
-                    await asyncio.wait(self.tasks, return_when=asyncio.FIRST_COMPLETED)
-                head = await self.reader.readexactly(LENGTH_BYTES)
-                n = int.from_bytes(head, "big")
-                if n < FRAME_HEADER_BYTES - LENGTH_BYTES or n > FRAME_BYTES_MAX:
-                    raise WireError(f"frame of {n} bytes")
-                body = memoryview(await self.reader.readexactly(n))
-                op, rid = body[0], int.from_bytes(body[1:5], "big")
-                self.dispatch(op, rid, body[5:])
-                if self.writer.transport.get_write_buffer_size() > 4 * FRAME_BYTES_MAX:
-                    await self.writer.drain()
-        finally:
-            for t in self.tasks:
-                t.cancel()
+    def lost(self, exc: BaseException) -> None:
+        log.debug("plog connection closed: %r", exc)
+        self.server._conns.discard(self)
+        for t in self.tasks:
+            t.cancel()
+        if not self.closed.done():
+            self.closed.set_result(None)
 
     def reply(self, rid: int, status: int, parts: list[bytes | memoryview]) -> None:
-        if not self.writer.is_closing():
-            self.writer.writelines(frame(status, rid, *parts))
+        self.protocol.send(frame(status, rid, *parts))
 
     def dispatch(self, op: int, rid: int, body: memoryview) -> None:
+        try:
+            self._dispatch(op, rid, body)
+        except WireError as exc:
+            self.protocol.fail(exc)
+
+    def _dispatch(self, op: int, rid: int, body: memoryview) -> None:
         plog_id, rest = unpack_id(body)
         if op == Op.APPEND:
             (offset,), data = unpack(U64, rest)
             size = len(data)
             self.append_bytes += size
             if self.append_bytes > self.append_bytes_max:
-                self.room.clear()
+                self.protocol.pause_reading("append bytes")
 
             def answered(status: int, parts: list[bytes | memoryview]) -> None:
                 self.append_bytes -= size
                 if self.append_bytes <= self.append_bytes_max:
-                    self.room.set()
+                    self.protocol.resume_reading("append bytes")
                 self.reply(rid, status, parts)
+                # Written or refused: the store holds no view of the frame any more.
+                self.server.pool.give(body)
 
             self.store.append(plog_id, offset, data, answered)
         elif op == Op.INFO:
@@ -212,7 +204,14 @@ class _Connection:
 
         t = asyncio.ensure_future(run())
         self.tasks.add(t)
-        t.add_done_callback(self.tasks.discard)
+        t.add_done_callback(self.done)
+        if len(self.tasks) >= self.requests_max:
+            self.protocol.pause_reading("requests")
+
+    def done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        if len(self.tasks) < self.requests_max:
+            self.protocol.resume_reading("requests")
 
 
 async def run_server(

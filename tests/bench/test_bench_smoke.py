@@ -178,7 +178,11 @@ def test_cluster_bench_runs(tmp_path: Path) -> None:
     from bench import cluster
 
     found = cluster.run(3000, 1024, 6)
+    assert found["tier1"].startswith("replicated")
     for nodes in ("one_node", "three_nodes"):
         assert found[nodes]["consumed"] == 3000
         assert found[nodes]["produce_mb_s"] > 0 and found[nodes]["consume_mb_s"] > 0
+        assert 0 < found[nodes]["p50_ms"] <= found[nodes]["p99_ms"]
+    assert set(found["three_nodes"]["cpu_s_per_gb"]) == {"node-1", "node-2", "node-3", "zookeeper"}
+    assert found["ratio"] > 0 and "goal" in cluster.summary(found)
 

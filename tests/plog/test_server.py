@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -186,9 +187,22 @@ async def test_a_create_cancelled_mid_way_does_not_block_the_id(
     """A create whose request is cancelled while its file is being made (the client gave
     up and closed the connection) leaves the file unlisted: the next create of that id
     (a re-replication's retry) must succeed, not fail on the file for good."""
+    started, go_on = threading.Event(), threading.Event()
+    make = server.store._create_file
+
+    def held(plog_id: str, capacity: int) -> int:
+        started.set()
+        go_on.wait(10)
+        fd: int = make(plog_id, capacity)
+        return fd
+
+    setattr(server.store, "_create_file", held)  # noqa: B010 - replaced on this instance only
     task = asyncio.ensure_future(server.store.create("c", 4096))
-    await asyncio.sleep(0)  # the file is being made on a thread
+    # Cancelled once the file is being made on a thread (before, one loop turn was
+    # assumed enough for the thread to start: under load the cancel often came first).
+    assert await asyncio.to_thread(started.wait, 10)
     task.cancel()
+    go_on.set()
     path = server.store.directory / "c.plog"
     for _ in range(500):
         if path.exists():
@@ -198,3 +212,62 @@ async def test_a_create_cancelled_mid_way_does_not_block_the_id(
     assert (await call(conn, Op.CREATE, pack_id("c"), U64.pack(4096)))[0] == Status.OK
     status, _ = await call(conn, Op.APPEND, *append("c", 0, b"abc"))
     assert status == Status.OK and await read(conn, "c") == b"abc"
+
+
+async def test_frames_of_every_size_arrive_whole_and_stay_intact(
+    server: PlogServer, conn: PlogConnection
+) -> None:
+    """Appends from a few bytes to 2 MiB, pipelined (so frames share reads and large ones
+    straddle them), each with its own bytes: the server's reused receive buffers must
+    never let one append's bytes show up in another's. Then the same over a raw socket
+    that sends a frame a few bytes at a time."""
+    sizes = [1, 300, 16 * 1024, 200_000, 256 * 1024 + 1, 700_000, 2 * 1024 * 1024, 5, 1_000_000] * 3
+    total = sum(sizes)
+    assert (await call(conn, Op.CREATE, pack_id("m"), U64.pack(total + 100)))[0] == Status.OK
+    payloads, offset, waits = [], 0, []
+    for i, n in enumerate(sizes):
+        data = bytes([i % 251]) * n
+        payloads.append(data)
+        waits.append(conn.request(Op.APPEND, *append("m", offset, data)))
+        offset += n
+    answers = await asyncio.wait_for(asyncio.gather(*waits), 60)
+    assert [a[0] for a in answers] == [Status.OK] * len(sizes)
+    got = bytearray()
+    while len(got) < total:
+        got += await read(conn, "m", len(got), 2 * 1024 * 1024)
+    assert got == b"".join(payloads)
+
+    assert (await call(conn, Op.CREATE, pack_id("r"), U64.pack(1 << 20)))[0] == Status.OK
+    data = os.urandom(300_000)
+    body = b"\x02" + (7).to_bytes(4, "big") + b"".join(append("r", 0, data))
+    raw_frame = len(body).to_bytes(4, "big") + body
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
+        for at in range(0, len(raw_frame), 4093):
+            raw.sendall(raw_frame[at : at + 4093])
+        answer = await asyncio.to_thread(raw.recv, 100)
+    assert answer[4] == Status.OK and int.from_bytes(answer[5:9], "big") == 7
+    assert await read(conn, "r") == data
+
+
+async def test_answers_a_client_does_not_read_stop_the_reading(
+    server: PlogServer, conn: PlogConnection
+) -> None:
+    """A client that sends reads and never reads the answers: the server stops reading
+    its requests once answers pile up, so its memory stays bounded by the connection's
+    write bound plus what is in flight, not by what the client sends."""
+    size = 2 * 1024 * 1024
+    assert (await call(conn, Op.CREATE, pack_id("big"), U64.pack(size)))[0] == Status.OK
+    assert (await call(conn, Op.APPEND, *append("big", 0, os.urandom(size))))[0] == Status.OK
+    body = b"\x03" + (1).to_bytes(4, "big") + pack_id("big") + U64U32.pack(0, size)
+    request = len(body).to_bytes(4, "big") + body
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    try:
+        raw.sendall(request * 1000)  # 2 GiB of answers asked for, none read
+        await asyncio.sleep(1)
+        backlog = max(c.protocol.transport.get_write_buffer_size() for c in server._conns
+                      if c.protocol.transport is not None)
+        # the bound (4 frames of 2 MiB), the answers of the reads in flight (at most
+        # conn_requests_max), one answer over
+        assert backlog <= (4 + 64 + 1) * (size + 64), backlog
+    finally:
+        raw.close()

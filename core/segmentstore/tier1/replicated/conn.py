@@ -10,10 +10,10 @@ cannot complete anything afterwards.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
-from tidegate.core.plog.wire import FRAME_BYTES_MAX, LENGTH_BYTES, frame
+from tidegate.core.plog.transport import FrameProtocol
+from tidegate.core.plog.wire import FRAME_BYTES_MAX, frame
 
 
 class ServerUnavailableError(ConnectionError):
@@ -21,6 +21,9 @@ class ServerUnavailableError(ConnectionError):
 
 
 Answer = tuple[int, memoryview]  # status, body
+
+#: A read answer carries a few header bytes beyond the largest read.
+READ_SLACK = 64
 
 
 class PlogConnection:
@@ -31,10 +34,11 @@ class PlogConnection:
         self._next_id = 0
         #: Unanswered requests, oldest first: their futures and when they were sent.
         self.pending: dict[int, tuple[asyncio.Future[Answer], float]] = {}
-        self._writer: asyncio.StreamWriter | None = None
+        self._protocol: FrameProtocol | None = None
+        self._connected = False
         self._queued: list[bytes | memoryview] = []
         self.failure: BaseException | None = None
-        self._task = asyncio.ensure_future(self._run())
+        self._task = asyncio.ensure_future(self._connect())
 
     @property
     def closed(self) -> bool:
@@ -49,10 +53,11 @@ class PlogConnection:
         rid = self._next_id
         self.pending[rid] = (fut, time.monotonic())
         bufs = frame(op, rid, *parts)
-        if self._writer is None:
-            self._queued.extend(bufs)
+        if self._connected:
+            assert self._protocol is not None
+            self._protocol.send(bufs)
         else:
-            self._writer.writelines(bufs)
+            self._queued.extend(bufs)
         return fut
 
     def oldest_age_s(self, now: float) -> float:
@@ -64,6 +69,8 @@ class PlogConnection:
         if self.failure is None:
             self.failure = ServerUnavailableError(f"{self.server_id}: {reason}")
         self._task.cancel()
+        if self._protocol is not None:
+            self._protocol.close()
         self._fail_pending()
 
     def _fail_pending(self) -> None:
@@ -72,44 +79,41 @@ class PlogConnection:
             if not fut.done():
                 fut.set_exception(ServerUnavailableError(f"{self.server_id}: {self.failure}"))
 
-    async def _run(self) -> None:
-        writer: asyncio.StreamWriter | None = None
+    def _on_frame(self, status: int, rid: int, body: memoryview) -> None:
+        entry = self.pending.pop(rid, None)
+        if entry is not None and not entry[0].done():
+            entry[0].set_result((status, body))
+
+    def _on_lost(self, exc: BaseException) -> None:
+        if self.failure is None:
+            self.failure = exc
+        self._fail_pending()
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        protocol = FrameProtocol(self._on_frame, self._on_lost, frame_bytes_max=FRAME_BYTES_MAX + READ_SLACK)
         try:
-            reader, w = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), self._connect_timeout_s
+            transport, _ = await asyncio.wait_for(
+                loop.create_connection(lambda: protocol, self.host, self.port), self._connect_timeout_s
             )
-            self._writer = writer = w
-            queued, self._queued = self._queued, []
-            w.writelines(queued)
-            while True:
-                n = int.from_bytes(await reader.readexactly(LENGTH_BYTES), "big")
-                if n < 5 or n > FRAME_BYTES_MAX + READ_SLACK:
-                    raise ConnectionError(f"bad frame length {n}")
-                body = memoryview(await reader.readexactly(n))
-                status, rid = body[0], int.from_bytes(body[1:5], "big")
-                entry = self.pending.pop(rid, None)
-                if entry is not None and not entry[0].done():
-                    entry[0].set_result((status, body[5:]))
         except asyncio.CancelledError:
-            # Cancelled from outside (the event loop shutting down): nothing failed,
-            # so nothing is reported as a failure of the server.
+            # Cancelled from outside (the event loop shutting down, or closed before the
+            # connection was up): nothing failed, so nothing is reported as the server's.
             if self.failure is None:
                 self.failure = ConnectionError("cancelled")
             pending, self.pending = self.pending, {}
             for fut, _ in pending.values():
                 fut.cancel()
-        except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
+            raise
+        except (OSError, TimeoutError) as exc:
             if self.failure is None:
                 self.failure = exc
-        finally:
-            if self.failure is None:
-                self.failure = ConnectionError("connection ended")
             self._fail_pending()
-            if writer is not None:
-                writer.close()
-                with contextlib.suppress(Exception):
-                    await writer.wait_closed()
-
-
-#: A read answer carries a few header bytes beyond the largest read.
-READ_SLACK = 64
+            return
+        self._protocol = protocol
+        if self.failure is not None:  # closed while connecting
+            transport.close()
+            return
+        self._connected = True
+        queued, self._queued = self._queued, []
+        protocol.send(queued)
