@@ -30,6 +30,8 @@ class Stored:
     records: list[tuple[int, bytes]] = field(default_factory=list)
     end: int = 0
     reached_end: bool = False
+    #: Why its end could not be read (the partition stayed unavailable).
+    error: str = ""
 
 
 def read_partitions(bootstrap: str, topic: str, partitions: int, isolation: str,
@@ -54,17 +56,22 @@ def read_partitions(bootstrap: str, topic: str, partitions: int, isolation: str,
                 try:
                     _, out[p].end = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
                     break
-                except KafkaException:
-                    if time.monotonic() > deadline:
-                        raise
+                except KafkaException as exc:
+                    if time.monotonic() > deadline:  # reported as not read to the end
+                        out[p].end = -1
+                        out[p].error = str(exc)
+                        break
                     consumer.close()  # a new client asks who leads the partition now
                     consumer = connect()
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        while time.monotonic() < deadline:
-            positions = consumer.position([TopicPartition(topic, p) for p in range(partitions)])
+        readable = [p for p, s in out.items() if s.end >= 0]
+        consumer.assign([TopicPartition(topic, p, 0) for p in readable])
+        # Unreadable partitions may have used up the deadline: the others are still read.
+        deadline = max(deadline, time.monotonic() + 30)
+        while readable and time.monotonic() < deadline:
+            positions = consumer.position([TopicPartition(topic, p) for p in readable])
             for tp in positions:
                 out[tp.partition].reached_end = tp.offset >= out[tp.partition].end
-            if all(s.reached_end for s in out.values()):
+            if all(out[p].reached_end for p in readable):
                 break
             msg = consumer.poll(0.5)
             if msg is not None and msg.error() is None:
@@ -101,7 +108,7 @@ def _dense_and_ordered(report: Report, topic: str, stored: dict[int, Stored], is
             missing = sorted(set(range(s.end)) - set(offsets))
             gaps.append((p, f"{len(missing)} offsets missing below {s.end}: {missing[:5]}"))
         if not s.reached_end:
-            unread.append((p, f"read up to {offsets[-1] if offsets else None} of {s.end}"))
+            unread.append((p, s.error or f"read up to {offsets[-1] if offsets else None} of {s.end}"))
         last: dict[str, int] = {}
         for offset, value in s.records:  # each producer's records in the order it sent them
             name, _, seq = value.decode(errors="replace").rpartition("-")
