@@ -254,7 +254,7 @@ class ClusterNode:
                 continue
             try:
                 await self._rebalance()
-            except CoordinationError as exc:
+            except Exception as exc:  # noqa: BLE001 - the loop must outlive any one round
                 log.warning("container map not written: %r", exc)
                 await asyncio.sleep(0.2)
                 self._rebalance_wake.set()
