@@ -138,10 +138,13 @@ class Injector:
             except AssertionError as e:
                 tail = "\n      ".join(str(e).splitlines()[-6:])
                 fault.problems.append(f"node {node.node_id} did not start again (its log: "
-                                      f"{node.log_path}, stacks dumped there):\n      {tail}")
-                if node.proc is not None and node.proc.poll() is None:
-                    os.kill(node.proc.pid, signal.SIGUSR1)  # every thread's and task's stack
-                    time.sleep(STACK_DUMP_S)
+                                      f"{node.log_path}, stacks dumped there and in the "
+                                      f"other nodes' logs):\n      {tail}")
+                # Every thread's and task's stack, of the other nodes too: it may wait on them.
+                for n in self.nodes:
+                    if n.proc is not None and n.proc.poll() is None:
+                        os.kill(n.proc.pid, signal.SIGUSR1)
+                time.sleep(STACK_DUMP_S)
                 node.close()
 
     def thaw(self) -> None:
