@@ -123,11 +123,14 @@ class ProducerStates:
         offset after that of the last batch (a producer's offsets follow its sequence,
         so a batch merely re-sent late, with its own offsets, is never taken for one)."""
         entry = self._get(topic, partition, header.producer_id)
-        if entry is None or not entry.batches or header.base_offset <= entry.batches[-1].last_offset:
+        # Only batches known stored: one accepted here whose append failed or is still in
+        # flight may have been stored by another leader, which this batch then is.
+        stored = [b for b in entry.batches if _stored(b)] if entry is not None else []
+        if entry is None or not stored or header.base_offset <= stored[-1].last_offset:
             return False
         if header.producer_epoch != entry.epoch:
             return header.producer_epoch < entry.epoch
-        behind = (entry.batches[-1].last_seq - header.last_sequence) % _SEQ_MOD
+        behind = (stored[-1].last_seq - header.last_sequence) % _SEQ_MOD
         return behind < _SEQ_MOD // 2
 
     def record(
@@ -203,6 +206,12 @@ class ProducerStates:
             return
         self.record(topic, partition, header, header.base_offset, None)
         self.persist(write, topic, partition, header.producer_id, header.last_offset + 1)
+
+
+def _stored(b: BatchRecord) -> bool:
+    """Loaded from the index, or its append done."""
+    return b.durable is None or (b.durable.done() and not b.durable.cancelled()
+                                 and b.durable.exception() is None)
 
 
 def _forget_failed(entry: ProducerEntry) -> None:

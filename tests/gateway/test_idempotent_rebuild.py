@@ -116,3 +116,27 @@ async def test_a_landed_append_reported_failed_is_not_stored_twice(tmp_path: Pat
     index.close()
     await controller.close()
     await store.close()
+
+
+async def test_a_batch_another_leader_stored_is_no_copy_of_one_that_failed_here(tmp_path: Path) -> None:
+    """A node accepted a batch (in its producer state with its offsets), the append failed
+    (its container was taken over), and the producer's retry was stored by the new
+    leader at later offsets. Given the container back, the node's index rebuild must index
+    that batch: the failed one here was never stored, so the stored one is no copy of it
+    (a CI chaos run lost six acknowledged records this way, "left out")."""
+    index = OffsetIndex(tmp_path / "index")
+    states = ProducerStates(index)
+    raw = bytearray(record_batch([b"a", b"b"], producer_id=PID, epoch=0, base_sequence=10))
+    here = next(iter_batches(bytes(raw)))
+    failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    states.record("t", 0, here, 100, failed)
+    failed.set_exception(StorageFailure("fenced: the container moved"))
+    raw[0:8] = (200).to_bytes(8, "big")  # the same batch as the other leader stored it
+    stored = next(iter_batches(bytes(raw)))
+    assert stored.base_offset == 200
+    assert not states.is_copy("t", 0, stored)
+    durable: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    states.record("t", 0, here, 100, durable)
+    durable.set_result(None)
+    assert states.is_copy("t", 0, stored)  # a true copy of one stored here is still one
+    index.close()
