@@ -11,7 +11,8 @@ aim). Left out of CI until they pass ``make chaos`` runs:
   container back after another node had led the partition, left six acknowledged records
   out of its offset index ("index rebuild: ... hold an append reported failed or a copy
   of one stored before; left out": the records the other node had acknowledged), and the
-  producer died with OUT_OF_ORDER_SEQUENCE_NUMBER (issue 36);
+  producer died with OUT_OF_ORDER_SEQUENCE_NUMBER (issue 36); fixed at the cause the logs
+  showed (``ProducerStates.is_copy``), to be confirmed by campaign runs before it returns;
 - ``kill9``, ``kill9-leader``, ``kill9-wipe``: acknowledged records now and then stored
   twice (``tests/cluster/test_idempotence_failover.py``, marked ``known_flaky``);
 - the hot topic (auto-scaling a segment the controller leader does not own), which needs
