@@ -2,16 +2,37 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import pytest
 
 from bench.ports import free_port
 
 __all__ = ["free_port"]
 
+if TYPE_CHECKING:
+    from tests.clients.server import Tidegate
+
 
 @pytest.fixture
 def port() -> int:
     return free_port()
+
+
+@pytest.fixture
+def tidegate(tmp_path: Path) -> Iterator[Tidegate]:
+    """A started ``tidegate serve`` with its defaults, closed after the test (directories
+    of tests that need other settings define their own)."""
+    from tests.clients.server import Tidegate
+
+    server = Tidegate(tmp_path / "data", tmp_path / "tidegate.log")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 @pytest.fixture(scope="session")

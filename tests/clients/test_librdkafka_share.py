@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
@@ -22,20 +19,11 @@ GROUP_CONFIG_RESOURCE = 32
 _Res = IncrementalAlterConfigsRequest.AlterConfigsResource
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Tidegate]:
-    tg = Tidegate(tmp_path / "data", tmp_path / "tidegate.log")
-    tg.start()
-    try:
-        yield tg
-    finally:
-        tg.close()
 
-
-def _setup(server: Tidegate, topic: str, group: str, count: int) -> None:
-    admin = AdminClient({"bootstrap.servers": server.bootstrap, **QUIET})
+def _setup(tidegate: Tidegate, topic: str, group: str, count: int) -> None:
+    admin = AdminClient({"bootstrap.servers": tidegate.bootstrap, **QUIET})
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-    conn = Conn(server.port)
+    conn = Conn(tidegate.port)
     try:  # share.auto.offset.reset=earliest: the records are produced before anyone joins
         resp = conn.call(IncrementalAlterConfigsRequest(resources=[_Res(
             resource_type=GROUP_CONFIG_RESOURCE, resource_name=group,
@@ -45,17 +33,17 @@ def _setup(server: Tidegate, topic: str, group: str, count: int) -> None:
         assert resp.responses[0].error_code == 0, resp
     finally:
         conn.close()
-    producer = Producer({"bootstrap.servers": server.bootstrap, **QUIET})
+    producer = Producer({"bootstrap.servers": tidegate.bootstrap, **QUIET})
     for i in range(count):
         producer.produce(topic, value=b"v-%d" % i, partition=0)
     assert producer.flush(30) == 0
 
 
-def _consume(server: Tidegate, group: str, topic: str, decide: object, idle_s: float,
+def _consume(tidegate: Tidegate, group: str, topic: str, decide: object, idle_s: float,
              out: list[tuple[int, int | None, bytes, str]], deadline_s: float = 60) -> None:
     """Poll until ``idle_s`` without records (once some came) or ``deadline_s``; each
     record's (offset, delivery count, value, acknowledgement) goes to ``out``."""
-    consumer = ShareConsumer({"bootstrap.servers": server.bootstrap, "group.id": group,
+    consumer = ShareConsumer({"bootstrap.servers": tidegate.bootstrap, "group.id": group,
                               "share.acknowledgement.mode": "explicit", **QUIET})
     consumer.subscribe([topic])
     start = last = time.monotonic()
@@ -79,12 +67,12 @@ def _consume(server: Tidegate, group: str, topic: str, decide: object, idle_s: f
         consumer.close()
 
 
-def test_two_share_consumers_get_each_record_once(server: Tidegate) -> None:
-    _setup(server, "lq", "lg", 200)
+def test_two_share_consumers_get_each_record_once(tidegate: Tidegate) -> None:
+    _setup(tidegate, "lq", "lg", 200)
     a: list[tuple[int, int | None, bytes, str]] = []
     b: list[tuple[int, int | None, bytes, str]] = []
     threads = [
-        threading.Thread(target=_consume, args=(server, "lg", "lq", lambda m: AcknowledgeType.ACCEPT, 4.0, out))
+        threading.Thread(target=_consume, args=(tidegate, "lg", "lq", lambda m: AcknowledgeType.ACCEPT, 4.0, out))
         for out in (a, b)
     ]
     for t in threads:
@@ -97,8 +85,8 @@ def test_two_share_consumers_get_each_record_once(server: Tidegate) -> None:
     assert sorted(values) == sorted(b"v-%d" % i for i in range(200)), "lost or duplicated"
 
 
-def test_release_and_reject(server: Tidegate) -> None:
-    _setup(server, "lr", "lrg", 10)
+def test_release_and_reject(tidegate: Tidegate) -> None:
+    _setup(tidegate, "lr", "lrg", 10)
 
     def decide(m: object) -> AcknowledgeType:
         count = m.delivery_count()  # type: ignore[attr-defined]
@@ -107,7 +95,7 @@ def test_release_and_reject(server: Tidegate) -> None:
         return AcknowledgeType.RELEASE if count == 1 else AcknowledgeType.ACCEPT
 
     out: list[tuple[int, int | None, bytes, str]] = []
-    _consume(server, "lrg", "lr", decide, 4.0, out)
+    _consume(tidegate, "lrg", "lr", decide, 4.0, out)
     seen: dict[bytes, list[int | None]] = {}
     for _, count, value, _ in out:
         seen.setdefault(value, []).append(count)

@@ -11,7 +11,12 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.metadata import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
 
 from tests.clients.requests import frame
 
@@ -24,6 +29,27 @@ def leaders(bootstrap: str, topic: str) -> dict[int, int]:
     if t is None or t.error is not None:
         return {}
     return {p: pm.leader for p, pm in t.partitions.items() if pm.error is None}
+
+
+def wait_for(what: str, check: Any, timeout_s: float = 60) -> Any:
+    """``check()``'s first truthy answer, polled until ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def coordinator(port: int, key: str, key_type: int) -> int:
+    """The node this node names as the coordinator of ``key`` (-1: none, or no answer)."""
+    try:
+        found = ask(port, FindCoordinatorRequest(key=key, key_type=key_type), 1,
+                    FindCoordinatorResponse)
+    except OSError:
+        return -1
+    return int(found.node_id) if found.error_code == 0 else -1
 
 
 def ask(port: int, request: Any, version: int, response: Any) -> Any:

@@ -13,21 +13,12 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.cluster.clients import QUIET, Consuming, Producing, leaders, read_back
+from tests.cluster.clients import QUIET, Consuming, Producing, leaders, read_back, wait_for
 from tests.cluster.nodes import start_nodes
 from tests.cluster.zk import ZooKeeperServer
 
 PARTITIONS = 6
 
-
-def _wait_for(what: str, check, timeout_s: float = 60):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_kill9_and_empty_rejoin_under_load_lose_nothing(tmp_path: Path, zookeeper: ZooKeeperServer) -> None:
@@ -36,7 +27,7 @@ def test_kill9_and_empty_rejoin_under_load_lose_nothing(tmp_path: Path, zookeepe
         bootstrap = ",".join(n.bootstrap for n in nodes)
         admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
         admin.create_topics([NewTopic("orders", PARTITIONS, 1)])["orders"].result(30)
-        before = _wait_for(
+        before = wait_for(
             "every partition to have a leader",
             lambda: (lead := leaders(bootstrap, "orders")) and len(lead) == PARTITIONS and lead,
         )
@@ -46,20 +37,20 @@ def test_kill9_and_empty_rejoin_under_load_lose_nothing(tmp_path: Path, zookeepe
         consuming = Consuming(bootstrap, "orders", "orders-group")
         producing.start()
         consuming.start()
-        _wait_for("records acknowledged", lambda: len(producing.acked) > 300)
+        wait_for("records acknowledged", lambda: len(producing.acked) > 300)
 
         victim = next(n for n in nodes if n.node_id in before.values() and n.node_id != 1)
         victim.kill9()
         acked_at_kill = len(producing.acked)
         survivors = ",".join(n.bootstrap for n in nodes if n is not victim)
-        after = _wait_for(
+        after = wait_for(
             "the victim's partitions to move",
             lambda: (lead := leaders(survivors, "orders")) and len(lead) == PARTITIONS
             and victim.node_id not in lead.values() and lead,
         )
         killed_at = time.monotonic()
-        _wait_for("acknowledgements after the kill", lambda: len(producing.acked) > acked_at_kill + 600)
-        _wait_for(
+        wait_for("acknowledgements after the kill", lambda: len(producing.acked) > acked_at_kill + 600)
+        wait_for(
             "the group to consume after the kill",
             lambda: sum(1 for *_, t in consuming.got if t > killed_at) > 300,
         )
@@ -70,11 +61,11 @@ def test_kill9_and_empty_rejoin_under_load_lose_nothing(tmp_path: Path, zookeepe
         shutil.rmtree(emptied.data_dir)
         emptied.start()
         rejoined_at = len(producing.acked)
-        _wait_for(
+        wait_for(
             "the emptied node to lead partitions again",
             lambda: emptied.node_id in leaders(survivors, "orders").values(),
         )
-        _wait_for("acknowledgements after the rejoin", lambda: len(producing.acked) > rejoined_at + 600)
+        wait_for("acknowledgements after the rejoin", lambda: len(producing.acked) > rejoined_at + 600)
         producing.stopping.set()
         producing.join(150)
         consuming.stopping.set()

@@ -22,7 +22,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from tests.cluster.clients import QUIET
+from tests.cluster.clients import QUIET, wait_for
 from tests.cluster.nodes import Node, start_together
 from tests.cluster.test_leader_scale import CONTAINERS
 from tests.cluster.zk import ZooKeeperServer
@@ -62,15 +62,6 @@ def _sasl(ports: dict[int, int], user: str) -> dict[str, Any]:
         "sasl.username": user, "sasl.password": PASSWORDS[user], **QUIET,
     }
 
-
-def _wait_for(what: str, check: Any, timeout_s: float = 60) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_each_listener_sees_every_node_and_markers_cross_nodes_with_the_authorizer_on(
@@ -116,7 +107,7 @@ def test_each_listener_sees_every_node_and_markers_cross_nodes_with_the_authoriz
             found = {p: m.leader for p, m in md.partitions.items() if m.error is None}
             return found if len(found) == PARTITIONS else {}
 
-        spread = _wait_for("every partition led", led)
+        spread = wait_for("every partition led", led)
         assert len(set(spread.values())) >= 2, f"leaders not spread: {spread}"
 
         # alice needs no CLUSTER_ACTION: the nodes write the markers as their super user.

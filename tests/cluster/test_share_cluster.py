@@ -8,14 +8,11 @@ group requests with NOT_COORDINATOR; ShareFetch is not served in cluster mode ye
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 from tidegate.protocol.errors import ErrorCode as E
 from tidegate.protocol.share_group import (
     ShareFetchRequest,
@@ -24,8 +21,8 @@ from tidegate.protocol.share_group import (
     ShareGroupHeartbeatResponse,
 )
 
-from tests.cluster.clients import QUIET, ask, leaders
-from tests.cluster.nodes import Node, start_nodes
+from tests.cluster.clients import QUIET, ask, coordinator, leaders, wait_for
+from tests.cluster.nodes import start_nodes
 from tests.cluster.zk import ZooKeeperServer
 from tests.java.conftest import Java
 
@@ -34,23 +31,6 @@ TOPIC, GROUP, PARTITIONS, COUNT = "sq", "sg", 3, 10
 STARTS = {0: 3, 1: 5, 2: 7}
 
 
-def _coordinator(node: Node) -> int:
-    try:
-        found = ask(node.port, FindCoordinatorRequest(key=GROUP, key_type=0), 1,
-                    FindCoordinatorResponse)
-    except OSError:
-        return -1
-    return int(found.node_id) if found.error_code == E.NONE else -1
-
-
-def _wait_for(what: str, check: Any, timeout_s: float = 90) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _offsets(java: Java, bootstrap: str) -> dict[int, tuple[int, int]]:
@@ -73,14 +53,14 @@ def test_share_state_moves_with_the_group_coordinator(
         bootstrap = ",".join(n.bootstrap for n in nodes)
         admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(30)
-        _wait_for("every partition led", lambda: len(leaders(bootstrap, TOPIC)) == PARTITIONS)
+        wait_for("every partition led", lambda: len(leaders(bootstrap, TOPIC)) == PARTITIONS, 90)
         producer = Producer({"bootstrap.servers": bootstrap, **QUIET})
         for p in range(PARTITIONS):
             for i in range(COUNT):
                 producer.produce(TOPIC, value=b"v-%d-%d" % (p, i), partition=p)
         assert producer.flush(60) == 0
 
-        coord_id = _wait_for("a coordinator", lambda: (c := _coordinator(nodes[0])) > 0 and c)
+        coord_id = wait_for("a coordinator", lambda: (c := coordinator(nodes[0].port, GROUP, 0)) > 0 and c, 90)
         coord = next(n for n in nodes if n.node_id == coord_id)
         other = next(n for n in nodes if n is not coord)
         # Share group requests sent to another node: NOT_COORDINATOR, as for groups.
@@ -102,9 +82,9 @@ def test_share_state_moves_with_the_group_coordinator(
 
         coord.kill9()
         survivors = [n for n in nodes if n is not coord]
-        new_id = _wait_for("another coordinator",
-                           lambda: (c := _coordinator(survivors[0])) not in (-1, coord_id) and c)
-        assert _coordinator(survivors[1]) == new_id
+        new_id = wait_for("another coordinator",
+                           lambda: (c := coordinator(survivors[0].port, GROUP, 0)) not in (-1, coord_id) and c, 90)
+        assert coordinator(survivors[1].port, GROUP, 0) == new_id
         survivor_bootstrap = ",".join(n.bootstrap for n in survivors)
         assert _offsets(java, survivor_bootstrap) == expected
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -16,16 +15,14 @@ from kafka.protocol.consumer import HeartbeatRequest, HeartbeatResponse
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
-    FindCoordinatorRequest,
-    FindCoordinatorResponse,
 )
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 from tidegate.core.segmentstore.service import container_of
 from tidegate.gateway.groups import GroupConfig
 from tidegate.protocol.errors import ErrorCode as E
 
-from tests.cluster.clients import QUIET, leaders
-from tests.cluster.nodes import Node, start_nodes
+from tests.cluster.clients import QUIET, coordinator, leaders, wait_for
+from tests.cluster.nodes import start_nodes
 from tests.cluster.test_leader_scale import CONTAINERS, _zk_state
 from tests.cluster.zk import ZooKeeperServer
 from tests.txn.test_raw_requests import Conn
@@ -34,23 +31,6 @@ TOPIC = "tx-orders"
 PARTITIONS = 6
 
 
-def _coordinator(node: Node) -> int:
-    conn = Conn(node.port)
-    try:
-        found = conn.call(FindCoordinatorRequest(key="tx-a", key_type=1), 1, FindCoordinatorResponse)
-    finally:
-        conn.sock.close()
-    return int(found.node_id) if found.error_code == E.NONE else -1
-
-
-def _wait_for(what: str, check: Any, timeout_s: float = 60) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _transaction(producer: Producer, tag: str, *, commit: bool) -> set[bytes]:
@@ -96,7 +76,7 @@ def test_transactions_on_one_coordinator_survive_its_kill9(
         coord_id = owners[container_of(GroupConfig().table, CONTAINERS)]
         coord = next(n for n in nodes if n.node_id == coord_id)
         other = next(n for n in nodes if n.node_id != coord_id)
-        assert {_coordinator(n) for n in nodes} == {coord_id}
+        assert {coordinator(n.port, "tx-a", 1) for n in nodes} == {coord_id}
 
         # A node that does not coordinate answers NOT_COORDINATOR and keeps the connection.
         conn = Conn(other.port)
@@ -111,7 +91,7 @@ def test_transactions_on_one_coordinator_survive_its_kill9(
 
         admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(30)
-        spread = _wait_for("every partition led", lambda: (lead := leaders(bootstrap, TOPIC))
+        spread = wait_for("every partition led", lambda: (lead := leaders(bootstrap, TOPIC))
                            and len(lead) == PARTITIONS and lead)
         assert len(set(spread.values())) >= 2, f"leaders not spread: {spread}"
 
@@ -128,9 +108,9 @@ def test_transactions_on_one_coordinator_survive_its_kill9(
 
         coord.kill9()
         survivors = [n for n in nodes if n is not coord]
-        new_id = _wait_for("another coordinator", lambda: (c := _coordinator(survivors[0])) > 0
+        new_id = wait_for("another coordinator", lambda: (c := coordinator(survivors[0].port, "tx-a", 1)) > 0
                            and c != coord_id and c)
-        assert _coordinator(survivors[1]) == new_id
+        assert coordinator(survivors[1].port, "tx-a", 1) == new_id
         again = Producer({
             "bootstrap.servers": ",".join(n.bootstrap for n in survivors), "transactional.id": "tx-a",
             **QUIET,

@@ -5,10 +5,7 @@ added or a version raised without its line in the document fails here."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 import tidegate.protocol  # noqa: F401  (loads kafka-python's schemas with their warning silenced)
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from tidegate.gateway.handlers import default_registry
@@ -40,18 +37,9 @@ def documented() -> dict[int, tuple[str, int, int]]:
     return out
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Tidegate]:
-    tg = Tidegate(tmp_path / "data", tmp_path / "tidegate.log")
-    tg.start()
-    try:
-        yield tg
-    finally:
-        tg.close()
 
-
-def test_the_document_lists_exactly_what_api_versions_advertises(server: Tidegate) -> None:
-    conn = Conn(server.port)
+def test_the_document_lists_exactly_what_api_versions_advertises(tidegate: Tidegate) -> None:
+    conn = Conn(tidegate.port)
     try:
         resp = conn.call(ApiVersionsRequest(client_software_name="doc-check",
                                             client_software_version="1"), 3, ApiVersionsResponse)
