@@ -1,7 +1,7 @@
 """ZooKeeper through ``kazoo``: the only module that imports it.
 
 ``ClusterSession`` is cluster mode's one ZooKeeper session. kazoo is synchronous and
-threaded: every blocking call runs in a worker thread (``asyncio.to_thread``) and every
+threaded: every blocking call runs in a worker thread of the session's own pool and every
 watch is handed to the event loop (``call_soon_threadsafe``), so the loop never waits on
 ZooKeeper and callbacks never run on kazoo's threads. Errors reach callers as
 ``CoordinationError``, never as kazoo's.
@@ -22,11 +22,13 @@ it, log chains are conditional writes of one node each): the same thread discipl
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
@@ -48,6 +50,18 @@ Members = dict[int, dict[str, Any]]
 #: The longest pause between reconnection attempts: kazoo's own doubles up to an hour, so
 #: a node cut off for minutes would stay away long after ZooKeeper is back.
 RECONNECT_MAX_DELAY_S = 2.0
+#: Threads per session for kazoo's blocking calls. Their own: a call made while ZooKeeper
+#: is away waits until it is back, and in the event loop's shared pool such waits would
+#: hold up the storage's file I/O (Tier-2 reads and writes, plog files) for the outage.
+CALL_THREADS = 4
+
+
+def _call_pool(name: str) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=CALL_THREADS, thread_name_prefix=name)
+
+
+async def _in_pool(pool: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args, **kw))
 
 
 def _kazoo(hosts: str, session_timeout_s: float = 10.0) -> KazooClient:
@@ -72,6 +86,7 @@ class ClusterSession:
         self.hosts = hosts
         self.node_id = node_id
         self._client = _kazoo(hosts, session_timeout_s)
+        self._pool = _call_pool(f"zookeeper-{node_id}")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._registration: bytes | None = None
         self._lock = threading.Lock()
@@ -103,11 +118,12 @@ class ClusterSession:
             self._client.stop()
             self._client.close()
 
-        await asyncio.to_thread(stop)
+        await asyncio.to_thread(stop)  # not behind calls waiting in the pool: it ends them
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         try:
-            return await asyncio.to_thread(fn, *args, **kw)
+            return await _in_pool(self._pool, fn, *args, **kw)
         except _BadVersion as exc:
             raise MapVersionError(str(exc)) from exc
         except (KazooException, KazooTimeoutError, TimeoutError) as exc:
@@ -345,6 +361,7 @@ class ZooKeeper:
         self.hosts = hosts
         self._timeout_s = timeout_s
         self._client = _kazoo(hosts, session_timeout_s)
+        self._pool = _call_pool("zookeeper-tier1")
         self._ephemerals: dict[str, bytes] = {}
         self._lock = threading.Lock()
         self._start_lock = threading.Lock()
@@ -393,7 +410,7 @@ class ZooKeeper:
             self._started = True
 
     async def stop(self) -> None:
-        await asyncio.to_thread(self.stop_blocking)
+        await asyncio.to_thread(self.stop_blocking)  # not behind calls waiting in the pool
 
     def stop_blocking(self) -> None:
         """``stop`` for callers without an event loop (test teardown)."""
@@ -401,10 +418,12 @@ class ZooKeeper:
             self._started = False
             self._client.stop()
             self._client.close()
+            pool, self._pool = self._pool, _call_pool("zookeeper-tier1")
+            pool.shutdown(wait=False, cancel_futures=True)
 
     async def _call(self, fn: Any, *args: Any, **kw: Any) -> Any:
         try:
-            return await asyncio.to_thread(fn, *args, **kw)
+            return await _in_pool(self._pool, fn, *args, **kw)
         except (KazooException, KazooTimeoutError, TimeoutError) as exc:
             raise _translate(exc) from exc
 

@@ -16,9 +16,12 @@ import signal
 import time
 
 import pytest
-from tidegate.core.cluster.zookeeper import ZooKeeper, ZooKeeperError
+from tidegate.core.cluster.zookeeper import ClusterSession, ZooKeeper, ZooKeeperError
 
 from tests.cluster.zk import ZooKeeperServer
+
+#: More than asyncio's default pool has threads on any machine (at most 32).
+THREADS_OF_ANY_POOL = 40
 
 
 async def _until(check, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
@@ -76,3 +79,33 @@ async def test_reconnects_soon_after_a_long_outage(zookeeper: ZooKeeperServer) -
         assert time.monotonic() - back < 8, f"reconnected {time.monotonic() - back:.1f} s after"
     finally:
         await asyncio.wait_for(zk.stop(), 20)
+
+
+async def test_calls_waiting_on_zookeeper_leave_the_storage_threads_free(
+    zookeeper: ZooKeeperServer,
+) -> None:
+    """A kazoo call made while ZooKeeper is away waits until it is back. Such calls ran in
+    the event loop's shared thread pool, where the storage's file I/O also runs: enough
+    of them (a node's membership, map and plog reads during an outage) left no thread
+    for Tier-2 reads and writes until ZooKeeper answered again."""
+    tier1 = ZooKeeper(zookeeper.hosts, timeout_s=30.0, session_timeout_s=30.0)
+    session = ClusterSession(zookeeper.hosts, 1, session_timeout_s=30.0)
+    await tier1.start()
+    await session.start()
+    await tier1.create("/outage", b"v")
+    assert zookeeper.proc is not None
+    os.kill(zookeeper.proc.pid, signal.SIGSTOP)
+    waiting: list[asyncio.Future[object]] = []
+    try:
+        for _ in range(THREADS_OF_ANY_POOL):
+            waiting.append(asyncio.ensure_future(tier1.get("/outage")))
+            waiting.append(asyncio.ensure_future(session.read_map()))
+        await asyncio.sleep(0.5)
+        assert not any(w.done() for w in waiting), "ZooKeeper answered while frozen"
+        # What Tier-2 and the plog store do: a blocking file call in the loop's pool.
+        assert await asyncio.wait_for(asyncio.to_thread(lambda: "read"), 5) == "read"
+    finally:
+        os.kill(zookeeper.proc.pid, signal.SIGCONT)
+    await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), 60)
+    await asyncio.wait_for(session.close(), 20)
+    await asyncio.wait_for(tier1.stop(), 20)
