@@ -60,6 +60,7 @@ from tidegate.gateway.txn.coordinator import TransactionCoordinator
 from tidegate.gateway.txn.partition_txns import PartitionTxns
 from tidegate.gateway.txn.wiring import LogMarkerWriter
 from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.errors import ErrorCode
 
 
 @dataclass
@@ -269,3 +270,14 @@ class HandlerContext:
         callbacks, self.on_stop = self.on_stop, []
         for callback in callbacks:
             callback()
+
+
+async def lead_error(ctx: HandlerContext, topic: str, partition: int) -> ErrorCode:
+    """In cluster mode, why this node may not answer for the partition's log (another node
+    leads it, or this one has not caught up with it): Kafka's leaders alone answer
+    ListOffsets, DeleteRecords and DescribeProducers. NONE on one node, and for a
+    partition the topic does not have (the handler answers that)."""
+    info = ctx.topics.get(topic)
+    if ctx.cluster is None or info is None or not 0 <= partition < info.partitions:
+        return ErrorCode.NONE
+    return await ctx.cluster.partition_error(topic, partition)

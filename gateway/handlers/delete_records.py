@@ -13,7 +13,7 @@ from typing import Any
 
 from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
 from tidegate.gateway import failpoints
-from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.gateway.handlers import HandlerContext, RequestContext, lead_error
 from tidegate.gateway.log.log_start import truncate_to_log_starts
 from tidegate.gateway.log.partitions import PARTITIONS_PER_STEP
 from tidegate.protocol.apis import ApiSpec
@@ -65,7 +65,14 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     for t in request.topics:
         results = []
         moved = False
-        asked = [(p.partition_index, p.offset) for p in t.partitions]
+        asked = []
+        for p in t.partitions:
+            led = await lead_error(ctx, t.name, p.partition_index)
+            if led:
+                results.append(_Partition(partition_index=p.partition_index, low_watermark=-1,
+                                          error_code=led))
+            else:
+                asked.append((p.partition_index, p.offset))
         for i in range(0, len(asked), PARTITIONS_PER_STEP):
             if i:
                 await asyncio.sleep(0)  # one loop step per slice of partitions

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.admin import DescribeProducersRequest, DescribeProducersResponse
-from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.gateway.handlers import HandlerContext, RequestContext, lead_error
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
 
@@ -30,6 +30,11 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                     partition_index=p, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                     error_message=None, active_producers=[],
                 ))
+                continue
+            error = await lead_error(ctx, t.name, p)
+            if error:
+                parts.append(_Partition(partition_index=p, error_code=error, error_message=None,
+                                        active_producers=[]))
                 continue
             open_txns = txns.open_transactions(t.name, p) if txns is not None else {}
             producers = [

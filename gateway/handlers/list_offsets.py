@@ -13,7 +13,7 @@ from typing import Any
 
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 from kafka.record.default_records import DefaultRecordBatch
-from tidegate.gateway.handlers import HandlerContext, RequestContext
+from tidegate.gateway.handlers import HandlerContext, RequestContext, lead_error
 from tidegate.gateway.log.partition_log import PartitionLog
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
@@ -104,7 +104,9 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                 continue
             epochs = ctx.leader_epochs
             current = p.current_leader_epoch if req.api_version >= 4 else -1
-            error = epochs.check(topic.name, p.partition_index, current) if epochs else 0
+            error = await lead_error(ctx, topic.name, p.partition_index)
+            if not error and epochs is not None:
+                error = epochs.check(topic.name, p.partition_index, current)
             if error:
                 partitions.append(_Partition(partition_index=p.partition_index, error_code=error,
                                              timestamp=-1, offset=-1, leader_epoch=-1))
