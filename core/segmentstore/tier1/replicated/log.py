@@ -256,9 +256,11 @@ class ReplicatedDurableDataLog:
         fut.add_done_callback(partial(self._on_reply, seg, sid))
 
     def _on_reply(self, seg: WritePlog, sid: str, fut: asyncio.Future[Answer]) -> None:
-        if self._failed is not None or seg.final is not None or fut.cancelled():
+        if fut.cancelled():
             return
-        exc = fut.exception()
+        exc = fut.exception()  # taken even when unwanted: asyncio logs an untaken one as an ERROR
+        if self._failed is not None or seg.final is not None:
+            return
         if exc is not None:
             self.replicas.suspect(sid, repr(exc))  # starts a failover
             return
