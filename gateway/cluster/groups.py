@@ -46,10 +46,37 @@ class GroupPlacement:
         self.share_config = ShareConfig.from_table(ctx.config.share)
         self.container = container_of(self.config.table, container_count)
         self._following = asyncio.Lock()
+        self._closing: set[asyncio.Task[None]] = set()
         ctx.not_coordinator = NotCoordinator(store, self.config)
         ctx.not_txn_coordinator = NotTxnCoordinator(
             store, ctx.producer_ids, markers, GroupOffsetsAdapter(lambda: ctx.groups), ctx.clock_ms,
         )
+
+    def interrupted(self, cids: set[int]) -> None:
+        """The map gave the groups' container to another node (called as the change is
+        seen, before the container stops): the coordinators stop answering at once, as
+        the container's partitions do, so no group, offset or transaction is answered
+        from state the new coordinator moves past; they close in the background."""
+        if self.container not in cids:
+            return
+        held = (self.ctx.share_groups, self.ctx.transactions, self.ctx.group_coordinator)
+        self.ctx.share_groups = self.ctx.transactions = self.ctx.group_coordinator = None
+        if any(c is not None for c in held):
+            log.info("group, transaction and share group coordinators stop: container %d "
+                     "is given to another node", self.container)
+            task = asyncio.get_running_loop().create_task(self._close(*held))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    async def _close(self, share: Any, txns: Any, groups: Any) -> None:
+        async with self._following:
+            for coordinator in (share, txns, groups):
+                if coordinator is None:
+                    continue
+                try:
+                    await coordinator.close()
+                except Exception as exc:  # noqa: BLE001 - its container is gone anyway
+                    log.warning("closing a coordinator that moved away: %r", exc)
 
     async def follow(self, running: set[int]) -> None:
         """Hold loaded coordinators exactly while this node runs the groups' container."""

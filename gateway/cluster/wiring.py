@@ -208,7 +208,12 @@ class ClusterWiring:
             await owned(gained, lost)
 
         self.node.on_owned = owned_later
-        self.node.on_interrupted = leaders.interrupted
+
+        def interrupted(cids: set[int]) -> None:
+            leaders.interrupted(cids)
+            groups.interrupted(cids)
+
+        self.node.on_interrupted = interrupted
         await owned(set(self.node.running), set())
         self._topics_task = asyncio.get_running_loop().create_task(
             self._follow_topics(ctx.topics, ctx.logs, ctx.controller, ctx)
