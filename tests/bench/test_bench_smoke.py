@@ -186,3 +186,21 @@ def test_cluster_bench_runs(tmp_path: Path) -> None:
     assert set(found["three_nodes"]["cpu_s_per_gb"]) == {"node-1", "node-2", "node-3", "zookeeper"}
     assert found["ratio"] > 0 and "goal" in cluster.summary(found)
 
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 30)
+def test_txn_breakdown_runs() -> None:
+    """`python -m bench.txn_breakdown` at a tiny size: each mode delivers every record
+    (it raises otherwise) and reports its time, CPU and the APIs each one sent."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.txn_breakdown", "--rounds", "1", "--transactions", "3",
+         "--records-per-txn", "100", "--partitions", "4"],
+        cwd=REPO, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1].removeprefix("RESULT "))
+    txn = result["medians"]["txn"]
+    assert txn["mb_s"] > 0 and txn["commit_ms_per_txn"] > 0
+    assert txn["requests"]["EndTxn"]["per_txn"] >= 1
+    assert txn["requests"]["AddPartitionsToTxn"]["per_txn"] >= 1
+    assert "EndTxn" not in result["medians"]["plain"]["requests"]
