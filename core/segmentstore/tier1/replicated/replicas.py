@@ -127,6 +127,9 @@ class Replicas:
         #: for ``suspect_ms``, but their connections (and plogs) are kept.
         self.full: dict[str, float] = {}
         self._watchdog: asyncio.Task[None] | None = None
+        #: When ``judge`` last ran, and when this process was last found standing still.
+        self._judged: float | None = None
+        self._awake_since = float("-inf")
 
     def start(self) -> None:
         self._watchdog = asyncio.ensure_future(self._watch())
@@ -142,10 +145,18 @@ class Replicas:
         period = max(0.01, min(self.timeout_s / 4, 0.25))
         while True:
             await asyncio.sleep(period)
-            now = time.monotonic()
-            for sid, conn in list(self._conns.items()):
-                if conn.oldest_age_s(now) > self.timeout_s:
-                    self.suspect(sid, f"no answer in {self.timeout_s * 1000:.0f} ms")
+            self.judge(time.monotonic())
+
+    def judge(self, now: float) -> None:
+        """Give up on servers with a request unanswered for ``timeout_ms``, counted from
+        when this process last stood still (frozen, or its loop held up) if that is later:
+        such silence was its own, not the servers'."""
+        if self._judged is not None and now - self._judged > self.timeout_s / 2:
+            self._awake_since = now
+        self._judged = now
+        for sid, conn in list(self._conns.items()):
+            if min(conn.oldest_age_s(now), now - self._awake_since) > self.timeout_s:
+                self.suspect(sid, f"no answer in {self.timeout_s * 1000:.0f} ms")
 
     def is_suspect(self, sid: str) -> bool:
         return self.suspicions.is_suspect(sid)
