@@ -43,6 +43,8 @@ LEADERSHIP_RETRY_MAX_S = 5.0
 START_TIMEOUT_MS = 120_000
 #: A container start failing the same way again is logged once in this long.
 START_FAILURE_LOG_S = 30.0
+#: How often the node checks that it did not stand still (frozen, or its loop held up).
+STALL_CHECK_S = 0.25
 
 
 class ContainerCountError(CoordinationError):
@@ -112,6 +114,7 @@ class ClusterNode:
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
         self._session_lost = False
+        self._stall_check: asyncio.TimerHandle | None = None
 
     async def start(self) -> None:
         """Join: register, follow members and the map, stand for controller leader."""
@@ -131,6 +134,7 @@ class ClusterNode:
         for job in (self._reconcile_loop, self._rebalance_loop, self._leadership_loop):
             self._tasks.append(loop.create_task(job()))
         self.session.on_session_lost = self._lost_session
+        self._check_stall(loop.time())
         self.session.watch_members(self._members_changed)
         self.session.watch_map(self._map_changed)
         await self.session.campaign(self._leadership_changed)
@@ -139,6 +143,8 @@ class ClusterNode:
         """Leave: stop following, close the session (its ephemerals go), close peers.
         The caller stops the local containers (the store's close)."""
         self._closed = True
+        if self._stall_check is not None:
+            self._stall_check.cancel()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -199,15 +205,27 @@ class ClusterNode:
             self.on_interrupted(gone)
         self._reconcile_wake.set()
 
-    def _lost_session(self) -> None:
+    def _lost_session(self, why: str = "the ZooKeeper session was lost") -> None:
         """The session expired (this node was frozen or cut off): others may have run
         its containers meanwhile, and the map may give them back before this node sees
         that it lost them. None is trusted: every one is stopped, and what the map says
         is this node's starts afresh (recovered; the gateway catches up)."""
-        self._give_up((self.running | self._starting) - self.interrupted,
-                      "the ZooKeeper session was lost")
+        self._give_up((self.running | self._starting) - self.interrupted, why)
         self._session_lost = True
         self._reconcile_wake.set()
+
+    def _check_stall(self, due: float) -> None:
+        """A timer callback, not a task: after a freeze it runs in the loop's first round,
+        before any request read meanwhile is handled. A node that stood still as long as
+        its ZooKeeper session lasts has lost it, though kazoo has yet to say so: serving
+        on until then would answer from state other nodes have moved past."""
+        loop = asyncio.get_running_loop()
+        stood_s = loop.time() - due
+        if stood_s >= self.session.session_timeout_s and (self.running or self._starting):
+            self._lost_session(f"this node stood still for {stood_s:.1f} s, as long as its "
+                               "ZooKeeper session lasts")
+        self._stall_check = loop.call_at(loop.time() + STALL_CHECK_S, self._check_stall,
+                                         loop.time() + STALL_CHECK_S)
 
     def _leadership_changed(self, leading: bool) -> None:
         self._leadership_events.put_nowait(leading)

@@ -85,6 +85,7 @@ class ClusterSession:
     def __init__(self, hosts: str, node_id: int, *, session_timeout_s: float = 6.0) -> None:
         self.hosts = hosts
         self.node_id = node_id
+        self.session_timeout_s = session_timeout_s
         self._client = _kazoo(hosts, session_timeout_s)
         self._pool = _call_pool(f"zookeeper-{node_id}")
         self._loop: asyncio.AbstractEventLoop | None = None
