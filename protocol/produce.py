@@ -19,6 +19,7 @@ import struct
 from dataclasses import dataclass
 
 from tidegate.protocol.errors import KafkaProtocolError
+from tidegate.protocol.reader import Reader
 
 MAX_VERSION = 12
 FIRST_FLEXIBLE = 9
@@ -55,72 +56,6 @@ class ProduceRequestBody:
     topic_data: list[TopicProduceData]
 
 
-class _Reader:
-    __slots__ = ("buf", "pos")
-
-    def __init__(self, buf: memoryview) -> None:
-        self.buf = buf
-        self.pos = 0
-
-    def take(self, n: int) -> memoryview:
-        end = self.pos + n
-        if n < 0 or end > len(self.buf):
-            raise KafkaProtocolError(f"produce request: {n} bytes wanted at {self.pos}, body ends at {len(self.buf)}")
-        view = self.buf[self.pos : end]
-        self.pos = end
-        return view
-
-    def unpack(self, s: struct.Struct) -> tuple[int, ...]:
-        if self.pos + s.size > len(self.buf):
-            raise KafkaProtocolError(f"produce request: truncated at {self.pos}")
-        values = s.unpack_from(self.buf, self.pos)
-        self.pos += s.size
-        return values
-
-    def uvarint(self) -> int:
-        value = shift = 0
-        buf, n = self.buf, len(self.buf)
-        while True:
-            if self.pos >= n:
-                raise KafkaProtocolError("produce request: truncated varint")
-            b = buf[self.pos]
-            self.pos += 1
-            value |= (b & 0x7F) << shift
-            if b < 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise KafkaProtocolError("produce request: varint too long")
-
-    def length(self, flexible: bool, wide: bool = False) -> int:
-        """A length prefix: -1 for null."""
-        if flexible:
-            return self.uvarint() - 1
-        return self.unpack(_I32 if wide else _I16)[0]
-
-    def string(self, flexible: bool) -> str | None:
-        n = self.length(flexible)
-        if n < 0:
-            if n != -1:
-                raise KafkaProtocolError(f"produce request: string length {n}")
-            return None
-        try:
-            return bytes(self.take(n)).decode()
-        except UnicodeDecodeError as exc:
-            raise KafkaProtocolError(f"produce request: {exc}") from None
-
-    def count(self, flexible: bool) -> int:
-        n = self.length(flexible, wide=True)
-        if n < 0:
-            raise KafkaProtocolError(f"produce request: array length {n}")
-        return n
-
-    def skip_tags(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()  # tag
-            self.take(self.uvarint())
-
-
 def decode_produce_request(frame: memoryview, body_offset: int, version: int) -> ProduceRequestBody:
     """Decode the Produce request body of ``version`` (3-12) that starts at
     ``body_offset`` in ``frame``; records are slices of ``frame``. Raises
@@ -129,8 +64,7 @@ def decode_produce_request(frame: memoryview, body_offset: int, version: int) ->
     if not 3 <= version <= MAX_VERSION:
         raise KafkaProtocolError(f"produce request v{version} not decoded here")
     flexible = version >= FIRST_FLEXIBLE
-    r = _Reader(frame)
-    r.pos = body_offset
+    r = Reader(frame, "produce request", body_offset)
     transactional_id = r.string(flexible)
     acks, timeout_ms = r.unpack(_ACKS_TIMEOUT)
     topics: list[TopicProduceData] = []

@@ -13,8 +13,10 @@ from tidegate.gateway.groups.wiring import client_host
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
+from tidegate.protocol.join_group import decode_join_group_request
 
-SPEC = ApiSpec(JoinGroupRequest, JoinGroupResponse, 0, 9)
+# Metadata decoded as slices of the frame: the budget's charge for the frame covers it.
+SPEC = ApiSpec(JoinGroupRequest, JoinGroupResponse, 0, 9, decoder=decode_join_group_request)
 
 
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
@@ -23,7 +25,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     session_ms = request.session_timeout_ms
     rebalance_ms = request.rebalance_timeout_ms if v >= 1 else -1
     if sum(len(p.metadata) for p in request.protocols) > ctx.groups.config.member_metadata_bytes_max:
-        # Refused before the metadata is copied (the coordinator checks it too).
+        # Refused before the metadata is copied out of the frame (the coordinator checks it too).
         return JoinGroupResponse(
             throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST, generation_id=-1,
             protocol_type=None, protocol_name=None if v >= 7 else "", leader="",
