@@ -228,20 +228,25 @@ class ClusterNode:
                                          loop.time() + STALL_CHECK_S)
 
     def _leadership_changed(self, leading: bool) -> None:
+        # Followed at once: the rebalance and the forwarding of controller writes go by
+        # it, whatever the controller's own start or stop (``on_leadership``) waits for.
+        # Once, a stop stuck on a background job left an elected node not rebalancing
+        # and forwarding writes to itself, and the cluster waited on a dead node for good.
+        self.leader = leading
+        if leading:
+            self._rebalance_wake.set()
         self._leadership_events.put_nowait(leading)
 
     # -- loops -----------------------------------------------------------------------
 
     async def _leadership_loop(self) -> None:
+        told = False
         while True:
             leading = await self._leadership_events.get()
-            if leading == self.leader:
+            if leading == told or self.on_leadership is None:
                 continue
-            self.leader = leading
-            if leading:
-                self._rebalance_wake.set()
-            if self.on_leadership is not None:
-                await self._tell_leadership(leading)
+            told = leading
+            await self._tell_leadership(leading)
 
     async def _tell_leadership(self, leading: bool) -> None:
         """``on_leadership(leading)``; taking leadership is tried again until it succeeds

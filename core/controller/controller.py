@@ -66,6 +66,8 @@ from tidegate.core.segmentstore.api import (
 log = logging.getLogger(__name__)
 
 DEFAULT_CONFIG = ControllerConfig()
+#: How long ``close`` waits for the background jobs to stop.
+CLOSE_WAIT_S = 10.0
 #: Segment lengths a tail cut reads between two yields to the event loop (streams of
 #: tens of thousands of segments must not hold it for one whole read).
 TAIL_READS_PER_STEP = 1000
@@ -131,21 +133,22 @@ class StreamController:
             (c.watermark_period_ms, self.watermarks.run_once, "watermarks"),
         ):
             if period > 0:
-                self._tasks.append(asyncio.create_task(self._periodic(period, job, name)))
+                self._tasks.append(asyncio.create_task(self._periodic(period, job, name), name=name))
 
     async def close(self) -> None:
         for t in self._tasks:
             t.cancel()
-        for t in self._tasks:
-            try:
-                await t
-            except asyncio.CancelledError:
-                pass
+        if self._tasks:
+            _, left = await asyncio.wait(self._tasks, timeout=CLOSE_WAIT_S)
+            for t in left:  # never a reason to hold up a leadership change
+                log.warning("controller background job %s did not stop within %.0f s; left",
+                            t.get_name(), CLOSE_WAIT_S)
         self._tasks.clear()
 
     async def _periodic(
         self, period_ms: int, job: Callable[[], Awaitable[None]], name: str
     ) -> None:
+        task = asyncio.current_task()
         while True:
             await asyncio.sleep(period_ms / 1000)
             try:
@@ -154,6 +157,10 @@ class StreamController:
                 log.warning("controller background job %s skipped this round: %r", name, exc)
             except Exception:
                 log.exception("controller background job %s failed", name)
+            if task is not None and task.cancelling():
+                # The job swallowed its cancellation (Python 3.11's wait_for can, when what
+                # it waits for ends at that moment): the job ends all the same.
+                raise asyncio.CancelledError
 
     @asynccontextmanager
     async def workflow_lock(self, scope: str, stream: str) -> AsyncIterator[None]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from kazoo.client import KazooClient
 from tidegate.core.cluster.node import ClusterNode
 from tidegate.core.cluster.zookeeper import ClusterSession
 
@@ -86,3 +87,43 @@ async def test_a_short_stall_keeps_the_containers(zookeeper: ZooKeeperServer) ->
         assert interrupted == [] and local.starts == 2
     finally:
         await node.close()
+
+
+async def test_an_elected_node_rebalances_while_its_last_stop_as_leader_hangs(
+    zookeeper: ZooKeeperServer,
+) -> None:
+    """Leadership is followed at once, not once the controller's previous start or stop
+    (``on_leadership``) returns: a node whose stop as leader hung, then elected again,
+    never moved the containers of a node that had died (the map waited on it for good)."""
+    sessions = [ClusterSession(zookeeper.hosts + "/elect", n, session_timeout_s=SESSION_S) for n in (1, 2)]
+    first = ClusterNode(sessions[0], Containers(), node_id=1, container_count=4,
+                        info={"kafka": "127.0.0.1:1"})
+    told: list[bool] = []
+
+    async def hangs_on_stop(leading: bool) -> None:
+        told.append(leading)
+        if not leading:
+            await asyncio.Event().wait()  # a controller close that never ends
+
+    first.on_leadership = hangs_on_stop
+    await first.start()
+    second: ClusterNode | None = None
+    try:
+        await _until(lambda: told == [True] and first.running == {0, 1, 2, 3}, 20)
+        # Expire the first node's session from outside (a second client on its session):
+        # it gives leadership up (the stop hangs), then wins it back with a new session.
+        client_id = sessions[0]._client.client_id
+        intruder = KazooClient(hosts=zookeeper.hosts + "/elect", client_id=client_id)
+        await asyncio.to_thread(intruder.start, 10)
+        await asyncio.to_thread(intruder.stop)
+        await asyncio.to_thread(intruder.close)
+        await _until(lambda: told == [True, False] and sessions[0].is_leader, 30)
+        second = ClusterNode(sessions[1], Containers(), node_id=2, container_count=4,
+                             info={"kafka": "127.0.0.1:2"})
+        await second.start()
+        # The leader gives the newcomer its share (before: no rebalance ever again).
+        await _until(lambda: len(second.owned()) == 2, 30)
+    finally:
+        if second is not None:
+            await second.close()
+        await asyncio.wait_for(first.close(), 30)
