@@ -268,7 +268,9 @@ class PartitionLog:
             p.attempts += 1
             p.state = _State.RETRY
             if p.attempts > self._logs.append_retries_max and self.unavailable is None:
-                log.error("%s/%d: storage unavailable (%r): appends wait and are re-sent; "
+                # A warning: nothing is lost, and in a cluster it is mostly a container
+                # failing over (fenced by its next owner); the container logs why it failed.
+                log.warning("%s/%d: storage unavailable (%r): appends wait and are re-sent; "
                           "new ones are refused", self.topic, self.partition, exc)
                 self.unavailable = exc
         if p.state != _State.DONE:
