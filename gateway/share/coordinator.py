@@ -20,11 +20,13 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from tidegate.core.segmentstore.api import SegmentStore, TableRemoval, TableUpdate
 from tidegate.gateway.groups.errors import NON_EMPTY_GROUP
 from tidegate.gateway.groups.store import GroupStore
 from tidegate.gateway.share import store as share_store
+from tidegate.gateway.share.claims import Fenced, ShareStateClaims
 from tidegate.gateway.share.config import GROUP_CONFIGS, ShareConfig
 from tidegate.gateway.share.partition import RecordState, SharePartition
 from tidegate.protocol.errors import ErrorCode
@@ -78,8 +80,13 @@ class HeartbeatResult:
 
 class ShareCoordinator:
     def __init__(self, store: SegmentStore, config: ShareConfig,
-                 clock_ms: Callable[[], int] | None = None) -> None:
+                 clock_ms: Callable[[], int] | None = None,
+                 claims: ShareStateClaims | None = None) -> None:
         self.config = config
+        #: Cluster mode's partition-leader half (``claims.py``): share-partitions are
+        #: loaded one by one when claimed, and written conditionally.
+        self.claims = claims
+        self._writes: set[asyncio.Task[set[TopicPartition]]] = set()
         self.store = GroupStore(store, config.table)
         self.clock_ms = clock_ms or (lambda: int(time.monotonic() * 1000))
         self.groups: dict[str, ShareGroup] = {}
@@ -216,6 +223,8 @@ class ShareCoordinator:
                         log_start_offset: int, high_watermark: int) -> SharePartition:
         group = self.groups.setdefault(group_id, ShareGroup(group_id))
         sp = group.partitions.get((topic, partition))
+        if sp is None and self.claims is not None and (group_id, topic, partition) not in self._stored:
+            raise Fenced(f"share-partition {group_id}:{topic}-{partition} is not claimed here")
         if sp is None:
             sp = SharePartition(
                 high_watermark, lock_duration_ms=self.lock_duration_ms(group_id),
@@ -232,15 +241,62 @@ class ShareCoordinator:
         sp.reset_start(log_start_offset)
         return sp
 
-    def persist(self, group_id: str, parts: Iterable[TopicPartition]) -> asyncio.Future[None]:
+    async def claim(self, group_id: str, topic: str, partition: int, log_start_offset: int,
+                    high_watermark: int, epoch: int) -> None:
+        """Cluster mode: hold the share-partition as leader at ``epoch`` (loaded from the
+        table, or kept if no one wrote it since this node did); ``Fenced`` or a store
+        error if not."""
+        claims = self.claims
+        assert claims is not None
+        key = (group_id, topic, partition)
+        group = self.groups.setdefault(group_id, ShareGroup(group_id))
+        if (topic, partition) in group.partitions and claims.epochs.get(key) == epoch:
+            return
+        async with claims.lock(key):
+            sp = group.partitions.get((topic, partition))
+            if sp is not None and claims.epochs.get(key) == epoch:
+                return
+            if sp is not None and key in claims.versions:
+                try:  # the in-memory state is the stored one if the version still matches
+                    await claims.write(key, epoch, *sp.snapshot())
+                    return
+                except Exception as exc:  # noqa: BLE001 - read again below
+                    log.info("share-partition %s reloaded: %r", key, exc)
+            group.partitions.pop((topic, partition), None)
+            claims.forget(key)
+            loaded = await claims.read(key, epoch)
+            self.group_configs[group_id] = loaded.configs
+            if loaded.state is not None:
+                self._stored[key] = loaded.state
+            else:
+                self._stored.pop(key, None)
+            try:
+                sp = self.share_partition(group_id, topic, partition, log_start_offset,
+                                          high_watermark)
+                await claims.write(key, epoch, *sp.snapshot())
+            except BaseException:
+                group.partitions.pop((topic, partition), None)
+                self._stored.pop(key, None)
+                raise
+
+    async def persist(self, group_id: str, parts: Iterable[TopicPartition]) -> set[TopicPartition]:
+        """Store the share-partitions; those that could not be (cluster mode: another
+        leader claimed them, or the store failed; they are dropped here)."""
         group = self.groups.get(group_id)
         if group is None:
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            done.set_result(None)
-            return done
-        return self._persist_all(group, parts)
+            return set()
+        if self.claims is not None:
+            failed: set[TopicPartition] = await self._persist_all(group, parts)
+            return failed
+        await self._persist_all(group, parts)
+        return set()
 
-    def _persist_all(self, group: ShareGroup, parts: Iterable[TopicPartition]) -> asyncio.Future[None]:
+    def _persist_all(self, group: ShareGroup, parts: Iterable[TopicPartition]) -> asyncio.Future[Any]:
+        if self.claims is not None:
+            task = asyncio.get_running_loop().create_task(self._write_claimed(group, set(parts)))
+            self._writes.add(task)
+            task.add_done_callback(self._writes.discard)
+            return task
         puts = []
         for tp in parts:
             sp = group.partitions.get(tp)
@@ -249,6 +305,30 @@ class ShareCoordinator:
                 puts.append(TableUpdate(share_store.partition_key(group.group_id, *tp),
                                         share_store.encode_partition(start, runs)))
         return self.store.submit(puts)
+
+    async def _write_claimed(self, group: ShareGroup, parts: set[TopicPartition]) -> set[TopicPartition]:
+        claims = self.claims
+        assert claims is not None
+
+        async def write(tp: TopicPartition) -> bool:
+            key = (group.group_id, *tp)
+            async with claims.lock(key):
+                sp = group.partitions.get(tp)
+                epoch = claims.epochs.get(key)
+                if sp is None or epoch is None:
+                    return False
+                try:
+                    await claims.write(key, epoch, *sp.snapshot())
+                    return True
+                except Exception as exc:  # noqa: BLE001 - the member is told; the state reloads
+                    log.info("share-partition %s dropped: %r", key, exc)
+                    if group.partitions.get(tp) is sp:
+                        del group.partitions[tp]
+                    return False
+
+        ordered = sorted(parts)
+        done = await asyncio.gather(*(write(tp) for tp in ordered))
+        return {tp for tp, ok in zip(ordered, done, strict=True) if not ok}
 
     # -- share sessions ------------------------------------------------------------------
 
