@@ -89,7 +89,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             part = parts[key] = SharePart(t.topic_id, p.partition_index)
             plog = None
             if reading.resolve(ctx, req, part):
-                plog = await reading.lead(ctx, share, group_id, part)
+                plog = await reading.lead(ctx, share, group_id, part, epoch == INITIAL_EPOCH)
             if plog is not None:
                 logs[key] = plog
                 if epoch != FINAL_EPOCH:

@@ -64,15 +64,38 @@ class ShareStateClaims:
         self.versions.pop(key, None)
         self.epochs.pop(key, None)
 
-    async def read(self, key: Key, epoch: int) -> Loaded:
-        """The stored state (its version remembered for the claim) and group configs;
-        ``Fenced`` when a newer leader epoch stored it."""
+    async def _make_table(self) -> None:
         if not self._table_made:  # a leader may fetch before any coordinator ran
             try:
                 await self._store.create_table(self.table)
             except SegmentExistsError:
                 pass
             self._table_made = True
+
+    async def group_configs(self, group_id: str) -> dict[str, str]:
+        """A share group's configs as stored (any node answers configs in cluster mode)."""
+        await self._make_table()
+        (entry,) = await self._store.table_get(self.table, [share_store.configs_key(group_id)])
+        return share_store.decode([entry] if entry is not None else [])[1].get(group_id, {})
+
+    async def put_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
+        await self._make_table()
+        await self._store.table_put(self.table, [TableUpdate(
+            share_store.configs_key(group_id), share_store.encode_configs(configs))])
+
+    async def changed(self, key: Key) -> tuple[bool, dict[str, str]]:
+        """Whether the stored share-partition is no longer the one this leader last
+        wrote (the coordinator altered or deleted it), and the group's configs."""
+        entry, configs = await self._store.table_get(
+            self.table, [share_store.partition_key(*key), share_store.configs_key(key[0])])
+        version = NOT_EXISTS if entry is None else entry.version
+        loaded = share_store.decode([configs] if configs is not None else [])[1]
+        return version != self.versions.get(key), loaded.get(key[0], {})
+
+    async def read(self, key: Key, epoch: int) -> Loaded:
+        """The stored state (its version remembered for the claim) and group configs;
+        ``Fenced`` when a newer leader epoch stored it."""
+        await self._make_table()
         entry, configs = await self._store.table_get(
             self.table, [share_store.partition_key(*key), share_store.configs_key(key[0])])
         state = None

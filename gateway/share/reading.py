@@ -83,10 +83,11 @@ def endpoints(ctx: HandlerContext, req: RequestContext, parts: Iterable[SharePar
 
 
 async def lead(ctx: HandlerContext, share: ShareCoordinator, group_id: str,
-               part: SharePart) -> PartitionLog | None:
+               part: SharePart, fresh: bool = False) -> PartitionLog | None:
     """The partition's log once this node is known to lead it and holds its
-    share-partition (cluster mode: claimed at the current leader epoch), or None with
-    ``part.error`` set (the leader named with NOT_LEADER_OR_FOLLOWER)."""
+    share-partition (cluster mode: claimed at the current leader epoch; ``fresh`` as a
+    share session opens: checked against the table), or None with ``part.error`` set
+    (the leader named with NOT_LEADER_OR_FOLLOWER)."""
     cluster, topic = ctx.cluster, part.topic
     assert topic is not None
     if cluster is None:
@@ -104,9 +105,10 @@ async def lead(ctx: HandlerContext, share: ShareCoordinator, group_id: str,
     plog = ctx.logs.get(topic, part.partition)  # opened after the check, as Fetch does
     try:
         await share.claim(group_id, topic, part.partition, plog.log_start_offset,
-                          plog.high_watermark, epoch)
-    except Fenced as exc:
+                          plog.high_watermark, epoch, fresh)
+    except Fenced as exc:  # another node claimed it later: the client looks the leader up
         part.error, part.message = ErrorCode.NOT_LEADER_OR_FOLLOWER, str(exc)
+        part.leader_id, part.leader_epoch = -1, -1
         return None
     except SegmentStoreError as exc:
         part.error, part.message = ErrorCode.KAFKA_STORAGE_ERROR, f"share state: {exc}"

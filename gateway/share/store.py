@@ -20,6 +20,8 @@ from tidegate.core.segmentstore.api import TableEntry
 
 _PARTITION = b"p"
 _CONFIGS = b"c"
+#: The prefix of every group's configs key.
+CONFIGS = _CONFIGS
 
 Runs = list[tuple[int, int, int, int]]
 

@@ -1,24 +1,31 @@
 """Share consumption (KIP-932) on three nodes with kafka-clients 4.3's
 ``KafkaShareConsumer``: it fetches each partition from its leader, which holds the
 share-partition and stores it in the share coordinator's table (docs/share-groups.md).
-Every record is delivered and accepted once across partitions led by different nodes;
-then a partition leader is killed with ``kill -9`` and restarted while the consumer
-runs: no record whose acceptance was committed is delivered again, none is lost."""
+The group's ``share.auto.offset.reset`` is set through any node and every node describes
+it (the share coordinator's table). Every record is delivered and accepted once across
+partitions led by different nodes; then a partition leader is killed with ``kill -9``
+and restarted while the consumer runs: no record whose acceptance was committed is
+delivered again, none is lost, and the share coordinator lists every share-partition's
+start offset at the end of the log."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
+from tidegate.gateway.log.topic_config import ConfigSource
 
-from tests.cluster.clients import QUIET, coordinator, leaders, wait_for
+from tests.cluster.clients import QUIET, ask, coordinator, leaders, wait_for
 from tests.cluster.nodes import Node, start_nodes
 from tests.cluster.zk import ZooKeeperServer
 from tests.java.conftest import Java
 
 TOPIC, GROUP, PARTITIONS, PER_PARTITION = "sq6", "sg6", 6, 30
+GROUP_RESOURCE = 32
 
 
 class _Consumer:
@@ -58,6 +65,19 @@ def _produce(bootstrap: str, batch: str) -> set[str]:
             values.add(value)
     assert producer.flush(60) == 0
     return values
+
+
+def _group_config(port: int, name: str) -> tuple[str, int]:
+    """A share group config as one node describes it: value and source."""
+    resource = DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=GROUP_RESOURCE, resource_name=GROUP, configuration_keys=[name])
+    answer = ask(port, DescribeConfigsRequest(resources=[resource], include_synonyms=False,
+                                              include_documentation=False),
+                 4, DescribeConfigsResponse)
+    (result,) = answer.results
+    assert result.error_code == 0, result
+    (entry,) = result.configs
+    return entry.value, entry.config_source
 
 
 def _deliveries(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[int]]:
@@ -108,10 +128,14 @@ def test_share_consumer_fetches_from_each_leader_through_a_leader_kill9(
                        lambda: (ls := leaders(bootstrap, TOPIC)) and len(ls) == PARTITIONS and ls, 90)
         assert len(set(led.values())) >= 2, f"one node leads every partition: {led}"
         first = _produce(bootstrap, "a")
-        # The group starts at offset 0 everywhere (AlterShareGroupOffsets at the coordinator).
-        out = java.run("ShareScenarios", bootstrap, "alter", GROUP, TOPIC,
-                       *(f"{p}=0" for p in range(PARTITIONS)))
-        assert "OK alter" in out, out
+        # The group starts at the log start: a group config, set through any node, read by
+        # every leader from the share coordinator's table.
+        out = java.run("ShareScenarios", bootstrap, "config", GROUP,
+                       "share.auto.offset.reset", "earliest")
+        assert "OK config" in out, out
+        for node in nodes:
+            assert _group_config(node.port, "share.auto.offset.reset") == (
+                "earliest", ConfigSource.GROUP_CONFIG)
 
         consumer = _Consumer(java, bootstrap, tmp_path)
         wait_for("the first batch consumed", lambda: first <= consumer.values(), 120)
@@ -140,6 +164,10 @@ def test_share_consumer_fetches_from_each_leader_through_a_leader_kill9(
         assert not _accepted_then_given_again(lines), "accepted records were delivered again"
         given = [line.split()[4] for line in lines if line.startswith("R ")]
         assert set(given) == wanted
+        # The share coordinator lists what the leaders stored: everything acknowledged.
+        out = java.run("ShareScenarios", bootstrap, "admin", GROUP)
+        offsets = set(re.findall(rf"OFFSET {TOPIC}-(\d+) start=(-?\d+) lag=(-?\d+)", out))
+        assert offsets == {(str(p), str(3 * PER_PARTITION), "0") for p in range(PARTITIONS)}, out
     finally:
         if consumer is not None:
             consumer.finish(10)
