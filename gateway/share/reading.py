@@ -3,6 +3,7 @@ and checking READ, applying acknowledgement batches, and reading records to acqu
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import uuid
 from collections.abc import Iterable
@@ -82,6 +83,10 @@ def endpoints(ctx: HandlerContext, req: RequestContext, parts: Iterable[SharePar
     return out
 
 
+#: How long a leader waits for the share coordinator's table when it claims.
+CLAIM_TIMEOUT_MS = 10_000
+
+
 async def lead(ctx: HandlerContext, share: ShareCoordinator, group_id: str,
                part: SharePart, fresh: bool = False) -> PartitionLog | None:
     """The partition's log once this node is known to lead it and holds its
@@ -104,8 +109,12 @@ async def lead(ctx: HandlerContext, share: ShareCoordinator, group_id: str,
     part.leader_id, part.leader_epoch = ctx.config.node_id, epoch
     plog = ctx.logs.get(topic, part.partition)  # opened after the check, as Fetch does
     try:
-        await share.claim(group_id, topic, part.partition, plog.log_start_offset,
-                          plog.high_watermark, epoch, fresh)
+        async with asyncio.timeout(CLAIM_TIMEOUT_MS / 1000):
+            await share.claim(group_id, topic, part.partition, plog.log_start_offset,
+                              plog.high_watermark, epoch, fresh)
+    except TimeoutError:  # the table's container moving: the client tries again
+        part.error, part.message = ErrorCode.KAFKA_STORAGE_ERROR, "share state: timed out"
+        return None
     except Fenced as exc:  # another node claimed it later: the client looks the leader up
         part.error, part.message = ErrorCode.NOT_LEADER_OR_FOLLOWER, str(exc)
         part.leader_id, part.leader_epoch = -1, -1
