@@ -109,6 +109,7 @@ class GroupPlacement:
                 log.info("transaction coordinator moved here (container %d)", self.container)
             if self.ctx.share_groups is None:
                 share = ShareCoordinator(self.store, self.share_config)
+                share.shared_table = True  # the partition leaders write share-partitions
                 await share.start()
                 self.ctx.share_groups = share
                 log.info("share group coordinator moved here (container %d)", self.container)

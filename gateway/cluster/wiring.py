@@ -30,6 +30,8 @@ from tidegate.gateway.cluster.txn_markers import ClusterMarkerWriter
 from tidegate.gateway.cluster.txn_verify import RemoteTxnVerifier
 from tidegate.gateway.cluster.watermarks import PeerWatermarks
 from tidegate.gateway.config import GatewayConfig, parse_host_port
+from tidegate.gateway.share.claims import ShareStateClaims
+from tidegate.gateway.share.coordinator import ShareCoordinator
 from tidegate.gateway.startup import StartupError
 from tidegate.gateway.waiting import StartupState, Waiter
 
@@ -189,6 +191,10 @@ class ClusterWiring:
         ctx.txn_verifier = RemoteTxnVerifier(self.leaders, internode=internode)
         self.leaders.peer_watermarks = PeerWatermarks(self.leaders, internode)
         groups = GroupPlacement(ctx, self.routing, self.local.config.container_count, markers)
+        # This node's share-partitions as leader, stored in the share coordinator's table.
+        ctx.share_leader = ShareCoordinator(
+            self.routing, groups.share_config, clock_ms=None,
+            claims=ShareStateClaims(self.routing, groups.share_config.table))
         self.leaders.groups_container = groups.container
         leaders = self.leaders
 

@@ -248,8 +248,12 @@ class HandlerContext:
     #: Each partition's leader epoch and its history; None: epochs are not checked.
     leader_epochs: LeaderEpochs | None = None
 
-    #: Share groups (KIP-932, ``gateway/share``); None in cluster mode (not served yet).
+    #: Share groups (KIP-932, ``gateway/share``); in cluster mode only on the node that
+    #: coordinates groups (``gateway/cluster/groups.py``).
     share_groups: ShareCoordinator | None = None
+    #: Cluster mode: the share-partitions of the partitions this node leads, served to
+    #: ShareFetch and ShareAcknowledge (``gateway/share/claims.py``).
+    share_leader: ShareCoordinator | None = None
     #: Dynamic broker configs (``gateway/dynamic_configs.py``); None until loaded.
     dynamic_configs: DynamicBrokerConfigs | None = None
     #: Cluster mode: answer group and transactional requests NOT_COORDINATOR while this

@@ -20,6 +20,7 @@ from typing import Any
 
 from kafka.protocol.admin import DescribeConfigsResponse
 from tidegate.core.controller.api import ConflictError, StreamConfig
+from tidegate.core.segmentstore.api import SegmentStoreError
 from tidegate.gateway import failpoints
 from tidegate.gateway.config import GatewayConfig
 from tidegate.gateway.dynamic_configs import DYNAMIC_KEYS, DynamicConfigError
@@ -84,8 +85,10 @@ def check_type(resource_type: int, served: Collection[ResourceType] = (
 def describe(
     ctx: HandlerContext, rtype: ResourceType, name: str, keys: Collection[str] | None,
     synonyms: bool, documentation: bool, version: int,
+    group_configs: dict[str, str] | None = None,
 ) -> list[Any]:
-    """The configs of one resource as DescribeConfigs entries (``keys`` None: all)."""
+    """The configs of one resource as DescribeConfigs entries (``keys`` None: all;
+    ``group_configs``: a GROUP's as read from the table in cluster mode)."""
     out = []
     if rtype == ResourceType.TOPIC:
         stored = topic_of(ctx, name).configs
@@ -104,7 +107,7 @@ def describe(
             out.append(_entry(cname, value, False, source, not is_set, d.type, d.doc, syn,
                               documentation, version))
     elif rtype == ResourceType.GROUP:
-        out = _describe_group(ctx, name, keys, synonyms, documentation, version)
+        out = _describe_group(ctx, name, keys, synonyms, documentation, version, group_configs)
     else:
         check_broker(ctx, name)
         if name == "" and ctx.dynamic_configs is not None:
@@ -115,20 +118,30 @@ def describe(
     return out
 
 
+async def stored_group_configs(ctx: HandlerContext, name: str) -> dict[str, str] | None:
+    """Cluster mode: a GROUP's share configs as stored in the share coordinator's table
+    (any node answers configs); None on a single node (the coordinator has them)."""
+    claims = ctx.share_leader.claims if ctx.share_leader is not None else None
+    if claims is None or not name:
+        return None
+    try:
+        return await claims.group_configs(name)
+    except SegmentStoreError as exc:
+        raise ResourceError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"share group configs: {exc}") from None
+
+
 def _describe_group(
     ctx: HandlerContext, name: str, keys: Collection[str] | None, synonyms: bool,
-    documentation: bool, version: int,
+    documentation: bool, version: int, stored_here: dict[str, str] | None,
 ) -> list[Any]:
     """A group's share configs: those it sets (GROUP_CONFIG), the others with the value
     that applies to it (DEFAULT_CONFIG), as Kafka describes a group resource."""
-    share = ctx.share_groups
-    if share is None or ctx.config.zookeeper:
-        # Any node answers configs; only the coordinator's node has the share state.
-        raise ResourceError(ErrorCode.INVALID_REQUEST,
-                            "share group configs are not served in cluster mode yet")
+    share = ctx.share_groups or ctx.share_leader
+    if share is None:
+        raise ResourceError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "share groups are not running")
     if not name:
         raise ResourceError(ErrorCode.INVALID_REQUEST, "the group name is empty")
-    stored = share.group_configs.get(name, {})
+    stored = stored_here if stored_here is not None else share.group_configs.get(name, {})
     out = []
     for cname, default in group_config_defaults(share.config).items():
         if keys is not None and cname not in keys:

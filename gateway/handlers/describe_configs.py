@@ -7,7 +7,13 @@ from typing import Any
 
 from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
 from tidegate.gateway.handlers import HandlerContext, RequestContext
-from tidegate.gateway.handlers.config_resources import ResourceError, check_type, describe
+from tidegate.gateway.handlers.config_resources import (
+    ResourceError,
+    ResourceType,
+    check_type,
+    describe,
+    stored_group_configs,
+)
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
 
@@ -25,7 +31,11 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         keys = None if res.configuration_keys is None else set(res.configuration_keys)
         try:
             rtype = check_type(res.resource_type)
-            configs = describe(ctx, rtype, res.resource_name, keys, synonyms, documentation, v)
+            stored = None
+            if rtype == ResourceType.GROUP:
+                stored = await stored_group_configs(ctx, res.resource_name)
+            configs = describe(ctx, rtype, res.resource_name, keys, synonyms, documentation, v,
+                               stored)
         except ResourceError as exc:
             results.append(_Result(
                 error_code=exc.code, error_message=str(exc), resource_type=res.resource_type,

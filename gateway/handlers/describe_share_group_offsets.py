@@ -66,6 +66,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             out.append(_group_error(g.group_id, ErrorCode.GROUP_ID_NOT_FOUND,
                                     f"Group {g.group_id} not found."))
             continue
+        await share.refresh(g.group_id)  # cluster mode: as the partition leaders stored them
         known = share.start_offsets(g.group_id)
         asked: dict[str, list[int]] = {}
         if g.topics is None:

@@ -10,6 +10,7 @@ import enum
 from typing import Any
 
 from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
+from tidegate.core.segmentstore.api import SegmentStoreError
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.gateway.handlers.config_resources import (
     ResourceError,
@@ -21,6 +22,7 @@ from tidegate.gateway.handlers.config_resources import (
 )
 from tidegate.gateway.log import topic_config
 from tidegate.gateway.log.topic_config import ConfigType
+from tidegate.gateway.share.claims import ShareStateClaims
 from tidegate.gateway.share.config import check_group_config
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
@@ -80,13 +82,16 @@ def merged(stored: dict[str, str], ops: list[Any]) -> dict[str, str | None]:
 async def alter_share_group(ctx: HandlerContext, res: Any, validate_only: bool) -> None:
     """A share group's configs (``gateway/share/config.py``): SET and DELETE."""
     share = ctx.share_groups
-    if share is None or ctx.config.zookeeper:
-        # Any node answers configs; only the coordinator's node has the share state.
-        raise ResourceError(ErrorCode.INVALID_REQUEST,
-                            "share group configs are not served in cluster mode yet")
+    claims = ctx.share_leader.claims if ctx.share_leader is not None else None
+    if share is None and claims is None:
+        raise ResourceError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "share groups are not running")
     if not res.resource_name:
         raise ResourceError(ErrorCode.INVALID_REQUEST, "the group name is empty")
-    configs = dict(share.group_configs.get(res.resource_name, {}))
+    if claims is not None:  # cluster mode: any node answers, from the coordinator's table
+        configs = dict(await _stored_configs(claims, res.resource_name))
+    else:
+        assert share is not None
+        configs = dict(share.group_configs.get(res.resource_name, {}))
     for op in res.configs:
         if op.config_operation not in (OpType.SET, OpType.DELETE):
             raise ResourceError(ErrorCode.INVALID_CONFIG,
@@ -99,11 +104,25 @@ async def alter_share_group(ctx: HandlerContext, res: Any, validate_only: bool) 
             configs.pop(op.name, None)
         else:
             configs[op.name] = value.lower() if op.name == "share.auto.offset.reset" else value
-    if not validate_only:
-        try:
+    if validate_only:
+        return
+    try:
+        if share is not None:  # the coordinator's node: its cache too
             await share.set_group_configs(res.resource_name, configs)
-        except OverflowError as exc:
-            raise ResourceError(ErrorCode.INVALID_REQUEST, str(exc)) from None
+        else:
+            assert claims is not None
+            await claims.put_group_configs(res.resource_name, configs)
+    except OverflowError as exc:
+        raise ResourceError(ErrorCode.INVALID_REQUEST, str(exc)) from None
+    except SegmentStoreError as exc:
+        raise ResourceError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"share group configs: {exc}") from None
+
+
+async def _stored_configs(claims: ShareStateClaims, group_id: str) -> dict[str, str]:
+    try:
+        return await claims.group_configs(group_id)
+    except SegmentStoreError as exc:
+        raise ResourceError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"share group configs: {exc}") from None
 
 
 async def alter(ctx: HandlerContext, res: Any, validate_only: bool) -> None:

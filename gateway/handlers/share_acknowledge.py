@@ -9,7 +9,7 @@ from typing import Any
 
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.gateway.handlers.share_fetch import FINAL_EPOCH, close_session, session_for
-from tidegate.gateway.handlers.share_group_heartbeat import member_refusal
+from tidegate.gateway.handlers.share_group_heartbeat import member_refusal, member_share
 from tidegate.gateway.share import reading
 from tidegate.gateway.share.reading import SharePart
 from tidegate.protocol.apis import ApiSpec
@@ -34,33 +34,40 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     failed = member_refusal(ctx, req, group_id, member_id)
     if failed is not None:
         return _error(*failed)
-    share = ctx.share_groups
+    share = member_share(ctx)
     assert share is not None
     session, code, message = session_for(share, group_id, member_id,
                                          request.share_session_epoch, False)
     if session is None:
         return _error(code, message)
-    out: dict[Any, list[Any]] = {}
-    changed = []
+    parts: list[SharePart] = []
+    changed: dict[tuple[str, int], SharePart] = {}
     for t in request.topics:
         for p in t.partitions:
             part = SharePart(t.topic_id, p.partition_index)
-            plog = reading.resolve(ctx, req, part)
+            parts.append(part)
+            plog = None
+            if reading.resolve(ctx, req, part):
+                plog = await reading.lead(ctx, share, group_id, part)
             if reading.acknowledge(share, group_id, member_id, part, plog,
                                    p.acknowledgement_batches) and plog is not None:
-                changed.append((plog.topic, plog.partition))
-            out.setdefault(t.topic_id, []).append(_Partition(
-                partition_index=p.partition_index, error_code=part.ack_error or ErrorCode.NONE,
-                error_message=part.ack_message,
-                current_leader=_Leader(leader_id=ctx.config.node_id, leader_epoch=0),
-            ))
+                changed[(plog.topic, plog.partition)] = part
     if changed:
-        await share.persist(group_id, changed)
+        for tp in await share.persist(group_id, changed):
+            changed[tp].ack_error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            changed[tp].ack_message = "the share-partition moved; its records come again"
     if request.share_session_epoch == FINAL_EPOCH:
         close_session(share, session)
+    out: dict[Any, list[Any]] = {}
+    for part in parts:
+        out.setdefault(part.topic_id, []).append(_Partition(
+            partition_index=part.partition, error_code=part.ack_error or ErrorCode.NONE,
+            error_message=part.ack_message,
+            current_leader=_Leader(leader_id=part.leader_id, leader_epoch=part.leader_epoch),
+        ))
     return ShareAcknowledgeResponse(
         throttle_time_ms=0, error_code=0, error_message=None,
         acquisition_lock_timeout_ms=share.lock_duration_ms(group_id),
         responses=[_Topic(topic_id=t, partitions=ps) for t, ps in out.items()],
-        node_endpoints=[],
+        node_endpoints=reading.endpoints(ctx, req, parts, ShareAcknowledgeResponse.NodeEndpoint),
     )

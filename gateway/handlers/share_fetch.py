@@ -14,7 +14,7 @@ from typing import Any
 
 from tidegate.gateway.fetch.reading import wait_on_logs
 from tidegate.gateway.handlers import HandlerContext, RequestContext
-from tidegate.gateway.handlers.share_group_heartbeat import member_refusal
+from tidegate.gateway.handlers.share_group_heartbeat import member_refusal, member_share
 from tidegate.gateway.log.partition_log import PartitionLog
 from tidegate.gateway.share import reading
 from tidegate.gateway.share.coordinator import ShareCoordinator, ShareSession
@@ -71,7 +71,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
     failed = member_refusal(ctx, req, group_id, member_id)
     if failed is not None:
         return _error(*failed)
-    share = ctx.share_groups
+    share = member_share(ctx)
     assert share is not None
     epoch = request.share_session_epoch
     acking = any(p.acknowledgement_batches for t in request.topics for p in t.partitions)
@@ -82,12 +82,14 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         return _error(code, message)
     parts: dict[tuple[Any, int], SharePart] = {}
     logs: dict[tuple[Any, int], PartitionLog] = {}
-    changed = []
+    changed: dict[tuple[str, int], SharePart] = {}
     for t in request.topics:
         for p in t.partitions:
             key = (t.topic_id, p.partition_index)
             part = parts[key] = SharePart(t.topic_id, p.partition_index)
-            plog = reading.resolve(ctx, req, part)
+            plog = None
+            if reading.resolve(ctx, req, part):
+                plog = await reading.lead(ctx, share, group_id, part, epoch == INITIAL_EPOCH)
             if plog is not None:
                 logs[key] = plog
                 if epoch != FINAL_EPOCH:
@@ -95,27 +97,35 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             if p.acknowledgement_batches and reading.acknowledge(
                 share, group_id, member_id, part, plog, p.acknowledgement_batches
             ) and plog is not None:
-                changed.append((plog.topic, plog.partition))
+                changed[(plog.topic, plog.partition)] = part
     for t in request.forgotten_topics_data or ():
         name = ctx.topics.name_of(t.topic_id)
         for p in t.partitions:
             if name is not None:
                 session.partitions.discard((name, p))
     if changed:
-        await share.persist(group_id, changed)
+        for tp in await share.persist(group_id, changed):
+            changed[tp].ack_error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            changed[tp].ack_message = "the share-partition moved; its records come again"
     if epoch == FINAL_EPOCH:
         close_session(share, session)
     else:
         for topic, partition in sorted(session.partitions):
             info = ctx.topics.get(topic)
             if info is None or partition >= info.partitions:
+                session.partitions.discard((topic, partition))
                 continue
             key = (info.topic_id, partition)
-            if key not in parts:
-                parts[key] = SharePart(info.topic_id, partition, topic)
-            logs.setdefault(key, ctx.logs.get(topic, partition))
+            if key in parts:
+                continue
+            part = parts[key] = SharePart(info.topic_id, partition, topic)
+            plog = await reading.lead(ctx, share, group_id, part)
+            if plog is None:  # led elsewhere now: the client is told where
+                session.partitions.discard((topic, partition))
+            else:
+                logs[key] = plog
         await _poll(ctx, share, request, group_id, member_id, parts, logs)
-    return _answer(ctx, share, group_id, parts)
+    return _answer(ctx, req, share, group_id, parts)
 
 
 async def _poll(ctx: HandlerContext, share: ShareCoordinator, request: Any, group_id: str,
@@ -163,20 +173,17 @@ async def _wait(ctx: HandlerContext, share: ShareCoordinator, group_id: str,
         share.forget_waiter(waiter)
 
 
-def _answer(ctx: HandlerContext, share: ShareCoordinator, group_id: str,
+def _answer(ctx: HandlerContext, req: RequestContext, share: ShareCoordinator, group_id: str,
             parts: dict[tuple[Any, int], SharePart]) -> Any:
     by_topic: dict[Any, list[Any]] = {}
     for (topic_id, partition), part in parts.items():
         if part.error == ErrorCode.NONE and part.ack_error is None and not part.acquired:
             continue  # nothing to say about it
-        epoch = 0
-        if part.topic is not None and ctx.leader_epochs is not None:
-            epoch = ctx.leader_epochs.current(part.topic, partition)
         by_topic.setdefault(topic_id, []).append(_Partition(
             partition_index=partition, error_code=part.error, error_message=part.message,
             acknowledge_error_code=part.ack_error or ErrorCode.NONE,
             acknowledge_error_message=part.ack_message,
-            current_leader=_Leader(leader_id=ctx.config.node_id, leader_epoch=epoch),
+            current_leader=_Leader(leader_id=part.leader_id, leader_epoch=part.leader_epoch),
             records=part.records if part.acquired else None,
             acquired_records=[_Acquired(first_offset=a.first_offset, last_offset=a.last_offset,
                                         delivery_count=a.delivery_count) for a in part.acquired],
@@ -185,5 +192,5 @@ def _answer(ctx: HandlerContext, share: ShareCoordinator, group_id: str,
         throttle_time_ms=0, error_code=0, error_message=None,
         acquisition_lock_timeout_ms=share.lock_duration_ms(group_id),
         responses=[_Topic(topic_id=t, partitions=ps) for t, ps in by_topic.items()],
-        node_endpoints=[],
+        node_endpoints=reading.endpoints(ctx, req, parts.values(), ShareFetchResponse.NodeEndpoint),
     )

@@ -10,6 +10,7 @@ from tidegate.gateway.groups.wiring import client_host
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.gateway.security.acls import Operation, ResourceType
 from tidegate.gateway.security.item_acls import refusal
+from tidegate.gateway.share.coordinator import ShareCoordinator
 from tidegate.gateway.share.reading import group_refusal
 from tidegate.protocol.apis import ApiSpec
 from tidegate.protocol.errors import ErrorCode
@@ -20,9 +21,8 @@ SPEC = ApiSpec(ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, 1, 1)
 _Assignment = ShareGroupHeartbeatResponse.Assignment
 _TopicPartitions = _Assignment.TopicPartitions
 #: In cluster mode the group coordinator's node runs the share coordinator
-#: (``gateway/cluster/groups.py``); ShareFetch and ShareAcknowledge, which go to each
-#: partition's leader, are not served there yet (docs/share-groups.md).
-NOT_SERVED = "ShareFetch and ShareAcknowledge are not served in cluster mode yet"
+#: (``gateway/cluster/groups.py``); ShareFetch and ShareAcknowledge go to each partition's
+#: leader, which holds its share-partitions (``ctx.share_leader``).
 NOT_HERE = "this node is not the share group coordinator"
 
 
@@ -47,14 +47,18 @@ def offsets_refusal(
     return None
 
 
+def member_share(ctx: HandlerContext) -> ShareCoordinator | None:
+    """What serves ShareFetch and ShareAcknowledge here: in cluster mode the leader's
+    share-partitions, else the share coordinator."""
+    return ctx.share_leader if ctx.config.zookeeper else ctx.share_groups
+
+
 def member_refusal(
     ctx: HandlerContext, req: RequestContext, group_id: str, member_id: str
 ) -> tuple[ErrorCode, str] | None:
     """Why a member's ShareFetch or ShareAcknowledge is refused as a whole, if it is: share
     groups not served here, ids missing, or READ on the group not allowed."""
-    if ctx.config.zookeeper:
-        return ErrorCode.UNSUPPORTED_VERSION, NOT_SERVED
-    if ctx.share_groups is None:
+    if member_share(ctx) is None:
         return unserved(ctx)
     if not group_id or not member_id:
         return ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set"

@@ -354,8 +354,6 @@ def broker_configs(g: GatewayConfig) -> dict[str, tuple[str, ConfigType, str]]:
         # APIs without it): the Kafka release whose APIs tidegate answers.
         "inter.broker.protocol.version": (KAFKA_VERSION + "-IV0", _T.STRING,
                                           "The Kafka release whose protocol is spoken."),
-        "log.message.format.version": (KAFKA_VERSION + "-IV0", _T.STRING,
-                                       "Record batches are stored as clients send them (v2)."),
         "listeners": ("PLAINTEXT://" + g.listen, _T.LIST, "Where this node listens."),
         "advertised.listeners": ("PLAINTEXT://" + (g.advertised_listener or g.listen),
                                  _T.LIST, "What Metadata advertises."),

@@ -20,11 +20,13 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from tidegate.core.segmentstore.api import SegmentStore, TableRemoval, TableUpdate
 from tidegate.gateway.groups.errors import NON_EMPTY_GROUP
 from tidegate.gateway.groups.store import GroupStore
 from tidegate.gateway.share import store as share_store
+from tidegate.gateway.share.claims import Fenced, ShareStateClaims
 from tidegate.gateway.share.config import GROUP_CONFIGS, ShareConfig
 from tidegate.gateway.share.partition import RecordState, SharePartition
 from tidegate.protocol.errors import ErrorCode
@@ -78,8 +80,18 @@ class HeartbeatResult:
 
 class ShareCoordinator:
     def __init__(self, store: SegmentStore, config: ShareConfig,
-                 clock_ms: Callable[[], int] | None = None) -> None:
+                 clock_ms: Callable[[], int] | None = None,
+                 claims: ShareStateClaims | None = None) -> None:
         self.config = config
+        #: Cluster mode's partition-leader half (``claims.py``): share-partitions are
+        #: loaded one by one when claimed, and written conditionally.
+        self.claims = claims
+        #: Cluster mode's coordinator: partition leaders write the share-partitions, so
+        #: the admin APIs read them from the table (``refresh``).
+        self.shared_table = False
+        self._segments = store
+        self._configs_task: asyncio.Task[None] | None = None
+        self._writes: set[asyncio.Task[set[TopicPartition]]] = set()
         self.store = GroupStore(store, config.table)
         self.clock_ms = clock_ms or (lambda: int(time.monotonic() * 1000))
         self.groups: dict[str, ShareGroup] = {}
@@ -204,6 +216,9 @@ class ShareCoordinator:
         if now - self._maintained_ms < _MAINTAIN_EVERY_MS:
             return
         self._maintained_ms = now
+        if self.shared_table and (self._configs_task is None or self._configs_task.done()):
+            # Cluster mode: any node writes a group's configs into the table.
+            self._configs_task = asyncio.get_running_loop().create_task(self._reload_configs())
         for group in self.groups.values():
             for member in [m for m in group.members.values() if m.deadline_ms <= now]:
                 log.info("share group %s: member %s session timed out", group.group_id,
@@ -213,9 +228,14 @@ class ShareCoordinator:
     # -- share-partitions ----------------------------------------------------------------
 
     def share_partition(self, group_id: str, topic: str, partition: int,
-                        log_start_offset: int, high_watermark: int) -> SharePartition:
+                        log_start_offset: int, high_watermark: int,
+                        claiming: bool = False) -> SharePartition:
+        """The share-partition, made from its stored state or by ``share.auto.offset.reset``
+        (cluster mode: only while ``claiming`` it, else ``Fenced``)."""
         group = self.groups.setdefault(group_id, ShareGroup(group_id))
         sp = group.partitions.get((topic, partition))
+        if sp is None and self.claims is not None and not claiming:
+            raise Fenced(f"share-partition {group_id}:{topic}-{partition} is not claimed here")
         if sp is None:
             sp = SharePartition(
                 high_watermark, lock_duration_ms=self.lock_duration_ms(group_id),
@@ -232,15 +252,69 @@ class ShareCoordinator:
         sp.reset_start(log_start_offset)
         return sp
 
-    def persist(self, group_id: str, parts: Iterable[TopicPartition]) -> asyncio.Future[None]:
+    async def claim(self, group_id: str, topic: str, partition: int, log_start_offset: int,
+                    high_watermark: int, epoch: int, fresh: bool = False) -> None:
+        """Cluster mode: hold the share-partition as leader at ``epoch`` (loaded from the
+        table, or kept if no one wrote it since this node did; with ``fresh``, as a share
+        session opens, that is checked in the table, and the group's configs read
+        again); ``Fenced`` or a store error if not."""
+        claims = self.claims
+        assert claims is not None
+        key = (group_id, topic, partition)
+        group = self.groups.setdefault(group_id, ShareGroup(group_id))
+        if not fresh and (topic, partition) in group.partitions and claims.epochs.get(key) == epoch:
+            return
+        async with claims.lock(key):
+            sp = group.partitions.get((topic, partition))
+            if sp is not None and claims.epochs.get(key) == epoch:
+                if not fresh:
+                    return
+                changed, configs = await claims.changed(key)
+                self.group_configs[group_id] = configs
+                if not changed:
+                    return
+                claims.forget(key)  # altered or deleted by the coordinator: read again
+            if sp is not None and key in claims.versions:
+                try:  # the in-memory state is the stored one if the version still matches
+                    await claims.write(key, epoch, *sp.snapshot())
+                    return
+                except Exception as exc:  # noqa: BLE001 - read again below
+                    log.info("share-partition %s reloaded: %r", key, exc)
+            group.partitions.pop((topic, partition), None)
+            claims.forget(key)
+            loaded = await claims.read(key, epoch)
+            self.group_configs[group_id] = loaded.configs
+            if loaded.state is not None:
+                self._stored[key] = loaded.state
+            else:
+                self._stored.pop(key, None)
+            try:
+                sp = self.share_partition(group_id, topic, partition, log_start_offset,
+                                          high_watermark, claiming=True)
+                await claims.write(key, epoch, *sp.snapshot())
+            except BaseException:
+                group.partitions.pop((topic, partition), None)
+                self._stored.pop(key, None)
+                raise
+
+    async def persist(self, group_id: str, parts: Iterable[TopicPartition]) -> set[TopicPartition]:
+        """Store the share-partitions; those that could not be (cluster mode: another
+        leader claimed them, or the store failed; they are dropped here)."""
         group = self.groups.get(group_id)
         if group is None:
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            done.set_result(None)
-            return done
-        return self._persist_all(group, parts)
+            return set()
+        if self.claims is not None:
+            failed: set[TopicPartition] = await self._persist_all(group, parts)
+            return failed
+        await self._persist_all(group, parts)
+        return set()
 
-    def _persist_all(self, group: ShareGroup, parts: Iterable[TopicPartition]) -> asyncio.Future[None]:
+    def _persist_all(self, group: ShareGroup, parts: Iterable[TopicPartition]) -> asyncio.Future[Any]:
+        if self.claims is not None:
+            task = asyncio.get_running_loop().create_task(self._write_claimed(group, set(parts)))
+            self._writes.add(task)
+            task.add_done_callback(self._writes.discard)
+            return task
         puts = []
         for tp in parts:
             sp = group.partitions.get(tp)
@@ -249,6 +323,30 @@ class ShareCoordinator:
                 puts.append(TableUpdate(share_store.partition_key(group.group_id, *tp),
                                         share_store.encode_partition(start, runs)))
         return self.store.submit(puts)
+
+    async def _write_claimed(self, group: ShareGroup, parts: set[TopicPartition]) -> set[TopicPartition]:
+        claims = self.claims
+        assert claims is not None
+
+        async def write(tp: TopicPartition) -> bool:
+            key = (group.group_id, *tp)
+            async with claims.lock(key):
+                sp = group.partitions.get(tp)
+                epoch = claims.epochs.get(key)
+                if sp is None or epoch is None:
+                    return False
+                try:
+                    await claims.write(key, epoch, *sp.snapshot())
+                    return True
+                except Exception as exc:  # noqa: BLE001 - the member is told; the state reloads
+                    log.info("share-partition %s dropped: %r", key, exc)
+                    if group.partitions.get(tp) is sp:
+                        del group.partitions[tp]
+                    return False
+
+        ordered = sorted(parts)
+        done = await asyncio.gather(*(write(tp) for tp in ordered))
+        return {tp for tp, ok in zip(ordered, done, strict=True) if not ok}
 
     # -- share sessions ------------------------------------------------------------------
 
@@ -317,8 +415,33 @@ class ShareCoordinator:
             out[tp] = (sp.start_offset, done)
         return out
 
+    async def _reload_configs(self) -> None:
+        try:
+            entries = await self._segments.table_entries(self.config.table, share_store.CONFIGS)
+        except Exception as exc:  # noqa: BLE001 - the next round tries again
+            log.info("share group configs not reloaded: %r", exc)
+            return
+        self.group_configs = share_store.decode(entries)[1]
+
+    async def refresh(self, group_id: str) -> None:
+        """Cluster mode (the coordinator): the group's share-partitions as their leaders
+        stored them last, in place of what this node loaded or set."""
+        if not self.shared_table:
+            return
+        entries = await self._segments.table_entries(self.config.table,
+                                                      share_store.partitions_prefix(group_id))
+        for key in [k for k in self._stored if k[0] == group_id]:
+            del self._stored[key]
+        for e in entries:
+            start, runs, _ = share_store.decode_partition(bytes(e.value))
+            self._stored[share_store.parse_partition_key(bytes(e.key))] = (start, runs)
+        group = self.groups.get(group_id)
+        if group is not None:
+            group.partitions.clear()
+
     async def delete_group(self, group_id: str) -> int:
         """DeleteGroups of a share group: only without members; its state and configs go."""
+        await self.refresh(group_id)
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.GROUP_ID_NOT_FOUND
@@ -359,6 +482,7 @@ class ShareCoordinator:
     async def forget_topics(self, group_id: str, topics: set[str]) -> set[str]:
         """DeleteShareGroupOffsets: the group's share-partitions of ``topics`` go (the next
         fetch starts them by ``share.auto.offset.reset``); the topics that had some."""
+        await self.refresh(group_id)
         group = self.groups.get(group_id)
         keys = [k for k in self._stored if k[0] == group_id and k[1] in topics]
         found = {k[1] for k in keys}

@@ -3,8 +3,10 @@ and checking READ, applying acknowledgement batches, and reading records to acqu
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +15,7 @@ from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.gateway.log.partition_log import PartitionLog
 from tidegate.gateway.security.acls import Operation, ResourceType
 from tidegate.gateway.security.item_acls import refusal
+from tidegate.gateway.share.claims import Fenced
 from tidegate.gateway.share.coordinator import ShareCoordinator
 from tidegate.gateway.share.partition import Acquired, InvalidRecordState, SharePartition
 from tidegate.protocol.errors import ErrorCode
@@ -37,27 +40,89 @@ class SharePart:
     ack_message: str | None = None
     records: bytes = b""
     acquired: list[Acquired] = field(default_factory=list)
+    #: The partition's leader and epoch as answered (cluster mode: another node's with
+    #: NOT_LEADER_OR_FOLLOWER, so the client goes there).
+    leader_id: int = -1
+    leader_epoch: int = -1
 
 
 def group_refusal(ctx: HandlerContext, req: RequestContext, group_id: str) -> str | None:
     return refusal(ctx.security, req.session, Operation.READ, ResourceType.GROUP, group_id)
 
 
-def resolve(ctx: HandlerContext, req: RequestContext, part: SharePart) -> PartitionLog | None:
-    """The partition's log, or None with ``part.error`` set."""
+def resolve(ctx: HandlerContext, req: RequestContext, part: SharePart) -> bool:
+    """Whether the partition exists and may be read (``part.topic`` set; its leadership
+    is checked by ``lead``); else ``part.error`` is set."""
     name = ctx.topics.name_of(part.topic_id)
     info = ctx.topics.get(name) if name is not None else None
     if info is None:
         part.error, part.message = ErrorCode.UNKNOWN_TOPIC_ID, "unknown topic id"
-        return None
+        return False
     part.topic = name
     if refusal(ctx.security, req.session, Operation.READ, ResourceType.TOPIC, info.name):
         part.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-        return None
+        return False
     if not 0 <= part.partition < info.partitions:
         part.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return False
+    return True
+
+
+def endpoints(ctx: HandlerContext, req: RequestContext, parts: Iterable[SharePart],
+              endpoint: Any) -> list[Any]:
+    """The addresses of the other leaders named (``NodeEndpoints``), on the request's
+    listener."""
+    nodes = {p.leader_id for p in parts if p.leader_id >= 0 and p.leader_id != ctx.config.node_id}
+    out = []
+    for node in sorted(nodes):
+        address = None
+        if ctx.cluster is not None:
+            address = ctx.cluster.kafka_address(node, req.session.listener.name if req.session else None)
+        if address is not None:
+            out.append(endpoint(node_id=node, host=address[0], port=address[1], rack=None))
+    return out
+
+
+#: How long a leader waits for the share coordinator's table when it claims.
+CLAIM_TIMEOUT_MS = 10_000
+
+
+async def lead(ctx: HandlerContext, share: ShareCoordinator, group_id: str,
+               part: SharePart, fresh: bool = False) -> PartitionLog | None:
+    """The partition's log once this node is known to lead it and holds its
+    share-partition (cluster mode: claimed at the current leader epoch; ``fresh`` as a
+    share session opens: checked against the table), or None with ``part.error`` set
+    (the leader named with NOT_LEADER_OR_FOLLOWER)."""
+    cluster, topic = ctx.cluster, part.topic
+    assert topic is not None
+    if cluster is None:
+        part.leader_id = ctx.config.node_id
+        if ctx.leader_epochs is not None:
+            part.leader_epoch = ctx.leader_epochs.current(topic, part.partition)
+        return ctx.logs.get(topic, part.partition)
+    part.error = await cluster.partition_error(topic, part.partition)
+    if part.error != ErrorCode.NONE:
+        leader, epoch = await cluster.leader_and_epoch(topic, part.partition)
+        part.leader_id, part.leader_epoch = (leader, epoch) if leader is not None else (-1, -1)
         return None
-    return ctx.logs.get(info.name, part.partition)
+    epoch = cluster.leader_epoch(topic, part.partition)  # after the check: this map's
+    part.leader_id, part.leader_epoch = ctx.config.node_id, epoch
+    plog = ctx.logs.get(topic, part.partition)  # opened after the check, as Fetch does
+    try:
+        async with asyncio.timeout(CLAIM_TIMEOUT_MS / 1000):
+            await share.claim(group_id, topic, part.partition, plog.log_start_offset,
+                              plog.high_watermark, epoch, fresh)
+    except TimeoutError:  # the table's container moving: the client tries again
+        part.error, part.message = ErrorCode.KAFKA_STORAGE_ERROR, "share state: timed out"
+        return None
+    except Fenced as exc:  # another node claimed it later: the client looks the leader up
+        part.error, part.message = ErrorCode.NOT_LEADER_OR_FOLLOWER, str(exc)
+        part.leader_id, part.leader_epoch = -1, -1
+        return None
+    except SegmentStoreError as exc:
+        part.error, part.message = ErrorCode.KAFKA_STORAGE_ERROR, f"share state: {exc}"
+        return None
+    return plog
 
 
 def share_partition(share: ShareCoordinator, group_id: str, plog: PartitionLog) -> SharePartition:
@@ -73,7 +138,11 @@ def acknowledge(share: ShareCoordinator, group_id: str, member_id: str, part: Sh
     if plog is None:
         part.ack_error = part.error
         return False
-    sp = share_partition(share, group_id, plog)
+    try:
+        sp = share_partition(share, group_id, plog)
+    except Fenced as exc:  # dropped by a failed write since ``lead``
+        part.ack_error, part.ack_message = ErrorCode.NOT_LEADER_OR_FOLLOWER, str(exc)
+        return False
     changed = False
     for b in batches:
         try:
@@ -105,7 +174,11 @@ async def acquire(ctx: HandlerContext, share: ShareCoordinator, group_id: str, m
                   first: bool) -> int:
     """Read from the first offset this member may acquire and lock what the read covers;
     the number of records acquired (``part.records``/``part.acquired`` set)."""
-    sp = share_partition(share, group_id, plog)
+    try:
+        sp = share_partition(share, group_id, plog)
+    except Fenced as exc:  # dropped by a failed write since ``lead``
+        part.error, part.message = ErrorCode.NOT_LEADER_OR_FOLLOWER, str(exc)
+        return 0
     hw = plog.high_watermark
     start = sp.next_candidate(ctx.clock_ms(), hw)
     if start is None or max_records <= 0:

@@ -2,8 +2,8 @@
 coordinator's node and its state (share-partition start offsets) moves with the groups'
 container: set with kafka-clients 4.3's Admin, it is the same after a ``kill -9`` of that
 node (another node takes over) and after the node comes back. Other nodes answer share
-group requests with NOT_COORDINATOR; ShareFetch is not served in cluster mode yet
-(UNSUPPORTED_VERSION, docs/share-groups.md)."""
+group requests with NOT_COORDINATOR; ShareFetch for a partition another node leads
+answers NOT_LEADER_OR_FOLLOWER naming that leader (docs/share-groups.md)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from tidegate.protocol.errors import ErrorCode as E
 from tidegate.protocol.share_group import (
     ShareFetchRequest,
@@ -68,11 +69,25 @@ def test_share_state_moves_with_the_group_coordinator(
             group_id=GROUP, member_id=uuid.uuid4().hex[:22], member_epoch=0, rack_id=None,
             subscribed_topic_names=[TOPIC]), 1, ShareGroupHeartbeatResponse)
         assert hb.error_code == E.NOT_COORDINATOR, hb
-        fetch = ask(coord.port, ShareFetchRequest(
+        # ShareFetch for a partition led elsewhere: NOT_LEADER_OR_FOLLOWER and its leader.
+        led = leaders(bootstrap, TOPIC)
+        asker = next(n for n in nodes if set(led.values()) - {n.node_id})
+        p, leader = next((p, n) for p, n in led.items() if n != asker.node_id)
+        md = ask(asker.port, MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(
+            name=TOPIC)], allow_auto_topic_creation=False), 12, MetadataResponse)
+        topic_id = md.topics[0].topic_id
+        fetch = ask(asker.port, ShareFetchRequest(
             group_id=GROUP, member_id="m", share_session_epoch=0, max_wait_ms=0, min_bytes=1,
-            max_bytes=1 << 20, max_records=10, batch_size=10, topics=[], forgotten_topics_data=[]),
-            1, ShareFetchResponse)
-        assert fetch.error_code == E.UNSUPPORTED_VERSION, fetch
+            max_bytes=1 << 20, max_records=10, batch_size=10,
+            topics=[ShareFetchRequest.FetchTopic(topic_id=topic_id, partitions=[
+                ShareFetchRequest.FetchTopic.FetchPartition(partition_index=p,
+                                                            acknowledgement_batches=[])])],
+            forgotten_topics_data=[]), 1, ShareFetchResponse)
+        assert fetch.error_code == E.NONE, fetch
+        (answer,) = fetch.responses[0].partitions
+        assert answer.error_code == E.NOT_LEADER_OR_FOLLOWER, fetch
+        assert answer.current_leader.leader_id == leader, fetch
+        assert [e.node_id for e in fetch.node_endpoints] == [leader], fetch
 
         out = java.run("ShareScenarios", bootstrap, "alter", GROUP, TOPIC,
                        *(f"{p}={o}" for p, o in STARTS.items()))

@@ -85,7 +85,8 @@ public final class ToolScenarios {
         ConfigEntry ibp = config.get("inter.broker.protocol.version");
         Check.that(ibp != null && ibp.value() != null, "no inter.broker.protocol.version");
         Check.out("ibp " + ibp.value());
-        Check.that(config.get("log.message.format.version") != null, "no log.message.format.version");
+        // Removed in Kafka 4.0 (KIP-724): a broker of the 4.x protocol does not list it.
+        Check.that(config.get("log.message.format.version") == null, "log.message.format.version listed");
         int withSynonyms = 0;
         for (ConfigEntry e : config.entries()) {
             Check.that(e.source() != ConfigEntry.ConfigSource.UNKNOWN, "unknown source of " + e.name());
