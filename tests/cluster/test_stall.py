@@ -13,40 +13,10 @@ from kazoo.client import KazooClient
 from tidegate.core.cluster.node import ClusterNode
 from tidegate.core.cluster.zookeeper import ClusterSession
 
+from tests.cluster.local import Containers, until
 from tests.cluster.zk import ZooKeeperServer
 
 SESSION_S = 2.0
-
-
-class Containers:
-    """``LocalContainers`` that start and stop at once."""
-
-    def __init__(self) -> None:
-        self.running: set[int] = set()
-        self.starts = 0
-
-    async def start_container(self, cid: int) -> None:
-        self.starts += 1
-        self.running.add(cid)
-
-    async def stop_container(self, cid: int) -> None:
-        self.running.discard(cid)
-
-    def plog_server_gone(self, server_id: str, reason: str) -> None:
-        pass
-
-    def plog_server_back(self, server_id: str) -> None:
-        pass
-
-    def release(self, cid: int) -> None:
-        pass
-
-
-async def _until(check, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.05)
 
 
 async def test_a_node_that_stood_still_past_its_session_gives_up_its_containers_at_once(
@@ -61,12 +31,12 @@ async def test_a_node_that_stood_still_past_its_session_gives_up_its_containers_
     node.on_interrupted = interrupted.append
     await node.start()
     try:
-        await _until(lambda: node.running == {0, 1}, 20)
+        await until(lambda: node.running == {0, 1}, 20)
         time.sleep(SESSION_S + 0.5)  # the whole loop stands still, as under SIGSTOP
         await asyncio.sleep(0.01)  # one round: timers due during the stall run first
         assert interrupted == [{0, 1}], "the node went on serving after standing still"
         # What the map says is this node's is started afresh (a new session).
-        await _until(lambda: node.running == {0, 1} and local.starts >= 4, 30)
+        await until(lambda: node.running == {0, 1} and local.starts >= 4, 30)
     finally:
         await node.close()
 
@@ -81,7 +51,7 @@ async def test_a_short_stall_keeps_the_containers(zookeeper: ZooKeeperServer) ->
     node.on_interrupted = interrupted.append
     await node.start()
     try:
-        await _until(lambda: node.running == {0, 1}, 20)
+        await until(lambda: node.running == {0, 1}, 20)
         time.sleep(SESSION_S / 3)
         await asyncio.sleep(0.5)
         assert interrupted == [] and local.starts == 2
@@ -109,7 +79,7 @@ async def test_an_elected_node_rebalances_while_its_last_stop_as_leader_hangs(
     await first.start()
     second: ClusterNode | None = None
     try:
-        await _until(lambda: told == [True] and first.running == {0, 1, 2, 3}, 20)
+        await until(lambda: told == [True] and first.running == {0, 1, 2, 3}, 20)
         # Expire the first node's session from outside (a second client on its session):
         # it gives leadership up (the stop hangs), then wins it back with a new session.
         client_id = sessions[0]._client.client_id
@@ -117,12 +87,12 @@ async def test_an_elected_node_rebalances_while_its_last_stop_as_leader_hangs(
         await asyncio.to_thread(intruder.start, 10)
         await asyncio.to_thread(intruder.stop)
         await asyncio.to_thread(intruder.close)
-        await _until(lambda: told == [True, False] and sessions[0].is_leader, 30)
+        await until(lambda: told == [True, False] and sessions[0].is_leader, 30)
         second = ClusterNode(sessions[1], Containers(), node_id=2, container_count=4,
                              info={"kafka": "127.0.0.1:2"})
         await second.start()
         # The leader gives the newcomer its share (before: no rebalance ever again).
-        await _until(lambda: len(second.owned()) == 2, 30)
+        await until(lambda: len(second.owned()) == 2, 30)
     finally:
         if second is not None:
             await second.close()

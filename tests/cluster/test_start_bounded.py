@@ -12,15 +12,16 @@ import pytest
 from tidegate.core.cluster.node import ClusterNode
 from tidegate.core.cluster.zookeeper import ClusterSession
 
+from tests.cluster.local import Containers
 from tests.cluster.zk import ZooKeeperServer
 
 
-class FirstStartHangs:
-    """``LocalContainers``: container 0's first start waits for ever (until cancelled)."""
+class FirstStartHangs(Containers):
+    """Container 0's first start waits for ever (until cancelled)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.attempts: dict[int, int] = {}
-        self.running: set[int] = set()
         self.cancelled = 0
 
     async def start_container(self, cid: int) -> None:
@@ -31,19 +32,7 @@ class FirstStartHangs:
             except asyncio.CancelledError:
                 self.cancelled += 1
                 raise
-        self.running.add(cid)
-
-    async def stop_container(self, cid: int) -> None:
-        self.running.discard(cid)
-
-    def plog_server_gone(self, server_id: str, reason: str) -> None:
-        pass
-
-    def plog_server_back(self, server_id: str) -> None:
-        pass
-
-    def release(self, cid: int) -> None:
-        pass
+        await super().start_container(cid)
 
 
 async def test_a_stuck_container_start_is_given_up_and_retried(

@@ -18,17 +18,11 @@ import time
 import pytest
 from tidegate.core.cluster.zookeeper import ClusterSession, ZooKeeper, ZooKeeperError
 
+from tests.cluster.local import until
 from tests.cluster.zk import ZooKeeperServer
 
 #: More than asyncio's default pool has threads on any machine (at most 32).
 THREADS_OF_ANY_POOL = 40
-
-
-async def _until(check, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.05)
 
 
 async def test_a_call_while_kazoo_reconnects_fails_in_bounded_time_then_works(
@@ -40,7 +34,7 @@ async def test_a_call_while_kazoo_reconnects_fails_in_bounded_time_then_works(
     assert zookeeper.proc is not None
     os.kill(zookeeper.proc.pid, signal.SIGSTOP)  # no answers: kazoo drops the connection
     try:
-        await _until(lambda: not zk.connected, 15)
+        await until(lambda: not zk.connected, 15)
         started = time.monotonic()
         # Before the fix this hung for good (the test timed out here).
         with pytest.raises(ZooKeeperError, match="reconnecting"):
@@ -71,11 +65,11 @@ async def test_reconnects_soon_after_a_long_outage(zookeeper: ZooKeeperServer) -
     await zk.start()
     try:
         zookeeper.close()
-        await _until(lambda: not zk.connected, 15)
+        await until(lambda: not zk.connected, 15)
         await asyncio.sleep(40)
         zookeeper.start()  # the same port and data: the session may even survive
         back = time.monotonic()
-        await _until(lambda: zk.connected, 30)
+        await until(lambda: zk.connected, 30)
         assert time.monotonic() - back < 8, f"reconnected {time.monotonic() - back:.1f} s after"
     finally:
         await asyncio.wait_for(zk.stop(), 20)
