@@ -63,3 +63,32 @@ async def test_a_gateway_answers_while_it_loads_and_serves_once_loaded(tmp_path:
         await gateway.close()
         await controller.close()
         await store.close()
+
+
+async def test_a_starting_cluster_node_names_every_live_node_in_metadata(tmp_path: Path) -> None:
+    """librdkafka drops the brokers a Metadata answer leaves out and fails the produce
+    requests in flight to them as never written, though they may have been (an idempotent
+    producer then stores them twice after an epoch bump, issue 36): a node still starting
+    names the live nodes it knows, itself at its own address."""
+    store = InMemorySegmentStore()
+    controller = StreamController(store)
+    await store.start()
+    await controller.start()
+    members = [(0, "10.0.0.1", 1), (2, "127.0.0.2", 9092), (3, "127.0.0.3", 9092)]
+    gateway = Gateway(GatewayConfig(data_dir=tmp_path, listen="127.0.0.1:0"), store, controller,
+                      brokers=lambda listener: list(members))
+    _, port = await gateway.listen()
+    try:
+        client = await RawClient.connect(port)
+        md = await client.call(MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name="t")],
+            allow_auto_topic_creation=True), 12, MetadataResponse)
+        assert [(b.node_id, b.host, b.port) for b in md.brokers] == [
+            (0, "127.0.0.1", port), (2, "127.0.0.2", 9092), (3, "127.0.0.3", 9092)]
+        assert [(t.name, t.error_code) for t in md.topics] == [("t", ErrorCode.LEADER_NOT_AVAILABLE)]
+        assert not gateway.state.ready
+        await client.close()
+    finally:
+        await gateway.close()
+        await controller.close()
+        await store.close()
