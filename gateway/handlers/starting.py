@@ -25,6 +25,7 @@ from tidegate.protocol.apis import API_VERSIONS_KEY, ApiSpec
 from tidegate.protocol.errors import ErrorCode
 
 METADATA_KEY = 3
+PRODUCE_KEY = 0
 #: SaslHandshake and SaslAuthenticate: a client takes any error there as a failed login
 #: (not retried), so the connection is closed unanswered and the client connects again.
 _SASL_KEYS = {17, 36}
@@ -72,6 +73,11 @@ def _refuse(spec: ApiSpec, waiting_for: Callable[[], str]) -> Any:
 
     async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         message = f"node {ctx.config.node_id} is starting: waiting for {waiting_for()}"
+        if spec.api_key == PRODUCE_KEY and req.session is not None:
+            # The next batch's sequence gap is this refusal's (``gateway/handlers/produce.py``).
+            for topic in request.topic_data:
+                for part in topic.partition_data:
+                    req.session.refused_here(topic.name, part.index)
         return refusal(spec, request, req.api_version, error, message)
 
     return handle
