@@ -26,9 +26,13 @@ from tests.cluster.clients import QUIET, Producing, leaders, read_back
 from tests.cluster.nodes import Node, start_together
 from tests.cluster.zk import ZooKeeperServer
 
-# Known flaky: records stored twice now and then, after a survivor's container failed and
-# re-sent appends that had landed: once its active plogs were deleted ("no such plog",
-# fixed since), once its Tier-2 writer was fenced by the returning node. Issue 36.
+# Known flaky until 20 runs in a row pass (issue 36). Records were stored twice about one
+# run in 8, each time after librdkafka bumped its epoch and sent batches of unknown fate
+# again as new records: the restarted node's Metadata named only itself while it started
+# (in-flight requests to the others taken for never written), and a batch answered
+# OUT_OF_ORDER_SEQUENCE_NUMBER right after the one before it was refused as not led here;
+# both fixed (tests/gateway/test_starting.py). After the fixes 11 runs in a row passed, then
+# the restarted node was not ready within 60 s once, on a machine at load 15-22.
 pytestmark = [pytest.mark.timeout(720), pytest.mark.known_flaky]
 
 PARTITIONS = 6
