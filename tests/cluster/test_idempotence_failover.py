@@ -33,6 +33,7 @@ from tests.cluster.zk import ZooKeeperServer
 # OUT_OF_ORDER_SEQUENCE_NUMBER right after the one before it was refused as not led here;
 # both fixed (tests/gateway/test_starting.py). After the fixes 11 runs in a row passed, then
 # the restarted node was not ready within 60 s once, on a machine at load 15-22.
+# TIDEGATE_TEST_RDKAFKA_DEBUG=DIR keeps the producers' librdkafka log (tests/cluster/clients.py).
 pytestmark = [pytest.mark.timeout(720), pytest.mark.known_flaky]
 
 PARTITIONS = 6
