@@ -31,7 +31,7 @@ from tests.cluster.zk import ZooKeeperServer
 # again as new records: the restarted node's Metadata named only itself while it started
 # (in-flight requests to the others taken for never written), and a batch answered
 # OUT_OF_ORDER_SEQUENCE_NUMBER right after the one before it was refused as not led here;
-# both fixed (tests/gateway/test_starting.py). Of 20 runs after the fixes 18 passed, one
+# both fixed (tests/gateway/test_starting.py). Of 25 runs after the fixes 23 passed, one
 # restarted node was not ready within 60 s (machine load 15-22), and one run stored a batch
 # twice again (partition 3, offsets 125-129 and, acknowledged, 4008-4012; a survivor's
 # container had failed: "no server ... holds plog", DataLogClosedError): cause open.
