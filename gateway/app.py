@@ -56,6 +56,7 @@ class Gateway:
         local_store: object | None = None,
         waiter: Waiter | None = None,
         container_of: Callable[[str], int] | None = None,
+        brokers: Callable[[str | None], list[tuple[int, str, int]]] | None = None,
     ) -> None:
         """``traffic`` counts produce traffic per partition; pass the one the controller's
         auto-scaler reads (``StreamController(key_traffic=...)``). ``controller_counts``
@@ -66,7 +67,9 @@ class Gateway:
         mode): the metrics describe this node's containers. ``waiter`` runs the start-up
         steps that read stored state (cluster mode: waiting for containers elsewhere);
         with ``container_of`` (a segment's container) the offset-index rebuild leaves the
-        segments of unavailable containers for when their partitions are led."""
+        segments of unavailable containers for when their partitions are led.
+        ``brokers(listener)`` (cluster mode) lists the live nodes a starting node's
+        Metadata names."""
         self.config = config
         self.store = store
         self.controller = controller
@@ -80,6 +83,7 @@ class Gateway:
         )
         self.before_listen = before_listen
         self.container_of = container_of
+        self.brokers = brokers
         self.waiter = waiter or Waiter(StartupState(), patient=False)
         #: Whether every API is served yet, and if not what the node waits for.
         self.state = self.waiter.state
@@ -134,7 +138,7 @@ class Gateway:
             config=self.config, controller=self.controller, store=self.store, topics=topics,
             logs=logs, index=index, producers=producers,
             producer_ids=ProducerIdAllocator(self.store),
-            registry=starting_registry(self.registry, self.state.waiting_for),
+            registry=starting_registry(self.registry, self.state.waiting_for, self.brokers),
             group_coordinator=None, clock_ms=self.clock_ms, leader_epochs=epochs,
             fetch_sessions=FetchSessionCache(
                 self.config.max_incremental_fetch_session_cache_slots, self.clock_ms),

@@ -192,6 +192,7 @@ async def serve(config: GatewayConfig, grpc_tls: tuple[bytes, bytes] | None = No
         config, store, front, traffic=traffic, controller_counts=controller.stats,
         before_listen=cluster.attach if cluster is not None else None, local_store=local,
         waiter=waiter, container_of=cluster.container_of if cluster is not None else None,
+        brokers=cluster.brokers if cluster is not None else None,
     )  # fmt: skip
     # The admin APIs may not seal, delete or truncate the streams under Kafka topics;
     # writes a follower's gateway forwards to this node's gRPC are the gateway's own.

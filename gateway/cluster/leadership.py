@@ -232,12 +232,7 @@ class PartitionLeaders:
         """Every live node with a Kafka listener: (node id, host, port). With a listener
         name, its address on that listener; a node without one is left out (Kafka's
         rule), a node registered before listeners were announced gives its first one."""
-        out = []
-        for node, info in sorted(self.node.members.items()):
-            address = _address(info, listener)
-            if address is not None:
-                out.append((node, *address))
-        return out
+        return live_brokers(self.node.members, listener)
 
     async def remote_high_watermarks(
         self, partitions: Iterable[tuple[str, int]]
@@ -320,6 +315,16 @@ class PartitionLeaders:
         else:
             name = known[1]
         return container_of(name, self.owners.container_count) not in kept
+
+
+def live_brokers(members: dict[int, dict[str, Any]], listener: str | None) -> list[tuple[int, str, int]]:
+    """``(node id, host, port)`` of every member with a Kafka address on ``listener``."""
+    out = []
+    for node, info in sorted(members.items()):
+        address = _address(info, listener)
+        if address is not None:
+            out.append((node, *address))
+    return out
 
 
 def _address(info: dict[str, Any], listener: str | None) -> tuple[str, int] | None:

@@ -25,7 +25,7 @@ from tidegate.core.segmentstore.service import StreamSegmentStore, container_of
 from tidegate.gateway import failpoints
 from tidegate.gateway.cluster.groups import GroupPlacement
 from tidegate.gateway.cluster.internode import InterNode, inter_node
-from tidegate.gateway.cluster.leadership import PartitionLeaders
+from tidegate.gateway.cluster.leadership import PartitionLeaders, live_brokers
 from tidegate.gateway.cluster.txn_markers import ClusterMarkerWriter
 from tidegate.gateway.cluster.txn_verify import RemoteTxnVerifier
 from tidegate.gateway.cluster.watermarks import PeerWatermarks
@@ -95,6 +95,11 @@ class ClusterWiring:
 
     def container_of(self, segment: str) -> int:
         return container_of(segment, self.local.config.container_count)
+
+    def brokers(self, listener: str | None = None) -> list[tuple[int, str, int]]:
+        """The live nodes' Kafka addresses as ZooKeeper lists them (empty until this node
+        has joined): what a starting node's Metadata names (``gateway/handlers/starting.py``)."""
+        return live_brokers(self.node.members, listener)
 
     @property
     def store(self) -> SegmentStore:

@@ -9,6 +9,14 @@ in place and append. Records are never rewritten or recompressed. Partitions are
 assigned and submitted in order, a slice of ``PARTITIONS_PER_STEP`` per loop step; the
 next request on the connection starts once all are submitted; the answer waits until the
 appends are durable (acks=1/all) or is not sent at all (acks=0).
+
+A partition this node starts leading between two pipelined requests of one connection
+(cluster mode) refused the first as not led here; the next one's sequence then follows a
+batch never written. That gap is the node's, not the producer's: it is answered
+NOT_LEADER_OR_FOLLOWER too, once, not OUT_OF_ORDER_SEQUENCE_NUMBER, on which librdkafka
+bumps its epoch and restarts every partition's sequences, so that a batch of another
+partition whose outcome it does not know (a connection lost with its leader) is sent again
+as new records and stored twice (issue 36).
 """
 
 from __future__ import annotations
@@ -151,10 +159,14 @@ def _validate(ctx: HandlerContext, work: _Work) -> None:
     work.plog = plog
 
 
-def _assign(ctx: HandlerContext, work: _Work) -> None:
-    """The synchronous step: idempotence check, offset assignment, submission."""
+def _assign(ctx: HandlerContext, work: _Work, refused: set[tuple[str, int]]) -> None:
+    """The synchronous step: idempotence check, offset assignment, submission.
+    ``refused``: the partitions this connection's last produce to was refused as not led
+    here (see the module's docstring)."""
     batch, plog = work.batch, work.plog
     assert batch is not None and plog is not None and work.records is not None
+    after_refusal = (work.topic, work.partition) in refused
+    refused.discard((work.topic, work.partition))
     if batch.is_transactional:  # gateway/txn: the transaction must hold the partition
         error = _txn_error(ctx, work, batch)
         if error != ErrorCode.NONE:
@@ -164,6 +176,10 @@ def _assign(ctx: HandlerContext, work: _Work) -> None:
         verdict = ctx.producers.check(work.topic, work.partition, batch)
         if isinstance(verdict, Duplicate):
             work.duplicate = verdict.batch
+            return
+        if verdict == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and after_refusal:
+            work.error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            work.message = "the batch before this one was refused here as not led: send it first"
             return
         if verdict is not None:
             work.error = verdict
@@ -178,6 +194,13 @@ def _assign(ctx: HandlerContext, work: _Work) -> None:
             work.topic, work.partition, work.pending.batches[0], work.pending.base_offset,
             work.pending.durable,
         )
+
+
+def _refused_here(req: RequestContext, work: _Work) -> None:
+    """Note a partition refused on this connection as not led here (``_assign``)."""
+    if req.session is not None and work.error in (
+            ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE):
+        req.session.refused_here(work.topic, work.partition)
 
 
 def _txn_error(ctx: HandlerContext, work: _Work, batch: BatchHeader) -> ErrorCode:
@@ -374,12 +397,14 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                 continue
             _validate(ctx, work)
         cluster = ctx.cluster
+        not_led = req.session.refused_leader if req.session is not None else set()
         for n, work in enumerate(works):
             if n % PARTITIONS_PER_STEP == PARTITIONS_PER_STEP - 1:
                 await asyncio.sleep(0)
             if work.plog is not None and cluster is not None:
                 work.error = await cluster.partition_error(work.topic, work.partition)
                 if work.error != ErrorCode.NONE:
+                    _refused_here(req, work)
                     work.batch = work.plog = None
                     continue
                 # The log opened before the check may predate this node's takeover.
@@ -403,8 +428,9 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             if cluster is not None and work.plog is not None and work.plog.retired:
                 # Leadership moved meanwhile (gateway/cluster/leadership.py).
                 work.error, work.batch, work.plog = ErrorCode.NOT_LEADER_OR_FOLLOWER, None, None
+                _refused_here(req, work)
             if work.error == ErrorCode.NONE and work.batch is not None:
-                _assign(ctx, work)
+                _assign(ctx, work, not_led)
     req.release()
     if request.acks == 0:
         return None

@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 #: ApiVersions, SaslHandshake, SaslAuthenticate: served before authentication.
 PRE_AUTH_KEYS = frozenset((18, 17, 36))
+#: Partitions a connection remembers as refused here (``Session.refused_leader``).
+REFUSED_KEPT_MAX = 10_000
 
 
 @dataclass(eq=False)
@@ -45,6 +47,16 @@ class Session:
     closing: bool = False
     #: After SaslHandshake v0: the next frames are bare SASL tokens, not requests.
     raw_tokens: bool = False
+    #: Partitions whose last produce on this connection was refused as not led here
+    #: (``gateway/handlers/produce.py``: the next batch's sequence gap is ours, not the
+    #: producer's). At most one entry per partition.
+    refused_leader: set[tuple[str, int]] = field(default_factory=set)
+
+    def refused_here(self, topic: str, partition: int) -> None:
+        """Note a produce to ``topic``/``partition`` refused as not led here."""
+        if len(self.refused_leader) >= REFUSED_KEPT_MAX:
+            self.refused_leader.clear()  # bounded; forgetting one gives back Kafka's answer
+        self.refused_leader.add((topic, partition))
 
     def admits(self, api_key: int) -> bool:
         if api_key in PRE_AUTH_KEYS:

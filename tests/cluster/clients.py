@@ -3,10 +3,13 @@ consumer-group member, each on its own thread, and a read-back of whole partitio
 
 from __future__ import annotations
 
+import logging
+import os
 import socket
 import struct
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -73,6 +76,25 @@ def node_leaders(port: int, topic: str) -> dict[int, int]:
             for p in t.partitions if p.error_code == 0}
 
 
+def _client_debug(tag: str) -> dict[str, Any]:
+    """With ``TIDEGATE_TEST_RDKAFKA_DEBUG=DIR``, librdkafka's view of idempotence (epochs,
+    sequences, each produce and its answer) goes to ``DIR/rdkafka-TAG.log``: how issue 36's
+    duplicates were traced to the answers that made it bump its epoch."""
+    directory = os.environ.get("TIDEGATE_TEST_RDKAFKA_DEBUG")
+    if not directory:
+        return {}
+    logger = logging.getLogger(f"tests.rdkafka.{tag or 'producer'}")
+    for old in list(logger.handlers):
+        logger.removeHandler(old)
+        old.close()
+    handler = logging.FileHandler(Path(directory) / f"rdkafka-{tag.strip('-') or 'producer'}.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    return {"debug": "eos,msg,protocol", "log_level": 7, "logger": logger}
+
+
 class Producing(threading.Thread):
     """Sends value ``i`` to partition ``i % partitions`` until stopped; keeps every
     acknowledged (partition, offset, value)."""
@@ -86,7 +108,7 @@ class Producing(threading.Thread):
         self.producer = Producer({
             "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
             "linger.ms": 5, "message.timeout.ms": message_timeout_ms, "error_cb": self._error,
-            **QUIET,
+            **QUIET, **_client_debug(tag),
         })
         self.acked: list[tuple[int, int, bytes]] = []
         #: Delivery errors and fatal errors (OUT_OF_ORDER_SEQUENCE_NUMBER, ...).
