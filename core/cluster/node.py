@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -45,6 +47,40 @@ START_TIMEOUT_MS = 120_000
 START_FAILURE_LOG_S = 30.0
 #: How often the node checks that it did not stand still (frozen, or its loop held up).
 STALL_CHECK_S = 0.25
+
+
+class Ticker:
+    """A thread that notes how long it last went without running: the whole process
+    stood still (SIGSTOP) when it did too, not only the event loop."""
+
+    def __init__(self, period_s: float) -> None:
+        self.period_s = period_s
+        self._last = time.monotonic()
+        #: When the longest recent pause ended, and how long it was.
+        self._paused: tuple[float, float] = (0.0, 0.0)
+        self._stopping = threading.Event()
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="stall-ticker", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self.period_s):
+            now = time.monotonic()
+            if now - self._last > self.period_s * 4:
+                self._paused = (now, now - self._last)
+            self._last = now
+
+    def stood_still(self, at_least_s: float) -> bool:
+        """Whether this thread, too, went ``at_least_s`` without running, up to now or in
+        a pause that ended within the last few seconds (whichever of it and the loop
+        woke first)."""
+        now = time.monotonic()
+        ended, length = self._paused
+        return now - self._last >= at_least_s * 0.9 or (
+            length >= at_least_s * 0.9 and now - ended < 5.0)
 
 
 class ContainerCountError(CoordinationError):
@@ -115,6 +151,7 @@ class ClusterNode:
         self._closed = False
         self._session_lost = False
         self._stall_check: asyncio.TimerHandle | None = None
+        self._ticker = Ticker(STALL_CHECK_S)
 
     async def start(self) -> None:
         """Join: register, follow members and the map, stand for controller leader."""
@@ -134,6 +171,7 @@ class ClusterNode:
         for job in (self._reconcile_loop, self._rebalance_loop, self._leadership_loop):
             self._tasks.append(loop.create_task(job()))
         self.session.on_session_lost = self._lost_session
+        self._ticker.start()
         self._check_stall(loop.time())
         self.session.watch_members(self._members_changed)
         self.session.watch_map(self._map_changed)
@@ -145,6 +183,7 @@ class ClusterNode:
         self._closed = True
         if self._stall_check is not None:
             self._stall_check.cancel()
+        self._ticker.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -216,12 +255,15 @@ class ClusterNode:
 
     def _check_stall(self, due: float) -> None:
         """A timer callback, not a task: after a freeze it runs in the loop's first round,
-        before any request read meanwhile is handled. A node that stood still as long as
-        its ZooKeeper session lasts has lost it, though kazoo has yet to say so: serving
-        on until then would answer from state other nodes have moved past."""
+        before any request read meanwhile is handled. A process that stood still as long
+        as its ZooKeeper session lasts has lost it, though kazoo has yet to say so: serving
+        on until then would answer from state other nodes have moved past. Only the whole
+        process counts (SIGSTOP): while the loop alone is held up, kazoo's thread goes on
+        keeping the session, as the ticker thread shows."""
         loop = asyncio.get_running_loop()
         stood_s = loop.time() - due
-        if stood_s >= self.session.session_timeout_s and (self.running or self._starting):
+        if (stood_s >= self.session.session_timeout_s and (self.running or self._starting)
+                and self._ticker.stood_still(self.session.session_timeout_s)):
             self._lost_session(f"this node stood still for {stood_s:.1f} s, as long as its "
                                "ZooKeeper session lasts")
         self._stall_check = loop.call_at(loop.time() + STALL_CHECK_S, self._check_stall,

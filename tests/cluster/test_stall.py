@@ -1,5 +1,5 @@
-"""A node that stood still (SIGSTOP, or its event loop held up) as long as its ZooKeeper
-session lasts gives up every container in the loop's first round after waking, before
+"""A node that stood still (SIGSTOP) as long as its ZooKeeper session lasts gives up
+every container in the loop's first round after waking, before
 it handles any request read meanwhile. kazoo only reports the session lost once it has
 reconnected, and in a fault campaign a thawed node served stale answers for the 0.4 s
 in between."""
@@ -7,6 +7,9 @@ in between."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
 import time
 
 from kazoo.client import KazooClient
@@ -17,6 +20,14 @@ from tests.cluster.local import Containers, until
 from tests.cluster.zk import ZooKeeperServer
 
 SESSION_S = 2.0
+
+
+def _freeze_this_process(seconds: float) -> subprocess.Popen[bytes]:
+    """SIGSTOP of this very process (every thread), thawed by a child after ``seconds``."""
+    pid = os.getpid()
+    thaw = subprocess.Popen(["sh", "-c", f"sleep {seconds}; kill -CONT {pid}; sleep 1; kill -CONT {pid}"])
+    os.kill(pid, signal.SIGSTOP)
+    return thaw
 
 
 async def test_a_node_that_stood_still_past_its_session_gives_up_its_containers_at_once(
@@ -32,11 +43,34 @@ async def test_a_node_that_stood_still_past_its_session_gives_up_its_containers_
     await node.start()
     try:
         await until(lambda: node.running == {0, 1}, 20)
-        time.sleep(SESSION_S + 0.5)  # the whole loop stands still, as under SIGSTOP
+        thaw = _freeze_this_process(SESSION_S + 0.5)
         await asyncio.sleep(0.01)  # one round: timers due during the stall run first
         assert interrupted == [{0, 1}], "the node went on serving after standing still"
+        await asyncio.to_thread(thaw.wait, 10)
         # What the map says is this node's is started afresh (a new session).
         await until(lambda: node.running == {0, 1} and local.starts >= 4, 30)
+    finally:
+        await node.close()
+
+
+async def test_a_loop_held_up_while_the_process_runs_keeps_the_containers(
+    zookeeper: ZooKeeperServer,
+) -> None:
+    """The event loop alone held up past the session (a long synchronous step): kazoo's
+    own thread keeps the session, so nothing is given up."""
+    local = Containers()
+    node = ClusterNode(
+        ClusterSession(zookeeper.hosts + "/held", 1, session_timeout_s=SESSION_S), local,
+        node_id=1, container_count=2, info={"kafka": "127.0.0.1:1"},
+    )
+    interrupted: list[set[int]] = []
+    node.on_interrupted = interrupted.append
+    await node.start()
+    try:
+        await until(lambda: node.running == {0, 1}, 20)
+        time.sleep(SESSION_S + 0.5)
+        await asyncio.sleep(0.5)
+        assert interrupted == [] and local.starts == 2
     finally:
         await node.close()
 
