@@ -382,12 +382,21 @@ class ClusterNode:
     async def _reconcile(self) -> None:
         dropped: set[int] = set()
         if self._session_lost:
-            self._session_lost = False
             dropped = set(self.running)
             for cid in sorted(dropped):
                 log.info("container %d stopped: the ZooKeeper session was lost", cid)
                 self.running.discard(cid)
                 await self.local.stop_container(cid)
+            self._untold_lost |= dropped  # told to ``on_owned`` even if the read fails
+            # What may start again comes from the map as ZooKeeper has it now, not from the
+            # watch's copy: a frozen node has not seen it change, and starting a container
+            # from a stale copy took it back from its new owner (a CI chaos run lost two
+            # acknowledged records so). A failed read is retried with the flag still set.
+            owners, version = await self.session.read_map()
+            if version >= self.containers.version:
+                self._interrupt(owners, version)
+                self.containers.update(owners, version)
+            self._session_lost = False
         want = self.owned()
         lost = (self.running - want) | (self.running & self.interrupted)
         for cid in sorted(lost):
