@@ -12,6 +12,7 @@ import signal
 import subprocess
 import time
 
+import pytest
 from kazoo.client import KazooClient
 from tidegate.core.cluster.node import ClusterNode
 from tidegate.core.cluster.zookeeper import ClusterSession
@@ -53,11 +54,12 @@ async def test_a_node_that_stood_still_past_its_session_gives_up_its_containers_
         await node.close()
 
 
+@pytest.mark.parametrize("held_s", [SESSION_S / 3, SESSION_S + 0.5], ids=["short", "past-session"])
 async def test_a_loop_held_up_while_the_process_runs_keeps_the_containers(
-    zookeeper: ZooKeeperServer,
+    zookeeper: ZooKeeperServer, held_s: float,
 ) -> None:
-    """The event loop alone held up past the session (a long synchronous step): kazoo's
-    own thread keeps the session, so nothing is given up."""
+    """The event loop alone held up (a long synchronous step), briefly or past the
+    session: kazoo's own thread keeps the session, so nothing is given up."""
     local = Containers()
     node = ClusterNode(
         ClusterSession(zookeeper.hosts + "/held", 1, session_timeout_s=SESSION_S), local,
@@ -68,25 +70,7 @@ async def test_a_loop_held_up_while_the_process_runs_keeps_the_containers(
     await node.start()
     try:
         await until(lambda: node.running == {0, 1}, 20)
-        time.sleep(SESSION_S + 0.5)
-        await asyncio.sleep(0.5)
-        assert interrupted == [] and local.starts == 2
-    finally:
-        await node.close()
-
-
-async def test_a_short_stall_keeps_the_containers(zookeeper: ZooKeeperServer) -> None:
-    local = Containers()
-    node = ClusterNode(
-        ClusterSession(zookeeper.hosts + "/short", 1, session_timeout_s=SESSION_S), local,
-        node_id=1, container_count=2, info={"kafka": "127.0.0.1:1"},
-    )
-    interrupted: list[set[int]] = []
-    node.on_interrupted = interrupted.append
-    await node.start()
-    try:
-        await until(lambda: node.running == {0, 1}, 20)
-        time.sleep(SESSION_S / 3)
+        time.sleep(held_s)
         await asyncio.sleep(0.5)
         assert interrupted == [] and local.starts == 2
     finally:
