@@ -77,6 +77,15 @@ def test_unavailability_is_measured_from_the_fault_to_a_new_acknowledgement() ->
     assert len(report.violations) == 1 and "{0: 12.0}" in report.violations[0], report.violations
 
 
+def test_unavailability_counts_a_second_stop_before_the_next_fault() -> None:
+    # Partition 0 acked again at once, then stopped 11 s while its container moved back.
+    first, second = (Fault("kill9", 1.0, 0, node_id=2, started_at=t) for t in (100.0, 150.0))
+    acks = [Ack(0, 0, b"a", 100.5, 101.0), Ack(0, 1, b"b", 120.0, 131.0),
+            Ack(0, 2, b"c", 149.0, 155.0), Ack(0, 3, b"d", 150.2, 150.4)]
+    gaps = unavailability([first, second], acks, 1, end=200.0)
+    assert [round(g[0], 3) for g in gaps] == [11.0, 5.0]
+
+
 def test_errors_and_tracebacks_in_a_log_are_reported(tmp_path: Path) -> None:
     log = tmp_path / "node-1.log"
     log.write_text(

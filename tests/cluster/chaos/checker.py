@@ -195,17 +195,24 @@ def check_group(report: Report, seen: list[Seen], expected: dict[str, set[bytes]
 
 
 def unavailability(faults: list[Fault], acks: list[Ack], partitions: int, end: float) -> list[dict[int, float]]:
-    """Per fault, per partition: seconds from the fault's start until the partition
-    acknowledged a record sent after it (``inf``: never before ``end``)."""
+    """Per fault, per partition, the longer of: seconds from the fault's start until the
+    partition acknowledged a record sent after it (``inf``: never before ``end``), and the
+    longest any record waited for its acknowledgement until the next fault, counted from
+    the fault's start at the earliest (a node back from the fault that takes its
+    containers again stops their partitions a second time)."""
     by_partition: dict[int, list[Ack]] = defaultdict(list)
     for a in acks:
         by_partition[a.partition].append(a)
     result = []
-    for fault in faults:
+    for i, fault in enumerate(faults):
+        until = faults[i + 1].started_at if i + 1 < len(faults) else end
         gaps = {}
         for p in range(partitions):
             after = [a.acked_at for a in by_partition[p] if a.sent_at >= fault.started_at]
-            gaps[p] = (min(after) if after else end + float("inf")) - fault.started_at
+            first = (min(after) if after else end + float("inf")) - fault.started_at
+            waits = [min(a.acked_at, until) - max(a.sent_at, fault.started_at)
+                     for a in by_partition[p] if a.sent_at < until and a.acked_at > fault.started_at]
+            gaps[p] = max([first, *waits])
         result.append(gaps)
     return result
 
