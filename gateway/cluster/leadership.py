@@ -16,10 +16,12 @@ only when the map or the current segment does, both numbers only grow (in ZooKee
 the controller, across restarts), so the epoch grows with every leader change and never
 names two leaders of one partition.
 
-On a change of owned containers, the node indexes what the segments of containers it did
-not hold throughout gained meanwhile (another node appended them), then forgets its cached
-logs of partitions it did not lead throughout, so their offsets, high watermark and
-producer state are read again from the rebuilt index, as at start-up. A container the
+On a change of owned containers, the node indexes what the segments of the containers it
+gained hold past its markers (another node appended them), then forgets its cached logs
+of partitions it did not lead throughout, so their offsets, high watermark and producer
+state are read again from the rebuilt index, as at start-up, and serves the gained
+containers; what other nodes' containers gained is indexed after, in the background. A
+partition's first catch-up here reads only the segments that held its point. A container the
 map gives away is dropped at once (``interrupted``), before the node gets round to
 stopping it, and served again only after such a catch-up.
 """
@@ -47,6 +49,8 @@ CATCH_UP_LOG_S = 30.0
 #: How long a catch-up waits for a moving container: the producer retries (and the
 #: catch-ups of other partitions wait behind this one).
 CATCH_UP_PATIENCE_MS = 2_000
+#: How often a node indexes what other nodes appended (``_index_others``).
+INDEX_OTHERS_S = 10.0
 
 class Owners(Protocol):
     container_count: int
@@ -92,6 +96,8 @@ class PartitionLeaders:
         self.peer_watermarks: PeerWatermarks | None = None
         #: The nodes holding each container's Tier-1 log (None: the file log).
         self.replicas: PlogReplicas | None = None
+        #: The background indexing of other nodes' containers (``_index_others``).
+        self._others: asyncio.Task[None] | None = None
 
     @property
     def node_id(self) -> int:
@@ -218,10 +224,15 @@ class PartitionLeaders:
         async with self._catching_up:
             if (topic, partition) in self.leading:
                 return
-            prefix = self.topics.segment_name(topic, 0).rsplit("/", 1)[0] + "/"
+            # Only the segments that ever held the partition's point: the rest of the
+            # topic is no part of its log (and may sit in containers that are moving).
+            point = partition_point(partition)
+            lineage = {self.topics.segment_name(topic, seg.id)
+                       for seg in await self.topics.all_segments(topic)
+                       if seg.key_start <= point < seg.key_end}
             with patience(CATCH_UP_PATIENCE_MS):
                 indexed = await self.logs.rebuild_where(
-                    lambda name: name.startswith(prefix), strict=True)
+                    lineage.__contains__, strict=True, topics=[topic])
             self.logs.retire_where(lambda t, p: t == topic and p == partition)
             self.leading.add((topic, partition))
             self._catch_up_logged.pop((topic, partition), None)
@@ -267,20 +278,20 @@ class PartitionLeaders:
         return None
 
     async def on_owned(self, gained: set[int], lost: set[int]) -> None:
+        """Serve the gained containers once what other nodes appended to them is indexed;
+        the segments of containers other nodes run are indexed afterwards, in the
+        background (``_index_others``): a failover waits for its own containers only."""
+        if self._others is not None:
+            self._others.cancel()
         self.ready -= lost
         self._segments.clear()
         kept = self.node.running - gained
         count = self.owners.container_count
-
-        def foreign(name: str) -> bool:
-            cid = container_of(name, count)
-            # Owned here but not running yet: read once it starts (its own ``on_owned``);
-            # reading it now waits for the start this call holds up.
-            return cid not in kept and (
-                cid in self.node.running or self.node.containers.owners.get(cid) != self.node_id)
-
-        with patience(CATCH_UP_PATIENCE_MS):  # what is skipped is caught up when served
-            indexed = await self.logs.rebuild_where(foreign)
+        indexed = 0
+        if gained:
+            with patience(CATCH_UP_PATIENCE_MS):  # what is skipped is caught up when served
+                indexed = await self.logs.rebuild_where(
+                    lambda name: container_of(name, count) in gained)
         dropped = self.logs.retire_where(lambda topic, p: self._moved(topic, p, kept))
         self.leading = {k for k in self.leading if not self._moved(*k, kept)}
         self.ready |= gained - self.node.interrupted
@@ -288,6 +299,40 @@ class PartitionLeaders:
             "containers gained %s, lost %s: %d appends indexed, %d partition logs reopened",
             sorted(gained), sorted(lost), indexed, dropped,
         )
+        self._others = asyncio.get_running_loop().create_task(self._index_others())
+
+    def close(self) -> None:
+        if self._others is not None:
+            self._others.cancel()
+
+    async def _index_others(self) -> None:
+        """Index what containers other nodes run appended, now and every
+        ``INDEX_OTHERS_S``, so a partition later led here (a failover) has little to
+        catch up however long ago this node last led it. A topic at a time, between
+        partitions' catch-ups."""
+        count = self.owners.container_count
+
+        def foreign(name: str) -> bool:
+            # Owned here but not running yet: read once it starts (its own ``on_owned``).
+            cid = container_of(name, count)
+            return cid not in self.node.running and self.node.containers.owners.get(cid) != self.node_id
+
+        while True:
+            down: set[int] = set()
+            indexed = 0
+            try:
+                for topic in self.topics.names():
+                    async with self._catching_up:
+                        with patience(CATCH_UP_PATIENCE_MS):
+                            indexed += await self.logs.rebuild_where(foreign, topics=[topic], down=down)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a head start only: catch-ups read it anyway
+                log.warning("indexing other nodes' containers failed (%r); trying again in %.0f s",
+                            exc, INDEX_OTHERS_S)
+            else:
+                log.debug("other nodes' containers indexed: %d appends", indexed)
+            await asyncio.sleep(INDEX_OTHERS_S)
 
     def interrupted(self, cids: set[int]) -> None:
         """The map gave containers this node runs to another node (called as the map

@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any, Protocol
 
-from tidegate.core.cluster.node import ClusterNode, ContainerCountError
+from tidegate.core.cluster.node import STARTING, ClusterNode, ContainerCountError
 from tidegate.core.cluster.replicas import PlogReplicas
 from tidegate.core.cluster.routing import RoutingSegmentStore
 from tidegate.core.cluster.zookeeper import ClusterSession, CoordinationError, ZooKeeperError
@@ -79,7 +79,8 @@ class ClusterWiring:
             config.zookeeper, config.node_id,
             session_timeout_s=config.zookeeper_session_timeout_ms / 1000,
         )
-        self.info: dict[str, Any] = {"node": config.node_id}
+        # Until it serves (``announce``), the leader moves no running container here.
+        self.info: dict[str, Any] = {"node": config.node_id, STARTING: True}
         self.node = ClusterNode(
             self.session, local, node_id=config.node_id,
             container_count=local.config.container_count, info=self.info,
@@ -235,6 +236,7 @@ class ClusterWiring:
         every listener's advertised address (a client is told the brokers' addresses on
         the listener it came in on, as Kafka registers all of a broker's endpoints)."""
         self.info["kafka"] = "{}:{}".format(*self.config.advertised_address)
+        self.info.pop(STARTING, None)
         if listeners and self.config.listeners:
             self._set_listeners(listeners)
         await self.session.register(dict(self.info))
@@ -271,8 +273,10 @@ class ClusterWiring:
         for task in (self._topics_task, self._groups_task):
             if task is not None:
                 task.cancel()
-        if self.leaders is not None and self.leaders.replicas is not None:
-            await self.leaders.replicas.close()
+        if self.leaders is not None:
+            self.leaders.close()
+            if self.leaders.replicas is not None:
+                await self.leaders.replicas.close()
         await self.node.close()
         await self.server.close()
         await self.routing.close()

@@ -234,19 +234,29 @@ class PartitionLogs:
                 count += await self._rebuild_or_skip(topic, seg.id, down, ends)
         return count
 
-    async def rebuild_where(self, pick: Callable[[str], bool], *, strict: bool = False) -> int:
-        """Index what the picked segments (by name) hold past their markers (cluster mode:
-        a node that newly leads partitions catches up on what another node appended).
-        ``strict``: an unavailable segment fails it (a partition about to be served)."""
+    async def rebuild_where(self, pick: Callable[[str], bool], *, strict: bool = False,
+                            topics: Iterable[str] | None = None,
+                            down: set[int] | None = None) -> int:
+        """Index what the picked segments (by name) of ``topics`` (default: all) hold past
+        their markers (cluster mode: a node that newly leads partitions catches up on what
+        another node appended). ``strict``: an unavailable segment fails it (a partition
+        about to be served); else its container is skipped and added to ``down``, which
+        passes of several calls may share."""
         count = 0
         ends: dict[tuple[str, int], int] = {}
-        down: set[int] | None = None if strict else set()
-        for topic in self.topics.names():
+        if not strict and down is None:
+            down = set()
+        names = self.topics.names()
+        if topics is not None:
+            wanted = set(topics)
+            names = [t for t in names if t in wanted]
+        for topic in names:
             for seg in await self.topics.all_segments(topic):
                 name = self.topics.segment_name(topic, seg.id)
                 if pick(name):
                     self.forget_marker(name)  # what this node knew of it may be behind
-                    count += await self._rebuild_or_skip(topic, seg.id, down, ends)
+                    count += await self._rebuild_or_skip(
+                        topic, seg.id, None if strict else down, ends)
         return count
 
     async def _rebuild_or_skip(self, topic: str, segment_id: int, down: set[int] | None,
