@@ -47,6 +47,11 @@ START_TIMEOUT_MS = 120_000
 START_FAILURE_LOG_S = 30.0
 #: How often the node checks that it did not stand still (frozen, or its loop held up).
 STALL_CHECK_S = 0.25
+#: A members entry with this key set belongs to a node still starting (``_rebalance``).
+STARTING = "starting"
+#: How often the leader looks again whether a starting node serves yet (its entry's data
+#: changes, which the members watch does not report).
+READY_POLL_S = 1.0
 
 
 class Ticker:
@@ -326,8 +331,17 @@ class ClusterNode:
 
     async def _rebalance(self) -> None:
         owners, version = await self.session.read_map()
-        live = set(await self.session.members())
-        wanted = assign(owners, self.container_count, live)
+        members = await self.session.members()
+        live = set(members)
+        # A node still starting (its members entry says so until it serves) takes no
+        # container from a live owner: moved to it mid-start-up, the container's
+        # partitions waited on that start-up, then stopped again when it was done.
+        # Containers with no live owner go to whoever is live.
+        holding = set(owners.values())
+        eligible = {n for n in live if n in holding or not members[n].get(STARTING)} or live
+        if eligible != live:
+            asyncio.get_running_loop().call_later(READY_POLL_S, self._rebalance_wake.set)
+        wanted = assign(owners, self.container_count, eligible)
         if wanted == owners or not wanted:
             return
         try:
@@ -379,6 +393,37 @@ class ClusterNode:
             f"{', '.join(map(str, cids))} ({reason})" for (what, reason), cids in why.items()
         )
 
+    async def _start_one(self, cid: int, unlogged: dict[str, list[int]]) -> bool:
+        """Start (recover) container ``cid``; whether it runs here now. A failure to log
+        is added to ``unlogged`` by its cause."""
+        bound = asyncio.timeout(self.start_timeout_ms / 1000)
+        self._starting.add(cid)
+        try:
+            async with bound:
+                await self.local.start_container(cid)
+            if cid in self.interrupted:  # another node may have claimed it meanwhile
+                log.info("container %d was given away while it started: stopping it", cid)
+                self.interrupted.discard(cid)
+                await self.local.stop_container(cid)
+                return False
+        except TimeoutError as exc:
+            stuck = "its start is stuck" if bound.expired() else repr(exc)
+            if self._start_failed(cid, exc):
+                log.warning("container %d did not start within %d ms (%s); retrying",
+                            cid, self.start_timeout_ms, stuck)
+            return False
+        except Exception as exc:  # noqa: BLE001 - retried while the map says so
+            if self._start_failed(cid, exc):
+                unlogged.setdefault(repr(exc), []).append(cid)
+            return False
+        finally:
+            self._starting.discard(cid)
+        self.start_errors.pop(cid, None)
+        self._start_logged.pop(cid, None)
+        log.info("container %d started here", cid)
+        self.running.add(cid)
+        return True
+
     async def _reconcile(self) -> None:
         dropped: set[int] = set()
         if self._session_lost:
@@ -405,42 +450,12 @@ class ClusterNode:
             await self.local.stop_container(cid)
             self.interrupted.discard(cid)
         self.interrupted &= self.running  # given away before it started: nothing to stop
-        gained: set[int] = set()
-        failed = False
         unlogged: dict[str, list[int]] = {}  # failures to log: one line for each cause
-        for cid in sorted(want - self.running):
-            if cid not in self.owned():  # the map moved it on while earlier ones started
-                continue
-            bound = asyncio.timeout(self.start_timeout_ms / 1000)
-            self._starting.add(cid)
-            try:
-                async with bound:
-                    await self.local.start_container(cid)
-                if cid in self.interrupted:  # another node may have claimed it meanwhile
-                    log.info("container %d was given away while it started: stopping it", cid)
-                    self.interrupted.discard(cid)
-                    await self.local.stop_container(cid)
-                    failed = True
-                    continue
-            except TimeoutError as exc:
-                stuck = "its start is stuck" if bound.expired() else repr(exc)
-                if self._start_failed(cid, exc):
-                    log.warning("container %d did not start within %d ms (%s); retrying",
-                                cid, self.start_timeout_ms, stuck)
-                failed = True
-                continue
-            except Exception as exc:  # noqa: BLE001 - retried while the map says so
-                if self._start_failed(cid, exc):
-                    unlogged.setdefault(repr(exc), []).append(cid)
-                failed = True
-                continue
-            finally:
-                self._starting.discard(cid)
-            self.start_errors.pop(cid, None)
-            self._start_logged.pop(cid, None)
-            log.info("container %d started here", cid)
-            self.running.add(cid)
-            gained.add(cid)
+        # Started side by side: each waits mostly on its Tier-1 log's recovery.
+        starts = [cid for cid in sorted(want - self.running) if cid in self.owned()]
+        started = await asyncio.gather(*(self._start_one(cid, unlogged) for cid in starts))
+        gained = {cid for cid, ok in zip(starts, started, strict=True) if ok}
+        failed = len(gained) < len(starts)
         for text, cids in unlogged.items():
             log.warning("container%s %s did not start (%s); retrying",
                         "s" if len(cids) > 1 else "", ", ".join(map(str, cids)), text)
