@@ -22,6 +22,7 @@ as new records and stored twice (issue 36).
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
@@ -53,6 +54,8 @@ from tidegate.protocol.record_batch import (
     UnsupportedMagicError,
     iter_batches,
 )
+
+log = logging.getLogger(__name__)
 
 SPEC = ApiSpec(ProduceRequest, ProduceResponse, 3, 12, decoder=decode_produce_request)
 #: Produce v12+ is transaction version 2: the leader adds the partition to the
@@ -183,6 +186,11 @@ def _assign(ctx: HandlerContext, work: _Work, refused: set[tuple[str, int]]) -> 
             return
         if verdict is not None:
             work.error = verdict
+            if verdict == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:  # fatal to librdkafka: say why
+                work.message = (f"sequence {batch.base_sequence}-{batch.last_sequence} of producer "
+                                f"{batch.producer_id} epoch {batch.producer_epoch} does not follow "
+                                f"{ctx.producers.explain(work.topic, work.partition, batch)}")
+                log.info("%s/%d: %s", work.topic, work.partition, work.message)
             return
     try:
         work.pending = plog.append(work.records, [batch], work.head)

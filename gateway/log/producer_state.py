@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
@@ -26,6 +27,8 @@ from tidegate.gateway.log.offset_index import IndexWrite, OffsetIndex
 from tidegate.gateway.log.txn_guards import TxnGuards
 from tidegate.protocol.errors import ErrorCode
 from tidegate.protocol.record_batch import BatchHeader
+
+log = logging.getLogger(__name__)
 
 BATCHES_KEPT = 5
 _SEQ_MOD = 1 << 31
@@ -117,6 +120,15 @@ class ProducerStates:
             return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
         return None
 
+    def explain(self, topic: str, partition: int, header: BatchHeader) -> str:
+        """What this node holds of the batch's producer, for a refusal's message and log."""
+        entry = self._get(topic, partition, header.producer_id)
+        if entry is None:
+            return "no state"
+        held = ", ".join(f"{b.first_seq}-{b.last_seq}@{b.base_offset}"
+                         f"{'' if _stored(b) else ' (not stored yet)'}" for b in entry.batches)
+        return f"epoch {entry.epoch}, batches {held or 'none'}"
+
     def is_copy(self, topic: str, partition: int, header: BatchHeader) -> bool:
         """Whether a batch found past the indexed end of a segment is a copy of one this
         state already holds: of an older epoch, or not past the last sequence, yet at an
@@ -202,7 +214,14 @@ class ProducerStates:
             self.persist(write, topic, partition, header.producer_id, header.last_offset + 1)
             return
         found = self.check(topic, partition, header)
-        if isinstance(found, Duplicate) or isinstance(found, ErrorCode):
+        if isinstance(found, ErrorCode):
+            log.warning("index rebuild: %s/%d offsets %d-%d: producer %d epoch %d sequence "
+                        "%d-%d refused (%s) against %s; the producer's state is not advanced",
+                        topic, partition, header.base_offset, header.last_offset,
+                        header.producer_id, header.producer_epoch, header.base_sequence,
+                        header.last_sequence, found.name, self.explain(topic, partition, header))
+            return
+        if isinstance(found, Duplicate):
             return
         self.record(topic, partition, header, header.base_offset, None)
         self.persist(write, topic, partition, header.producer_id, header.last_offset + 1)
