@@ -171,9 +171,12 @@ class Gateway:
         assert ctx is not None
         topics, logs, index = ctx.topics, ctx.logs, ctx.index
         await until_done("the topics", topics.start)
-        rebuilt = await until_done("the offset index rebuild", logs.rebuild)
-        if rebuilt:
-            log.info("offset index: %d appends indexed from the segments", rebuilt)
+        # A cluster node indexes other nodes' segments in the background once it serves
+        # (gateway/cluster/leadership.py), and its own containers' as it starts them.
+        if not self.config.zookeeper:
+            rebuilt = await until_done("the offset index rebuild", logs.rebuild)
+            if rebuilt:
+                log.info("offset index: %d appends indexed from the segments", rebuilt)
         await until_done("the producer ids", ctx.producer_ids.start)
         # Consumer groups (gateway/groups): coordinator state from its table segment; in
         # cluster mode the node owning that segment's container loads it (before_listen).

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from tidegate.core.cluster.assignment import assign, moves
 from tidegate.core.cluster.routing import ContainerMap, PeerStores
 from tidegate.core.cluster.zookeeper import (
+    REGISTERED,
     ClusterSession,
     CoordinationError,
     MapVersionError,
@@ -52,6 +53,8 @@ STARTING = "starting"
 #: How often the leader looks again whether a starting node serves yet (its entry's data
 #: changes, which the members watch does not report).
 READY_POLL_S = 1.0
+#: How long after registering a node may take containers from live owners.
+REJOIN_DELAY_S = 10.0
 
 
 class Ticker:
@@ -153,6 +156,8 @@ class ClusterNode:
         self._rebalance_wake = asyncio.Event()
         self._leadership_events: asyncio.Queue[bool] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
+        #: Each member's registration zxid, and when this node first saw it (``_rebalance``).
+        self._registered: dict[int, tuple[Any, float]] = {}
         self._closed = False
         self._session_lost = False
         self._stall_check: asyncio.TimerHandle | None = None
@@ -337,8 +342,17 @@ class ClusterNode:
         # container from a live owner: moved to it mid-start-up, the container's
         # partitions waited on that start-up, then stopped again when it was done.
         # Containers with no live owner go to whoever is live.
+        # Nor does a node registered (again) less than ``REJOIN_DELAY_S`` ago: back from a
+        # freeze, it was still busy with what it gave up, and a container moved back at
+        # once stopped twice in a row.
+        now = asyncio.get_running_loop().time()
+        for n in live:
+            if self._registered.get(n, (None, 0.0))[0] != members[n].get(REGISTERED):
+                self._registered[n] = (members[n].get(REGISTERED), now)
+        settled = {n for n in live if now - self._registered[n][1] >= REJOIN_DELAY_S}
         holding = set(owners.values())
-        eligible = {n for n in live if n in holding or not members[n].get(STARTING)} or live
+        eligible = {n for n in live if n in holding
+                    or (n in settled and not members[n].get(STARTING))} or live
         if eligible != live:
             asyncio.get_running_loop().call_later(READY_POLL_S, self._rebalance_wake.set)
         wanted = assign(owners, self.container_count, eligible)

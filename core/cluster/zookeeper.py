@@ -46,6 +46,8 @@ LEADER_PATH = "/controller/leader"
 MAP_PATH = "/containers/map"
 
 Members = dict[int, dict[str, Any]]
+#: The key of a member's registration zxid in ``Members``.
+REGISTERED = "registered_zxid"
 
 #: The longest pause between reconnection attempts: kazoo's own doubles up to an hour, so
 #: a node cut off for minutes would stay away long after ZooKeeper is back.
@@ -184,14 +186,16 @@ class ClusterSession:
         return await self._call(self._read_members)  # type: ignore[no-any-return]
 
     def _read_members(self) -> Members:
+        """Each node's registration, with the zxid that created it (``REGISTERED``: a node
+        registered again, after a restart or a lost session, has a new one)."""
         out: Members = {}
         for child in self._client.get_children(NODES_PATH):
             try:
-                data, _ = self._client.get(f"{NODES_PATH}/{child}")
+                data, stat = self._client.get(f"{NODES_PATH}/{child}")
             except _NoNode:
                 continue
             if child.isdigit():
-                out[int(child)] = json.loads(data)
+                out[int(child)] = {**json.loads(data), REGISTERED: stat.czxid}
         return out
 
     async def read_under(self, parent: str, paths: Sequence[str]) -> tuple[list[str], dict[str, bytes]]:

@@ -98,6 +98,8 @@ class PartitionLeaders:
         self.replicas: PlogReplicas | None = None
         #: The background indexing of other nodes' containers (``_index_others``).
         self._others: asyncio.Task[None] | None = None
+        #: Set once a pass of it went over every topic: the node may take containers.
+        self.warm = asyncio.Event()
 
     @property
     def node_id(self) -> int:
@@ -331,6 +333,9 @@ class PartitionLeaders:
                 log.warning("indexing other nodes' containers failed (%r); trying again in %.0f s",
                             exc, INDEX_OTHERS_S)
             else:
+                if not self.warm.is_set():
+                    log.info("other nodes' containers indexed: %d appends", indexed)
+                    self.warm.set()
                 log.debug("other nodes' containers indexed: %d appends", indexed)
             await asyncio.sleep(INDEX_OTHERS_S)
 

@@ -93,6 +93,7 @@ class ClusterWiring:
         self.topics_refresh_ms = 500
         self._topics_task: asyncio.Task[None] | None = None
         self._groups_task: asyncio.Task[None] | None = None
+        self._warm_task: asyncio.Task[None] | None = None
 
     def container_of(self, segment: str) -> int:
         return container_of(segment, self.local.config.container_count)
@@ -236,10 +237,25 @@ class ClusterWiring:
         every listener's advertised address (a client is told the brokers' addresses on
         the listener it came in on, as Kafka registers all of a broker's endpoints)."""
         self.info["kafka"] = "{}:{}".format(*self.config.advertised_address)
-        self.info.pop(STARTING, None)
         if listeners and self.config.listeners:
             self._set_listeners(listeners)
         await self.session.register(dict(self.info))
+        self._warm_task = asyncio.get_running_loop().create_task(self._started_once_warm())
+
+    async def _started_once_warm(self) -> None:
+        """Leave "starting" (take containers from live owners) once the node has indexed
+        what the other nodes' segments hold: a container moved here earlier would wait on
+        that (a node back with an empty disk reads every segment)."""
+        assert self.leaders is not None
+        await self.leaders.warm.wait()
+        self.info.pop(STARTING, None)
+        while True:
+            try:
+                await self.session.register(dict(self.info))
+                return
+            except Exception as exc:  # noqa: BLE001 - ZooKeeper away: the next try decides
+                log.warning("registration as started failed (%r); retrying", exc)
+                await asyncio.sleep(1.0)
 
     def _set_listeners(self, listeners: dict[str, tuple[str, int]]) -> None:
         self.info["listeners"] = ",".join(
@@ -270,7 +286,7 @@ class ClusterWiring:
                         log.warning("offsets of deleted topic %s not removed: %r", name, exc)
 
     async def close(self) -> None:
-        for task in (self._topics_task, self._groups_task):
+        for task in (self._topics_task, self._groups_task, self._warm_task):
             if task is not None:
                 task.cancel()
         if self.leaders is not None:

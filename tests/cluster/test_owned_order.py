@@ -10,7 +10,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-
 from tidegate.core.segmentstore.service import container_of
 from tidegate.gateway.cluster import leadership
 from tidegate.gateway.cluster.leadership import PartitionLeaders

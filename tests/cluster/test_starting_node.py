@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+from tidegate.core.cluster import node as node_module
 from tidegate.core.cluster.node import STARTING, ClusterNode
 from tidegate.core.cluster.zookeeper import ClusterSession
 
@@ -52,3 +54,27 @@ async def test_a_starting_node_takes_the_containers_of_a_dead_one(zookeeper: Zoo
         await until(lambda: second.running == {0, 1, 2, 3}, 30)
     finally:
         await second.close()
+
+
+async def test_a_node_registered_again_waits_before_it_takes_containers(
+        zookeeper: ZooKeeperServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node back from a freeze registers again at once, still busy with what it gave
+    up: containers moved back to it then stopped a second time in a row."""
+    monkeypatch.setattr(node_module, "REJOIN_DELAY_S", 4.0)
+    sessions = [ClusterSession(zookeeper.hosts + "/rejoin", n, session_timeout_s=SESSION_S) for n in (1, 2)]
+    first = ClusterNode(sessions[0], Containers(), node_id=1, container_count=4,
+                        info={"kafka": "127.0.0.1:1"})
+    second = ClusterNode(sessions[1], Containers(), node_id=2, container_count=4,
+                         info={"kafka": "127.0.0.1:2"})
+    await first.start()
+    try:
+        await until(lambda: first.running == {0, 1, 2, 3}, 20)
+        await asyncio.sleep(4.0)  # the first node's own registration has settled
+        await second.start()
+        await until(lambda: 2 in first.members, 20)
+        await asyncio.sleep(1.0)
+        assert second.owned() == set()
+        await until(lambda: len(second.owned()) == 2, 20)
+    finally:
+        await second.close()
+        await first.close()
