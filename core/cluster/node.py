@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from tidegate.core.cluster.assignment import assign, moves
 from tidegate.core.cluster.routing import ContainerMap, PeerStores
 from tidegate.core.cluster.zookeeper import (
-    REGISTERED,
+    STARTING,
     ClusterSession,
     CoordinationError,
     MapVersionError,
@@ -48,12 +48,10 @@ START_TIMEOUT_MS = 120_000
 START_FAILURE_LOG_S = 30.0
 #: How often the node checks that it did not stand still (frozen, or its loop held up).
 STALL_CHECK_S = 0.25
-#: A members entry with this key set belongs to a node still starting (``_rebalance``).
-STARTING = "starting"
 #: How often the leader looks again whether a starting node serves yet (its entry's data
 #: changes, which the members watch does not report).
 READY_POLL_S = 1.0
-#: How long after registering a node may take containers from live owners.
+#: How long after a lost session a node stays "starting" (``_settle``).
 REJOIN_DELAY_S = 10.0
 
 
@@ -156,8 +154,7 @@ class ClusterNode:
         self._rebalance_wake = asyncio.Event()
         self._leadership_events: asyncio.Queue[bool] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
-        #: Each member's registration zxid, and when this node first saw it (``_rebalance``).
-        self._registered: dict[int, tuple[Any, float]] = {}
+        self._settling: asyncio.Task[None] | None = None
         self._closed = False
         self._session_lost = False
         self._stall_check: asyncio.TimerHandle | None = None
@@ -194,7 +191,7 @@ class ClusterNode:
         if self._stall_check is not None:
             self._stall_check.cancel()
         self._ticker.stop()
-        for task in self._tasks:
+        for task in [*self._tasks, *([self._settling] if self._settling else [])]:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
@@ -342,17 +339,8 @@ class ClusterNode:
         # container from a live owner: moved to it mid-start-up, the container's
         # partitions waited on that start-up, then stopped again when it was done.
         # Containers with no live owner go to whoever is live.
-        # Nor does a node registered (again) less than ``REJOIN_DELAY_S`` ago: back from a
-        # freeze, it was still busy with what it gave up, and a container moved back at
-        # once stopped twice in a row.
-        now = asyncio.get_running_loop().time()
-        for n in live:
-            if self._registered.get(n, (None, 0.0))[0] != members[n].get(REGISTERED):
-                self._registered[n] = (members[n].get(REGISTERED), now)
-        settled = {n for n in live if now - self._registered[n][1] >= REJOIN_DELAY_S}
         holding = set(owners.values())
-        eligible = {n for n in live if n in holding
-                    or (n in settled and not members[n].get(STARTING))} or live
+        eligible = {n for n in live if n in holding or not members[n].get(STARTING)} or live
         if eligible != live:
             asyncio.get_running_loop().call_later(READY_POLL_S, self._rebalance_wake.set)
         wanted = assign(owners, self.container_count, eligible)
@@ -438,6 +426,19 @@ class ClusterNode:
         self.running.add(cid)
         return True
 
+    async def _settle(self) -> None:
+        """Back from a lost session, the node registered as starting (``ClusterSession``):
+        still busy with what it gave up, a container moved back to it at once stopped twice
+        in a row. It registers as it is after ``REJOIN_DELAY_S``."""
+        await asyncio.sleep(REJOIN_DELAY_S)
+        while not self._closed:
+            try:
+                await self.session.register(self.info)
+                return
+            except CoordinationError as exc:
+                log.warning("registration after a lost session failed (%r); retrying", exc)
+                await asyncio.sleep(1.0)
+
     async def _reconcile(self) -> None:
         dropped: set[int] = set()
         if self._session_lost:
@@ -456,6 +457,9 @@ class ClusterNode:
                 self._interrupt(owners, version)
                 self.containers.update(owners, version)
             self._session_lost = False
+            if self._settling is not None:
+                self._settling.cancel()
+            self._settling = asyncio.get_running_loop().create_task(self._settle())
         want = self.owned()
         lost = (self.running - want) | (self.running & self.interrupted)
         for cid in sorted(lost):

@@ -46,8 +46,9 @@ LEADER_PATH = "/controller/leader"
 MAP_PATH = "/containers/map"
 
 Members = dict[int, dict[str, Any]]
-#: The key of a member's registration zxid in ``Members``.
-REGISTERED = "registered_zxid"
+#: A members entry with this key set belongs to a node still starting, or just back from
+#: a lost session: the leader moves no running container to it (``ClusterNode``).
+STARTING = "starting"
 
 #: The longest pause between reconnection attempts: kazoo's own doubles up to an hour, so
 #: a node cut off for minutes would stay away long after ZooKeeper is back.
@@ -141,6 +142,11 @@ class ClusterSession:
         """kazoo's thread: a LOST session dropped our ephemerals, leadership included."""
         if state == KazooState.LOST:
             log.warning("ZooKeeper session lost")
+            with self._lock:  # registered again as starting, until the node has settled
+                if self._registration is not None:
+                    info = json.loads(self._registration)
+                    info[STARTING] = True
+                    self._registration = json.dumps(info, sort_keys=True).encode()
             if self._leader and self._on_leadership is not None:
                 self._leader = False
                 self._to_loop(self._on_leadership, False)
@@ -186,16 +192,14 @@ class ClusterSession:
         return await self._call(self._read_members)  # type: ignore[no-any-return]
 
     def _read_members(self) -> Members:
-        """Each node's registration, with the zxid that created it (``REGISTERED``: a node
-        registered again, after a restart or a lost session, has a new one)."""
         out: Members = {}
         for child in self._client.get_children(NODES_PATH):
             try:
-                data, stat = self._client.get(f"{NODES_PATH}/{child}")
+                data, _ = self._client.get(f"{NODES_PATH}/{child}")
             except _NoNode:
                 continue
             if child.isdigit():
-                out[int(child)] = {**json.loads(data), REGISTERED: stat.czxid}
+                out[int(child)] = json.loads(data)
         return out
 
     async def read_under(self, parent: str, paths: Sequence[str]) -> tuple[list[str], dict[str, bytes]]:

@@ -321,22 +321,23 @@ class PartitionLeaders:
 
         while True:
             down: set[int] = set()
-            indexed = 0
-            try:
-                for topic in self.topics.names():
+            indexed, failed = 0, []
+            for topic in self.topics.names():
+                try:
                     async with self._catching_up:
                         with patience(CATCH_UP_PATIENCE_MS):
                             indexed += await self.logs.rebuild_where(foreign, topics=[topic], down=down)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a head start only: catch-ups read it anyway
-                log.warning("indexing other nodes' containers failed (%r); trying again in %.0f s",
-                            exc, INDEX_OTHERS_S)
-            else:
-                if not self.warm.is_set():
-                    log.info("other nodes' containers indexed: %d appends", indexed)
-                    self.warm.set()
-                log.debug("other nodes' containers indexed: %d appends", indexed)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a head start only: catch-ups read it anyway
+                    failed.append(f"{topic}: {exc!r}")
+            if failed:
+                log.warning("indexing other nodes' containers skipped %d topics (%s); trying "
+                            "again in %.0f s", len(failed), "; ".join(failed[:3]), INDEX_OTHERS_S)
+            if not self.warm.is_set():
+                log.info("other nodes' containers indexed: %d appends", indexed)
+                self.warm.set()
+            log.debug("other nodes' containers indexed: %d appends", indexed)
             await asyncio.sleep(INDEX_OTHERS_S)
 
     def interrupted(self, cids: set[int]) -> None:

@@ -15,10 +15,15 @@ import logging
 from pathlib import Path
 from typing import Any, Protocol
 
-from tidegate.core.cluster.node import STARTING, ClusterNode, ContainerCountError
+from tidegate.core.cluster.node import ClusterNode, ContainerCountError
 from tidegate.core.cluster.replicas import PlogReplicas
 from tidegate.core.cluster.routing import RoutingSegmentStore
-from tidegate.core.cluster.zookeeper import ClusterSession, CoordinationError, ZooKeeperError
+from tidegate.core.cluster.zookeeper import (
+    STARTING,
+    ClusterSession,
+    CoordinationError,
+    ZooKeeperError,
+)
 from tidegate.core.segmentstore.api import SegmentStore
 from tidegate.core.segmentstore.remote.server import SegmentStoreServer
 from tidegate.core.segmentstore.service import StreamSegmentStore, container_of

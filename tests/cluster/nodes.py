@@ -99,9 +99,15 @@ def start_together(nodes: list[Node]) -> list[Node]:
             node.wait_ready(b"cluster: node %d joined" % node.node_id)
         for node in nodes:
             node.wait_ready()
+        # A node takes its share of containers only once it has read the others' segments
+        # (core/cluster/node.py): wait for that, so a test begins on a balanced cluster.
+        if nodes and nodes[0].container_count >= len(nodes):
+            for node in nodes:
+                node.wait_ready(b" started here")  # "container N started here"
     except BaseException:
         for node in nodes:
             if node.proc is not None:
                 node.kill9()
         raise
     return nodes
+

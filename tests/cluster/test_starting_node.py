@@ -8,9 +8,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from kazoo.client import KazooClient
 from tidegate.core.cluster import node as node_module
-from tidegate.core.cluster.node import STARTING, ClusterNode
-from tidegate.core.cluster.zookeeper import ClusterSession
+from tidegate.core.cluster.node import ClusterNode
+from tidegate.core.cluster.zookeeper import STARTING, ClusterSession
 
 from tests.cluster.local import Containers, until
 from tests.cluster.zk import ZooKeeperServer
@@ -56,7 +57,8 @@ async def test_a_starting_node_takes_the_containers_of_a_dead_one(zookeeper: Zoo
         await second.close()
 
 
-async def test_a_node_registered_again_waits_before_it_takes_containers(
+
+async def test_a_node_back_from_a_lost_session_waits_before_it_takes_containers(
         zookeeper: ZooKeeperServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """A node back from a freeze registers again at once, still busy with what it gave
     up: containers moved back to it then stopped a second time in a row."""
@@ -67,14 +69,20 @@ async def test_a_node_registered_again_waits_before_it_takes_containers(
     second = ClusterNode(sessions[1], Containers(), node_id=2, container_count=4,
                          info={"kafka": "127.0.0.1:2"})
     await first.start()
+    await second.start()
     try:
-        await until(lambda: first.running == {0, 1, 2, 3}, 20)
-        await asyncio.sleep(4.0)  # the first node's own registration has settled
-        await second.start()
-        await until(lambda: 2 in first.members, 20)
-        await asyncio.sleep(1.0)
+        await until(lambda: len(second.running) == 2, 20)
+        # Expire the second node's session from outside (a second client on it).
+        intruder = KazooClient(hosts=zookeeper.hosts + "/rejoin", client_id=sessions[1]._client.client_id)
+        await asyncio.to_thread(intruder.start, 10)
+        await asyncio.to_thread(intruder.stop)
+        await asyncio.to_thread(intruder.close)
+        await until(lambda: first.running == {0, 1, 2, 3}, 30)
+        await until(lambda: first.members.get(2, {}).get(STARTING), 30)
+        await asyncio.sleep(1.5)
         assert second.owned() == set()
-        await until(lambda: len(second.owned()) == 2, 20)
+        await until(lambda: len(second.owned()) == 2 and len(second.running) == 2, 30)
+        assert not (await sessions[0].members())[2].get(STARTING)
     finally:
         await second.close()
         await first.close()
