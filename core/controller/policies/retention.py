@@ -78,6 +78,7 @@ class RetentionManager:
         sizes = await meta.sealed()
         now = self.ctl.now_ms()
         rc = RetentionCut(now, tail, h.bytes_before(tail, lambda s: sizes[s].size))
+        await _Steps().done(len(tail))  # the sum over every segment and the encoding apart
         await meta.put({time_key("retention", now): rc.to_json()})
         return rc
 
