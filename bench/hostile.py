@@ -4,6 +4,7 @@ configuration (`queued.max.request.bytes` 128 MiB):
 - 8 connections each announce a 99 MiB frame and send it one byte short (as far as the
   server reads: a send blocked for 3 s ends it);
 - 8 JoinGroups with 50 MiB of protocol metadata each, at once;
+- 8 SyncGroups with 50 MiB of assignment each, at once, from a member no group has;
 - PLAIN password guesses from 8 connections in parallel for 20 s (on a SASL listener):
   how many were checked, and how many refused unchecked past the per-address limit.
 
@@ -70,6 +71,28 @@ def _join(port: int, metadata_bytes: int, answers: list[int]) -> None:
         (size,) = struct.unpack(">i", head)
         body = sock.recv(size, socket.MSG_WAITALL)
     answers.append(JoinGroupResponse.decode(body[4:], version=5).error_code)
+
+
+def _sync(port: int, assignment_bytes: int, answers: list[int]) -> None:
+    """A SyncGroup as a group's leader would send it, with ``assignment_bytes`` of
+    assignment, from a member the coordinator does not know."""
+    import tidegate.protocol  # noqa: F401  (kafka-python's schemas, warning silenced)
+    from kafka.protocol.consumer import SyncGroupRequest, SyncGroupResponse
+
+    request = SyncGroupRequest(
+        group_id="hostile-sync", generation_id=1, member_id="leader", group_instance_id=None,
+        assignments=[SyncGroupRequest.SyncGroupRequestAssignment(
+            member_id="leader", assignment=b"a" * assignment_bytes)],
+    )
+    request.API_VERSION = 3
+    request.with_header(correlation_id=1, client_id="bench")
+    data = bytes(request.encode(version=3, header=True, framed=True))
+    with socket.create_connection(("127.0.0.1", port), timeout=120) as sock:
+        sock.sendall(data)
+        head = sock.recv(4, socket.MSG_WAITALL)
+        (size,) = struct.unpack(">i", head)
+        body = sock.recv(size, socket.MSG_WAITALL)
+    answers.append(SyncGroupResponse.decode(body[4:], version=3).error_code)
 
 
 def _guess(port: int, until: float, counts: dict[str, int], lock: threading.Lock) -> None:
@@ -144,6 +167,10 @@ def main() -> None:
             joins = _phase(proc.pid, [
                 threading.Thread(target=_join, args=(port, 50 * MiB, answers)) for _ in range(8)
             ])
+            synced: list[int] = []
+            syncs = _phase(proc.pid, [
+                threading.Thread(target=_sync, args=(port, 50 * MiB, synced)) for _ in range(8)
+            ])
             counts = {"checked": 0, "refused_unchecked": 0}
             lock, until = threading.Lock(), time.monotonic() + 20.0
             guessers = [threading.Thread(target=_guess, args=(sasl_port, until, counts, lock))
@@ -159,6 +186,8 @@ def main() -> None:
                 "half_sent_99mib_frames_x8_growth_mib": frames >> 20,
                 "join_50mib_metadata_x8_growth_mib": joins >> 20,
                 "join_errors": sorted(answers),
+                "sync_50mib_assignment_x8_growth_mib": syncs >> 20,
+                "sync_errors": sorted(synced),
                 "plain_guesses_20s_x8": counts,
                 "rss_end_mib": rss_bytes(proc.pid) >> 20,
                 "loadavg": os.getloadavg(),

@@ -140,10 +140,15 @@ class MetadataStore:
             await self.store.table_remove(table, [TableRemoval(k.encode()) for k in keys])
 
     async def entries(self, table: str, prefix: str = "") -> list[tuple[str, Versioned]]:
-        return [
-            (e.key.decode(), Versioned(loads(e.value), e.version))
-            for e in await self.store.table_entries(table, prefix.encode())
-        ]
+        found = await self.store.table_entries(table, prefix.encode())
+
+        def decode() -> list[tuple[str, Versioned]]:
+            return [(e.key.decode(), Versioned(loads(e.value), e.version)) for e in found]
+
+        # Retention's cuts of thousands of segments each: decoded in a worker thread, as
+        # ``put`` encodes, or every other request waits for all of them.
+        large = sum(len(e.value) for e in found) > LARGE_BYTES
+        return await asyncio.to_thread(decode) if large else decode()
 
     # -- epochs (immutable, cached) ----------------------------------------------------------
     async def epoch(self, table: str, n: int) -> EpochRecord:
@@ -228,6 +233,8 @@ class StreamMeta:
 
 #: Lists (or key counts) longer than this make ``MetadataStore.put`` encode off the loop.
 LARGE_ITEMS = 256
+#: Entries larger than this in all make ``MetadataStore.entries`` decode off the loop.
+LARGE_BYTES = 64 * 1024
 
 
 def _large(values: Mapping[str, Json]) -> bool:

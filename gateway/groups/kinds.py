@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tidegate.core.segmentstore.api import TableUpdate
@@ -189,7 +189,8 @@ class GroupKinds(Membership):
 
     async def sync_group(
         self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
-        protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes],
+        protocol_type: str | None, protocol_name: str | None,
+        assignments: Mapping[str, bytes | memoryview],
     ) -> SyncResult:
         cg = self.consumer.groups.get(group_id)
         if cg is not None and self._loaded:

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import random
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tidegate.core.segmentstore.api import TooLargeError
@@ -337,7 +337,7 @@ class Membership:
         group_instance_id: str | None,
         protocol_type: str | None,
         protocol_name: str | None,
-        assignments: dict[str, bytes],
+        assignments: Mapping[str, bytes | memoryview],
     ) -> SyncResult:
         if not self._loaded:
             return SyncResult(self.unloaded_error)
@@ -374,7 +374,7 @@ class Membership:
                 self._fail_sync(g, E.UNKNOWN_SERVER_ERROR)
                 return SyncResult(E.UNKNOWN_SERVER_ERROR)
             for other in g.members.values():
-                other.assignment = assignments.get(other.member_id, b"")
+                other.assignment = bytes(assignments.get(other.member_id, b""))  # out of the frame
             written = self._store.put_group(g)
             generation = g.generation_id
             try:

@@ -9,8 +9,11 @@ from typing import Any
 from kafka.protocol.consumer import SyncGroupRequest, SyncGroupResponse
 from tidegate.gateway.handlers import HandlerContext, RequestContext
 from tidegate.protocol.apis import ApiSpec
+from tidegate.protocol.sync_group import decode_sync_group_request
 
-SPEC = ApiSpec(SyncGroupRequest, SyncGroupResponse, 0, 5)
+# Assignments decoded as slices of the frame: the coordinator copies them once they are
+# known to fit the group (a hostile SyncGroup of any size is never held twice).
+SPEC = ApiSpec(SyncGroupRequest, SyncGroupResponse, 0, 5, decoder=decode_sync_group_request)
 
 
 async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
@@ -23,7 +26,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
         request.group_instance_id if v >= 3 else None,
         request.protocol_type if v >= 5 else None,
         request.protocol_name if v >= 5 else None,
-        {a.member_id: bytes(a.assignment) for a in request.assignments},
+        {a.member_id: a.assignment for a in request.assignments},
     )
     return SyncGroupResponse(
         throttle_time_ms=0,

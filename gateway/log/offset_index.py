@@ -192,6 +192,19 @@ class OffsetIndex:
         raw = self._db.get(_tp(b"c", topic, partition))
         return None if raw is None else bytes(raw)
 
+    def clean_checkpoints(self, topic: str) -> Iterator[tuple[int, bytes]]:
+        """``(partition, checkpoint)`` of every partition of ``topic`` that has one, in
+        partition order: one seek, however many partitions have none."""
+        prefix = b"c" + topic.encode() + b"\x00"
+        it = self._db.iter()
+        it.seek(prefix)
+        while it.valid():
+            key = bytes(it.key())
+            if not key.startswith(prefix):
+                return
+            yield int(_U32.unpack(key[len(prefix) :])[0]), bytes(it.value())
+            it.next()
+
     def log_start(self, topic: str, partition: int) -> int | None:
         raw = self._db.get(_tp(b"s", topic, partition))
         return None if raw is None else int(_U64.unpack(raw)[0])

@@ -204,3 +204,30 @@ async def test_retention_reaches_cleaned_data_after_the_policy_changes(node: Nod
     assert plog.log_start_offset == 0
     assert await cleaner(node, lambda: now + 120_000).run_once() == 0
     assert plog.log_start_offset == 5  # all but the last batch expired
+
+
+async def test_a_pass_reads_nothing_per_partition_of_a_topic_never_compacted(
+    node: Node, monkeypatch: Any
+) -> None:
+    """A topic with time retention that was never compacted costs a pass one index seek,
+    not a read per partition: with four 10,000-partition topics those reads held the
+    event loop in one step every pass (issue 35 item 9)."""
+    from tidegate.gateway.log.offset_index import OffsetIndex
+
+    def make() -> None:
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{node.port}"})
+        topic = NewTopic("wide", 500, 1, config={"retention.ms": "600000"})
+        for f in admin.create_topics([topic]).values():
+            f.result(timeout=TIMEOUT_S)
+
+    await asyncio.to_thread(make)
+    reads = [0]
+    real = OffsetIndex.clean_checkpoint
+
+    def counted(self: OffsetIndex, topic: str, partition: int) -> bytes | None:
+        reads[0] += 1
+        return real(self, topic, partition)
+
+    monkeypatch.setattr(OffsetIndex, "clean_checkpoint", counted)
+    assert await cleaner(node, lambda: int(time.time() * 1000)).run_once() == 0
+    assert reads[0] == 0

@@ -312,3 +312,51 @@ async def test_time_retention_with_a_size_bound(store: InMemorySegmentStore, clo
     await ctl.retention.run_once()
     assert await ctl.get_head_segments("s", "t") == {segment_id(0, 0): 300}
     await ctl.close()
+
+
+async def test_retention_round_over_a_wide_stream_takes_bounded_loop_steps(
+    store: InMemorySegmentStore, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream of thousands of segments has retention cuts as large, and the set keeps
+    one per round: comparing each with the head is a loop step of its own, not one step
+    for the whole set (issue 35 item 9)."""
+    from tidegate.core.controller import history
+    from tidegate.core.controller.policies import retention
+
+    monkeypatch.setattr(retention, "CUT_SEGMENTS_PER_STEP", 32, raising=False)
+    ctl = StreamController(store, POLICY, clock=clock)
+    await ctl.start()
+    await ctl.create_scope("s")
+    await ctl.create_stream("s", "t", StreamConfig(
+        scaling=ScalingPolicy(ScalingType.FIXED_NUM_SEGMENTS, min_segments=32),
+        retention=RetentionPolicy(RetentionType.TIME, 3_600_000)))
+    segments = await ctl.get_head_segments("s", "t")
+    for _ in range(6):  # each round's cut past the last: none is stale
+        for seg in segments:
+            await store.append(name(seg), b"x" * 10)
+        await ctl.retention.run_once()
+        clock.advance(1)
+    loop = asyncio.get_running_loop()
+    turn, ticking = [0], [True]
+
+    def tick() -> None:  # once per loop iteration
+        turn[0] += 1
+        if ticking[0]:
+            loop.call_soon(tick)
+
+    compared: dict[int, int] = {}
+    cut_ge = history.History.cut_ge
+
+    def counted(self: history.History, a: dict[int, int], b: dict[int, int]) -> bool:
+        compared[turn[0]] = compared.get(turn[0], 0) + 1
+        return cut_ge(self, a, b)
+
+    monkeypatch.setattr(history.History, "cut_ge", counted)
+    loop.call_soon(tick)
+    await ctl.retention.run_once()
+    ticking[0] = False
+    assert sum(compared.values()) >= 7  # each of the seven cuts against the head
+    assert max(compared.values()) <= 2
+    meta = await ctl.stream_meta("s", "t")
+    assert len(await ctl.retention.retention_set(meta)) == 7
+    await ctl.close()

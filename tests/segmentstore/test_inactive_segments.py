@@ -7,6 +7,7 @@ a deleted segment's record goes."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import threading
 import time
 from pathlib import Path
@@ -21,7 +22,10 @@ from tidegate.core.segmentstore.api import (
 )
 from tidegate.core.segmentstore.config import SegmentStoreConfig
 from tidegate.core.segmentstore.container import SegmentContainer
+from tidegate.core.segmentstore.metadata import SegmentMeta
 from tidegate.core.segmentstore.service import StreamSegmentStore
+from tidegate.core.segmentstore.writer import eviction
+from tidegate.core.segmentstore.writer.writer import StorageWriter
 
 CFG = SegmentStoreConfig(
     container_count=1,
@@ -259,4 +263,45 @@ async def test_stop_while_records_are_written(tmp_path: Path) -> None:
     s, c = await started(tmp_path, wall)
     assert c.inactive is not None and c.inactive.names() == ["a"]  # the write ended first
     assert await read_all(s, "a") == b"x" * 100
+    await s.close()
+
+
+async def test_choosing_what_leaves_memory_takes_bounded_loop_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A container of tens of thousands of segments is looked over a slice per event-loop
+    step, so a produce beside very large topics never waits for the whole pass (issue 35
+    item 9); the segments still leave memory and come back."""
+    monkeypatch.setattr(eviction, "SEGMENTS_PER_STEP", 8, raising=False)
+    wall = Clock()
+    s, c = await started(tmp_path, wall)
+    for k in range(40):
+        await s.create_segment(f"s{k}")
+        await s.append(f"s{k}", bytes([k]) * 10)
+    wall.now += 61  # every one idle
+    loop = asyncio.get_running_loop()
+    turn = [0]
+    ticking = [True]
+
+    def tick() -> None:  # once per loop iteration: what runs between two ticks is one turn
+        turn[0] += 1
+        if ticking[0]:
+            loop.call_soon(tick)
+
+    looked: collections.Counter[int] = collections.Counter()
+    can_leave = StorageWriter._can_leave
+
+    def counted(self: StorageWriter, m: SegmentMeta, busy: set[int]) -> bool:
+        looked[turn[0]] += 1
+        return can_leave(self, m, busy)
+
+    monkeypatch.setattr(StorageWriter, "_can_leave", counted)
+    loop.call_soon(tick)
+    await c.writer.evict_now()
+    ticking[0] = False
+    assert sum(looked.values()) >= 80  # every segment looked at, then checked again
+    assert max(looked.values()) <= 8
+    assert not any(name.startswith("s") for name in c.md.by_name)
+    for k in range(40):
+        assert await read_all(s, f"s{k}") == bytes([k]) * 10
     await s.close()

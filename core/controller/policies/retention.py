@@ -19,6 +19,7 @@ stays).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Protocol
 
@@ -66,16 +67,18 @@ class RetentionManager:
                 log.exception("retention of %s/%s", scope, stream)
 
     async def retention_set(self, meta: StreamMeta) -> list[tuple[str, RetentionCut]]:
-        return [
-            (k, RetentionCut.from_json(v.value))
-            for k, v in await self.ctl.md.entries(meta.table, "retention/")
-        ]
+        out, steps = [], _Steps()
+        for k, v in await self.ctl.md.entries(meta.table, "retention/"):
+            out.append((k, RetentionCut.from_json(v.value)))
+            await steps.done(len(out[-1][1].cut))
+        return out
 
     async def record_cut(self, meta: StreamMeta, h: History) -> RetentionCut:
         tail = await self.ctl.get_tail_cut(meta.scope, meta.stream)
         sizes = await meta.sealed()
         now = self.ctl.now_ms()
         rc = RetentionCut(now, tail, h.bytes_before(tail, lambda s: sizes[s].size))
+        await _Steps().done(len(tail))  # the sum over every segment and the encoding apart
         await meta.put({time_key("retention", now): rc.to_json()})
         return rc
 
@@ -104,7 +107,14 @@ class RetentionManager:
             cut_from_json(v.value["cut"])
             for _, v in await self.ctl.md.entries(meta.table, "subscriber/")
         ]
-        eligible = [c for c in eligible if all(h.cut_ge(s, c.cut) for s in subscribers)]
+        steps = _Steps()
+        if subscribers:
+            allowed = []
+            for c in eligible:
+                if all(h.cut_ge(s, c.cut) for s in subscribers):
+                    allowed.append(c)
+                await steps.done(len(c.cut) * len(subscribers))
+            eligible = allowed
         trunc = await meta.truncation()
         head = head_cut(h, trunc.cut if trunc else None)
         if eligible:
@@ -113,11 +123,33 @@ class RetentionManager:
                 log.info("retention: truncating %s at %s", meta.name, dict(target.cut))
                 await self.ctl.truncate(scope, stream, target.cut, reason="retention")
                 head = dict(target.cut)
-        stale = [k for k, c in cuts if h.cut_ge(head, c.cut)]
+        stale = []
+        for k, c in cuts:
+            if h.cut_ge(head, c.cut):
+                stale.append(k)
+            await steps.done(len(c.cut))
         gone = set(stale)
         keep = [(k, c.time_ms) for k, c in cuts if k not in gone]
         stale += thin(keep, self.ctl.config.retention_set_max)
         await self.ctl.md.remove(meta.table, stale)
+
+
+#: Segments of cut arithmetic (or of decoding a cut) one event-loop step takes: a stream
+#: of thousands of segments has cuts as large, and the retention set holds hundreds.
+CUT_SEGMENTS_PER_STEP = 1024
+
+
+class _Steps:
+    """Counts the segments handled since the loop last ran other work."""
+
+    def __init__(self) -> None:
+        self.segments = 0
+
+    async def done(self, segments: int) -> None:
+        self.segments += segments
+        if self.segments >= CUT_SEGMENTS_PER_STEP:
+            self.segments = 0
+            await asyncio.sleep(0)
 
 
 def thin(cuts: list[tuple[str, int]], count_max: int) -> list[str]:

@@ -6,6 +6,7 @@ segments that are wholly in Tier-2 and idle (or least recently used, past
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -15,6 +16,10 @@ from tidegate.core.segmentstore.metadata import SegmentMeta, encode_segment
 from tidegate.core.segmentstore.operations import Operation
 from tidegate.core.segmentstore.writer.source import WriterDataSource
 from tidegate.tier2.api import SegmentInfo
+
+#: Segments one event-loop step looks at while choosing which leave memory: a container
+#: may hold tens of thousands, and one pass over all of them held up every produce.
+SEGMENTS_PER_STEP = 1024
 
 
 class SegmentEviction:
@@ -73,9 +78,13 @@ class SegmentEviction:
             return
         idle_before = int(c.wall_clock() * 1000) - cfg.segment_idle_ms
         busy = {op.segment_id for op in self._ops}
-        candidates = sorted(
-            (m for m in md.by_name.values() if self._can_leave(m, busy)), key=last_used
-        )
+        candidates: list[SegmentMeta] = []
+        for n, m in enumerate(list(md.by_name.values())):
+            if n % SEGMENTS_PER_STEP == SEGMENTS_PER_STEP - 1:
+                await asyncio.sleep(0)  # what changes meanwhile is checked again below
+            if md.by_name.get(m.name) is m and self._can_leave(m, busy):
+                candidates.append(m)
+        candidates.sort(key=last_used)
         chosen: list[SegmentMeta] = []
         for i, m in enumerate(candidates):
             if i < over or (cfg.segment_idle_ms > 0 and last_used(m) <= idle_before):
@@ -84,10 +93,17 @@ class SegmentEviction:
                 break
         if not chosen:
             return
-        records = {m.name: encode_segment(m) for m in chosen}
+        records: dict[str, bytes] = {}
+        for n, m in enumerate(chosen):
+            if n % SEGMENTS_PER_STEP == SEGMENTS_PER_STEP - 1:
+                await asyncio.sleep(0)  # one used meanwhile fails the check below
+            records[m.name] = encode_segment(m)
         await self._store_call(inactive.put_many, records)
-        busy = {op.segment_id for op in self._ops}
-        for m in chosen:
+        for n, m in enumerate(chosen):
+            if n % SEGMENTS_PER_STEP == 0:
+                if n:
+                    await asyncio.sleep(0)
+                busy = {op.segment_id for op in self._ops}  # as of this step
             if (
                 md.by_name.get(m.name) is not m
                 or not self._can_leave(m, busy)

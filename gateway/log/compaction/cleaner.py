@@ -145,7 +145,7 @@ class LogCleaner:
             if info is None:
                 continue
             if not topic_config.is_compacted(info.configs):
-                self._expire_cleaned(info)
+                await self._expire_cleaned(info)
                 continue
             done = 0
             for p in range(info.partitions):
@@ -221,17 +221,22 @@ class LogCleaner:
                      topic, partition, end, self.stats.bytes_read - read0, seconds, len(keys))
         return done
 
-    def _expire_cleaned(self, info: TopicInfo) -> None:
+    async def _expire_cleaned(self, info: TopicInfo) -> None:
         """A topic no longer compacted keeps what was cleaned in its clean segments,
         which the stream's retention does not reach: its time retention moves the log
-        start past them instead."""
+        start past them instead. Only partitions with a checkpoint are visited (a topic
+        never compacted has none, however many partitions it has)."""
         retention = topic_config.stream_config(info.configs, info.partitions).retention
         if retention is None or retention.type != RetentionType.TIME:
             return
         now = self.clock_ms()
-        for p in range(info.partitions):
-            raw = self.index.clean_checkpoint(info.name, p)
-            if raw is None:
+        cleaned = list(self.index.clean_checkpoints(info.name))
+        for n, (p, raw) in enumerate(cleaned):
+            if n % PARTITIONS_PER_STEP == PARTITIONS_PER_STEP - 1:
+                await asyncio.sleep(0)  # index reads of a slice of partitions per loop step
+            if self.topics.get(info.name) is not info:
+                return  # deleted or changed meanwhile: a later pass catches up
+            if p >= info.partitions:
                 continue
             plog = self.logs.get(info.name, p)
             last = self.index.last(info.name, p)
