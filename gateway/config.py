@@ -290,6 +290,10 @@ class GatewayConfig:
         check_distinct(addresses)
         if self.admin_tls and not self.ssl_keystore_location:
             raise ValueError("admin.tls needs ssl.keystore.location (a PEM key)")
+        if self.zookeeper and not (self.tier1_dir or self.store.get("tier1_dir")) and not (
+            self.tier2_dir or self.store.get("tier2_dir")
+        ):
+            raise ValueError("zookeeper (cluster mode) needs tier2-dir, a directory every node shares")
 
 
 def parse_value(text: str) -> Any:

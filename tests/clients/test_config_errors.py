@@ -109,6 +109,8 @@ def test_misspelt_table_key(tmp_path: Path, how: str, expected: str) -> None:
         (["--data-dir="], "invalid value '' for data-dir: must name a directory"),
         (["--set", "store.tier1_plog_server_listen=abc"],
          "store.tier1_plog_server_listen: expected HOST:PORT, got 'abc'"),
+        (["--zookeeper", "127.0.0.1:1"],
+         "zookeeper (cluster mode) needs tier2-dir, a directory every node shares"),
     ],
 )
 def test_bad_value(tmp_path: Path, args: list[str], expected: str) -> None:
@@ -130,6 +132,26 @@ def test_config_file_mistakes(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere.toml"
     code, lines = _serve(tmp_path, "--rest", "off", "--config", str(missing))
     _one_line(code, lines, f"config file {missing}: No such file or directory")
+
+
+@pytest.mark.parametrize(
+    ("toml", "env", "expected"),
+    [
+        ("[stroe]\ncache_bytes_max = 5\n", {},
+         "config file {file}: unknown config key 'stroe' (did you mean 'store'?)"),
+        ("store = 5\n", {}, "config file {file}: store must be a table ([store] in the file)"),
+        ('"num.partitions" = "three"\n', {},
+         "config file {file}: invalid value 'three' for num.partitions: must be an integer"),
+        (None, {"TIDEGATE_NUM_PARTITIONS": "abc"},
+         "TIDEGATE_NUM_PARTITIONS: invalid value 'abc' for num.partitions: must be an integer"),
+        (None, {"TIDEGATE_STORE__CACHE_BYTES_MAX": "-5"},
+         "invalid value -5 for store.cache_bytes_max: must be at least 1"),
+    ],
+)
+def test_file_and_variable_mistakes(tmp_path: Path, toml: str | None, env: dict[str, str],
+                                    expected: str) -> None:
+    code, lines = _serve(tmp_path, "--rest", "off", toml=toml, env=env)
+    _one_line(code, lines, expected.format(file=tmp_path / "t.toml"))
 
 
 def test_misspelt_variable_is_a_warning(tmp_path: Path) -> None:

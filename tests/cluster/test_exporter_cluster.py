@@ -7,8 +7,11 @@ wherever they are led, and a partition a live member is assigned but never commi
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -23,6 +26,13 @@ from tests.conftest import free_port
 pytestmark = pytest.mark.timeout(240)
 
 PARTITIONS = 6
+
+
+def _overview(node: Node) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{node.rest_port}/ui/overview.json",
+                                timeout=30) as answer:
+        page: dict[str, Any] = json.load(answer)["kafka"]
+    return page
 
 
 def test_series_summed_over_nodes(tmp_path: Path, zookeeper: ZooKeeperServer) -> None:
@@ -60,6 +70,7 @@ def test_series_summed_over_nodes(tmp_path: Path, zookeeper: ZooKeeperServer) ->
             idle.poll(0.2)
 
         scrapes = [metrics(n) for n in nodes]
+        pages = [_overview(n) for n in nodes]
         idle.close()
 
         def over_nodes(name: str, **labels: str) -> list[float]:
@@ -93,6 +104,18 @@ def test_series_summed_over_nodes(tmp_path: Path, zookeeper: ZooKeeperServer) ->
             assert over_nodes("kafka_consumergroup_lag", **tp) == [-1]
         appended = over_nodes("kafka_server_brokertopicmetrics_messagesin_total", topic="spread")
         assert sum(appended) == sum(sent.values())
+        # /ui: each node's page holds the partitions it leads and the groups it coordinates,
+        # so the pages together show every partition and every group once.
+        shown = sorted((p["partition"], page["node_id"]) for page in pages
+                       for t in page["topics"] if t["name"] == "spread" for p in t["partitions"])
+        assert shown == sorted(led.items())
+        for page in pages:
+            assert [t["partition_count"] for t in page["topics"] if t["name"] == "spread"] == [6]
+        groups = {g["group"]: g for page in pages for g in page["groups"]}
+        assert sum(len(page["groups"]) for page in pages) == len(groups) == 2, pages
+        assert [(o["partition"], o["offset"], o["lag"]) for o in groups["idle"]["offsets"]] == [
+            (p, -1, -1) for p in range(PARTITIONS)]
+        assert groups["summed"]["lag"] == sum(sent.values()) - sum(committed.values())
     finally:
         for node in nodes:
             node.close()

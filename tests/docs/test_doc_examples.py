@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.clients.server import Tidegate
-from tests.docs.examples import REPO, Block, adapt, all_blocks
+from tests.docs.examples import REPO, Block, adapt, all_blocks, shell_commands
 
 HERE = Path(__file__).resolve().parent
 BLOCK_DEADLINE_S = 120.0
@@ -57,6 +57,26 @@ def test_block_runs_as_written(block: Block, server: Tidegate, tmp_path: Path) -
     code = adapt(block.code, server.bootstrap, f"127.0.0.1:{server.grpc_port}", tmp_path)
     done = _run([sys.executable, "-c", code], BLOCK_DEADLINE_S, tmp_path)
     assert done.returncode == 0, f"{block.name} failed:\n{done.stdout}\n{done.stderr[-4000:]}"
+
+
+def test_readme_shell_commands_run_as_written(tmp_path: Path) -> None:
+    """The README's kcat and curl commands, in order against one fresh server (the scale
+    example splits the topic the kcat example created), each printing what the README
+    shows of its output."""
+    commands = shell_commands(REPO / "README.md")
+    assert [c.text.split()[0] for c in commands] == ["printf", "kcat", "kcat", "curl", "curl", "curl"]
+    server = Tidegate(tmp_path / "data", tmp_path / "tidegate.log", rest=True)
+    server.start()
+    try:
+        for command in commands:
+            code = (command.text.replace("127.0.0.1:9092", server.bootstrap)
+                    .replace("127.0.0.1:9080", f"127.0.0.1:{server.rest_port}"))
+            done = _run(["bash", "-e", "-o", "pipefail", "-c", code], BLOCK_DEADLINE_S, tmp_path)
+            where = f"README.md:{command.line}"
+            assert done.returncode == 0, f"{where} failed:\n{done.stdout}\n{done.stderr[-2000:]}"
+            assert command.expected in done.stdout, f"{where} printed {done.stdout[:500]!r}"
+    finally:
+        server.close()
 
 
 @pytest.mark.timeout(SPARK_DEADLINE_S + 60)
