@@ -177,3 +177,21 @@ async def test_share_session_acknowledgements_and_restart(node: Node) -> None:
     busy = await c.call(alter, 0, AlterShareGroupOffsetsResponse)
     assert busy.error_code == 68, "NON_EMPTY_GROUP"
     await c.close()
+
+
+async def test_partition_errors_carry_empty_records(node: Node) -> None:
+    """A partition answered with an error has empty Records, never null: kafka-clients
+    4.3 reads the field as non-nullable and drops the whole answer otherwise."""
+    c = await node.client()
+    tid = await _topic(c, "sq-err", 1)
+    req = ShareFetchRequest(
+        group_id="g", member_id="m-err", share_session_epoch=0, max_wait_ms=0, min_bytes=1,
+        max_bytes=1 << 20, max_records=500, batch_size=500,
+        topics=[_FT(topic_id=tid, partitions=[_FP(partition_index=7, acknowledgement_batches=[])])],
+        forgotten_topics_data=[],
+    )
+    resp = await c.call(req, 1, ShareFetchResponse)
+    (part,) = resp.responses[0].partitions
+    assert part.error_code == E.UNKNOWN_TOPIC_OR_PARTITION, resp
+    assert part.records == b"", resp
+    await c.close()
