@@ -195,3 +195,16 @@ async def test_partition_errors_carry_empty_records(node: Node) -> None:
     assert part.error_code == E.UNKNOWN_TOPIC_OR_PARTITION, resp
     assert part.records == b"", resp
     await c.close()
+
+
+async def test_a_member_id_the_group_does_not_know_is_served(node: Node) -> None:
+    """As Kafka's share-partition leader (ShareFetch has no UNKNOWN_MEMBER_ID): the member
+    id keys the share session and the records acquired, nothing more; the same in cluster
+    mode (``tests/cluster/test_share_cluster.py``)."""
+    c = await node.client()
+    tid = await _topic(c, "sq-any", 1)
+    await _produce(c, "sq-any", 0, 2)
+    assert (await _group_config(c, "g", "share.auto.offset.reset", "earliest")).error_code == 0
+    first = await _fetch(c, "never-joined", 0, tid)
+    assert first.error_code == 0 and _acquired(first) == [(0, 1, 1)], first
+    await c.close()
