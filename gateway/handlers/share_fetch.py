@@ -88,12 +88,15 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             key = (t.topic_id, p.partition_index)
             part = parts[key] = SharePart(t.topic_id, p.partition_index)
             plog = None
-            if reading.resolve(ctx, req, part):
+            resolved = reading.resolve(ctx, req, part)
+            if resolved:
                 plog = await reading.lead(ctx, share, group_id, part, epoch == INITIAL_EPOCH)
             if plog is not None:
                 logs[key] = plog
-                if epoch != FINAL_EPOCH:
-                    session.partitions.add((plog.topic, plog.partition))
+            if resolved and epoch != FINAL_EPOCH and part.topic is not None:
+                # Kept while led elsewhere, as Kafka does: every fetch answers its error
+                # until the client forgets it (an answer lost must not silence it).
+                session.partitions.add((part.topic, part.partition))
             if p.acknowledgement_batches and reading.acknowledge(
                 share, group_id, member_id, part, plog, p.acknowledgement_batches
             ) and plog is not None:
@@ -120,9 +123,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                 continue
             part = parts[key] = SharePart(info.topic_id, partition, topic)
             plog = await reading.lead(ctx, share, group_id, part)
-            if plog is None:  # led elsewhere now: the client is told where
-                session.partitions.discard((topic, partition))
-            else:
+            if plog is not None:  # else led elsewhere now: the client is told where
                 logs[key] = plog
         await _poll(ctx, share, request, group_id, member_id, parts, logs)
     return _answer(ctx, req, share, group_id, parts)
@@ -184,7 +185,8 @@ def _answer(ctx: HandlerContext, req: RequestContext, share: ShareCoordinator, g
             acknowledge_error_code=part.ack_error or ErrorCode.NONE,
             acknowledge_error_message=part.ack_message,
             current_leader=_Leader(leader_id=part.leader_id, leader_epoch=part.leader_epoch),
-            records=part.records if part.acquired else None,
+            # Never null: kafka-clients 4.3 fails to parse the whole response otherwise.
+            records=part.records if part.acquired else b"",
             acquired_records=[_Acquired(first_offset=a.first_offset, last_offset=a.last_offset,
                                         delivery_count=a.delivery_count) for a in part.acquired],
         ))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import uuid
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -32,6 +33,17 @@ TOPIC, GROUP, PARTITIONS, COUNT = "sq", "sg", 3, 10
 STARTS = {0: 3, 1: 5, 2: 7}
 
 
+
+
+def _fetch_request(topic_id: uuid.UUID, partition: int, member: str, epoch: int) -> Any:
+    """A ShareFetch of one partition (none with the final epoch, which closes)."""
+    topics = [] if epoch == -1 else [ShareFetchRequest.FetchTopic(topic_id=topic_id, partitions=[
+        ShareFetchRequest.FetchTopic.FetchPartition(partition_index=partition,
+                                                    acknowledgement_batches=[])])]
+    return ShareFetchRequest(
+        group_id=GROUP, member_id=member, share_session_epoch=epoch, max_wait_ms=0,
+        min_bytes=1, max_bytes=1 << 20, max_records=10, batch_size=10, topics=topics,
+        forgotten_topics_data=[])
 
 
 def _offsets(java: Java, bootstrap: str) -> dict[int, tuple[int, int]]:
@@ -76,18 +88,22 @@ def test_share_state_moves_with_the_group_coordinator(
         md = ask(asker.port, MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(
             name=TOPIC)], allow_auto_topic_creation=False), 12, MetadataResponse)
         topic_id = md.topics[0].topic_id
-        fetch = ask(asker.port, ShareFetchRequest(
-            group_id=GROUP, member_id="m", share_session_epoch=0, max_wait_ms=0, min_bytes=1,
-            max_bytes=1 << 20, max_records=10, batch_size=10,
-            topics=[ShareFetchRequest.FetchTopic(topic_id=topic_id, partitions=[
-                ShareFetchRequest.FetchTopic.FetchPartition(partition_index=p,
-                                                            acknowledgement_batches=[])])],
-            forgotten_topics_data=[]), 1, ShareFetchResponse)
+        fetch = ask(asker.port, _fetch_request(topic_id, p, "m", 0), 1, ShareFetchResponse)
         assert fetch.error_code == E.NONE, fetch
         (answer,) = fetch.responses[0].partitions
         assert answer.error_code == E.NOT_LEADER_OR_FOLLOWER, fetch
         assert answer.current_leader.leader_id == leader, fetch
         assert [e.node_id for e in fetch.node_endpoints] == [leader], fetch
+        # At the leader, a member id the group does not know is served, as on one node and
+        # as Kafka's share-partition leader does (ShareFetch has no UNKNOWN_MEMBER_ID).
+        at_leader = next(n for n in nodes if n.node_id == leader)
+        served = ask(at_leader.port, _fetch_request(topic_id, p, "not-a-member", 0), 1,
+                     ShareFetchResponse)
+        assert served.error_code == E.NONE, served
+        assert all(q.error_code == E.NONE for t in served.responses for q in t.partitions), served
+        closed = ask(at_leader.port, _fetch_request(topic_id, p, "not-a-member", -1), 1,
+                     ShareFetchResponse)
+        assert closed.error_code == E.NONE, closed
 
         out = java.run("ShareScenarios", bootstrap, "alter", GROUP, TOPIC,
                        *(f"{p}={o}" for p, o in STARTS.items()))

@@ -31,9 +31,9 @@ GROUP_RESOURCE = 32
 class _Consumer:
     """One ShareScenarios consume process (accept mode) stopping once ``stop`` exists."""
 
-    def __init__(self, java: Java, bootstrap: str, tmp: Path) -> None:
-        self.log = tmp / "consumer.out"
-        self.stop = tmp / "consumer.stop"
+    def __init__(self, java: Java, bootstrap: str, tmp: Path, name: str = "consumer") -> None:
+        self.log = tmp / f"{name}.out"
+        self.stop = tmp / f"{name}.stop"
         self._file = open(self.log, "w")
         self.proc = java.popen("ShareScenarios", bootstrap, "consume", GROUP, TOPIC, "accept",
                                "1000", "240000", str(self.stop), stdout=self._file)
@@ -115,6 +115,96 @@ def _accepted_then_given_again(lines: list[str]) -> list[tuple[int, int, str]]:
     return again
 
 
+def _committed_then_given_elsewhere(logs: list[list[str]]) -> list[tuple[int, int, str]]:
+    """Deliveries to one consumer of a record whose acceptance another consumer had
+    committed before (by the ``T`` wall clock lines: a poll returned after the commit)."""
+    committed: dict[tuple[int, int], tuple[int, int]] = {}  # (p, o) -> (time, consumer)
+    timed: list[tuple[int, int, int, int, str]] = []
+    for who, lines in enumerate(logs):
+        now, pending = 0, []
+        for line in lines:
+            if line.startswith("T "):
+                now = int(line.split()[1])
+            elif line.startswith("R "):
+                _, partition, offset, _, value, _ = line.split()
+                timed.append((now, who, int(partition), int(offset), value))
+                pending.append((int(partition), int(offset)))
+            elif line.startswith("C "):
+                for key in pending:
+                    if key not in committed or committed[key][0] > now:
+                        committed[key] = (now, who)
+                pending = []
+            elif line.startswith("COMMIT-FAILED"):
+                pending = []
+    return [(p, o, v) for at, who, p, o, v in timed
+            if (c := committed.get((p, o))) is not None and c[1] != who and c[0] < at]
+
+
+def _start_group(java: Java, nodes: list[Node]) -> tuple[str, set[str]]:
+    """The topic, led by more than one node, its first batch, and the group reading from
+    the log start."""
+    bootstrap = ",".join(n.bootstrap for n in nodes)
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(30)
+    led = wait_for("every partition led",
+                   lambda: (ls := leaders(bootstrap, TOPIC)) and len(ls) == PARTITIONS and ls, 90)
+    assert len(set(led.values())) >= 2, f"one node leads every partition: {led}"
+    first = _produce(bootstrap, "a")
+    out = java.run("ShareScenarios", bootstrap, "config", GROUP,
+                   "share.auto.offset.reset", "earliest")
+    assert "OK config" in out, out
+    return bootstrap, first
+
+
+def test_share_consumers_through_a_kill9_of_the_share_coordinator(
+    tmp_path: Path, zookeeper: ZooKeeperServer, java: Java
+) -> None:
+    """Two consumers consume and acknowledge while the node holding the share
+    coordinator (members, assignments, the state table's container) is killed: they
+    join the new coordinator, every record is delivered, none accepted is given again."""
+    nodes = start_nodes(tmp_path, zookeeper.hosts, 3, container_count=6)
+    consumers: list[_Consumer] = []
+    try:
+        bootstrap, first = _start_group(java, nodes)
+        consumers = [_Consumer(java, bootstrap, tmp_path, f"c{i}") for i in range(2)]
+
+        def consumed() -> set[str]:
+            return set().union(*(c.values() for c in consumers))
+
+        wait_for("the first batch consumed", lambda: first <= consumed(), 120)
+        coord_id = coordinator(nodes[0].port, GROUP, 0)
+        victim = next(n for n in nodes if n.node_id == coord_id)
+        survivors = [n for n in nodes if n is not victim]
+        second = _produce(bootstrap, "b")
+        wait_for("some of the second batch consumed",
+                 lambda: any(v.startswith("b-") for v in consumed()), 60)
+        victim.kill9()
+        wait_for("another share coordinator", lambda: coordinator(
+            survivors[0].port, GROUP, 0) not in (-1, coord_id), 90)
+        third = _produce(",".join(n.bootstrap for n in survivors), "c")
+        wanted = first | second | third
+        wait_for("every record consumed", lambda: wanted <= consumed(), 180)
+        logs = []
+        for c in consumers:
+            text = c.finish()
+            assert "OK consume" in text, text[-3000:]
+            logs.append(text.splitlines())
+        consumers = []
+        for lines in logs:
+            assert not _accepted_then_given_again(lines), "accepted records were delivered again"
+        assert not _committed_then_given_elsewhere(logs), "accepted records given to the other"
+        given = [line.split()[4] for lines in logs for line in lines if line.startswith("R ")]
+        assert set(given) == wanted
+        out = java.run("ShareScenarios", ",".join(n.bootstrap for n in survivors), "admin", GROUP)
+        offsets = set(re.findall(rf"OFFSET {TOPIC}-(\d+) start=(-?\d+) lag=(-?\d+)", out))
+        assert offsets == {(str(p), str(3 * PER_PARTITION), "0") for p in range(PARTITIONS)}, out
+    finally:
+        for c in consumers:
+            c.finish(10)
+        for node in nodes:
+            node.close()
+
+
 def test_share_consumer_fetches_from_each_leader_through_a_leader_kill9(
     tmp_path: Path, zookeeper: ZooKeeperServer, java: Java
 ) -> None:
@@ -153,9 +243,9 @@ def test_share_consumer_fetches_from_each_leader_through_a_leader_kill9(
         victim.kill9()
         wait_for("more of the second batch consumed after the kill",
                  lambda: len({v for v in consumer.values() if v.startswith("b-")}) > 20, 120)
-        # Not restarted while consuming: kafka-clients 4.3 then stops fetching now and then
-        # (docs/share-groups.md, "Not done").
-        third = _produce(",".join(n.bootstrap for n in nodes if n is not victim), "c")
+        # The node comes back while the consumer runs: containers move back to it.
+        victim.start()
+        third = _produce(bootstrap, "c")
         wanted = first | second | third
         wait_for("every record consumed", lambda: wanted <= consumer.values(), 180)
         text = consumer.finish()
@@ -166,8 +256,7 @@ def test_share_consumer_fetches_from_each_leader_through_a_leader_kill9(
         given = [line.split()[4] for line in lines if line.startswith("R ")]
         assert set(given) == wanted
         # The share coordinator lists what the leaders stored: everything acknowledged.
-        out = java.run("ShareScenarios", ",".join(n.bootstrap for n in nodes if n is not victim),
-                       "admin", GROUP)
+        out = java.run("ShareScenarios", bootstrap, "admin", GROUP)
         offsets = set(re.findall(rf"OFFSET {TOPIC}-(\d+) start=(-?\d+) lag=(-?\d+)", out))
         assert offsets == {(str(p), str(3 * PER_PARTITION), "0") for p in range(PARTITIONS)}, out
     finally:

@@ -5,6 +5,8 @@ added or a version raised without its line in the document fails here."""
 from __future__ import annotations
 
 import re
+import socket
+import struct
 
 import tidegate.protocol  # noqa: F401  (loads kafka-python's schemas with their warning silenced)
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
@@ -58,3 +60,19 @@ def test_the_document_lists_exactly_what_api_versions_advertises(tidegate: Tideg
         assert name == names[key], f"API {key} is {names[key]}, the document says {name}"
         assert (doc_low, doc_high) == (low, high), (
             f"{name} ({key}): advertised {low}-{high}, the document says {doc_low}-{doc_high}")
+
+
+def test_share_state_apis_are_not_served(tidegate: Tidegate) -> None:
+    """ReadShareGroupState (84), between Kafka brokers, is not advertised (the document
+    says so): a request with it closes the connection, as for any key not served."""
+    header = struct.pack(">hhih", 84, 0, 1, 3) + b"doc" + b"\x00"
+    with socket.create_connection(("127.0.0.1", tidegate.port), timeout=30) as s:
+        s.sendall(struct.pack(">i", len(header) + 1) + header + b"\x00")
+        try:
+            data = s.recv(4096)
+        except ConnectionResetError:
+            data = b""
+        assert data == b"", "answered instead of closing"
+    text = DOC.read_text().split(SECTION, 1)[1].split("\n## ", 1)[0]
+    for name in ("ReadShareGroupState (84)", "WriteShareGroupState (85)"):
+        assert name in text, f"{DOC.name} does not say what happens to {name}"

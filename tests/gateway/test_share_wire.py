@@ -177,3 +177,34 @@ async def test_share_session_acknowledgements_and_restart(node: Node) -> None:
     busy = await c.call(alter, 0, AlterShareGroupOffsetsResponse)
     assert busy.error_code == 68, "NON_EMPTY_GROUP"
     await c.close()
+
+
+async def test_partition_errors_carry_empty_records(node: Node) -> None:
+    """A partition answered with an error has empty Records, never null: kafka-clients
+    4.3 reads the field as non-nullable and drops the whole answer otherwise."""
+    c = await node.client()
+    tid = await _topic(c, "sq-err", 1)
+    req = ShareFetchRequest(
+        group_id="g", member_id="m-err", share_session_epoch=0, max_wait_ms=0, min_bytes=1,
+        max_bytes=1 << 20, max_records=500, batch_size=500,
+        topics=[_FT(topic_id=tid, partitions=[_FP(partition_index=7, acknowledgement_batches=[])])],
+        forgotten_topics_data=[],
+    )
+    resp = await c.call(req, 1, ShareFetchResponse)
+    (part,) = resp.responses[0].partitions
+    assert part.error_code == E.UNKNOWN_TOPIC_OR_PARTITION, resp
+    assert part.records == b"", resp
+    await c.close()
+
+
+async def test_a_member_id_the_group_does_not_know_is_served(node: Node) -> None:
+    """As Kafka's share-partition leader (ShareFetch has no UNKNOWN_MEMBER_ID): the member
+    id keys the share session and the records acquired, nothing more; the same in cluster
+    mode (``tests/cluster/test_share_cluster.py``)."""
+    c = await node.client()
+    tid = await _topic(c, "sq-any", 1)
+    await _produce(c, "sq-any", 0, 2)
+    assert (await _group_config(c, "g", "share.auto.offset.reset", "earliest")).error_code == 0
+    first = await _fetch(c, "never-joined", 0, tid)
+    assert first.error_code == 0 and _acquired(first) == [(0, 1, 1)], first
+    await c.close()

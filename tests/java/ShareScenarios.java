@@ -9,7 +9,9 @@
 // it is given and acknowledges it by MODE: accept; release-first (RELEASE at the first
 // delivery, ACCEPT after); release (always RELEASE); reject-odd (REJECT odd values, ACCEPT
 // the others); hold (no acknowledgement: keeps its records until killed). After each
-// commitSync that succeeded for every partition it prints "C <offset>,<offset>...". It
+// commitSync that succeeded for every partition it prints "C <offset>,<offset>...". Before
+// the R lines of a poll and before each C line it prints "T <wall clock ms>" (when that poll
+// or commit returned), so the logs of several consumers can be merged in time. It
 // stops after IDLE_MS without records once it has had some (with STOP_FILE: once that file
 // exists instead), or after MAX_MS, and prints "OK consume n=<records>".
 import java.time.Duration;
@@ -129,6 +131,9 @@ public final class ShareScenarios {
                 }
                 ConsumerRecords<String, String> records = c.poll(Duration.ofMillis(200));
                 List<String> acked = new ArrayList<>();
+                if (!records.isEmpty()) {
+                    Check.out("T " + System.currentTimeMillis());
+                }
                 for (ConsumerRecord<String, String> r : records) {
                     int count = r.deliveryCount().map(Short::intValue).orElse(-1);
                     AcknowledgeType ack = switch (mode) {
@@ -153,6 +158,7 @@ public final class ShareScenarios {
                     try {
                         Map<TopicIdPartition, Optional<KafkaException>> result = c.commitSync();
                         if (result.values().stream().allMatch(Optional::isEmpty)) {
+                            Check.out("T " + System.currentTimeMillis());
                             Check.out("C " + String.join(",", acked));
                         } else {
                             Check.out("COMMIT-FAILED " + result);
