@@ -214,15 +214,20 @@ class ProducerStates:
             self.persist(write, topic, partition, header.producer_id, header.last_offset + 1)
             return
         found = self.check(topic, partition, header)
-        if isinstance(found, ErrorCode):
-            log.warning("index rebuild: %s/%d offsets %d-%d: producer %d epoch %d sequence "
-                        "%d-%d refused (%s) against %s; the producer's state is not advanced",
-                        topic, partition, header.base_offset, header.last_offset,
-                        header.producer_id, header.producer_epoch, header.base_sequence,
-                        header.last_sequence, found.name, self.explain(topic, partition, header))
-            return
         if isinstance(found, Duplicate):
             return
+        if found == ErrorCode.INVALID_PRODUCER_EPOCH:
+            return  # a fenced producer's batch stored before the fence: its epoch is over
+        if isinstance(found, ErrorCode):
+            # The log is the truth, as in Kafka's log recovery (no sequence check there):
+            # a state that does not lead to a stored batch is behind, and refusing to
+            # advance it kept it behind for good, so that the producer's next batch at a
+            # node leading the partition got OUT_OF_ORDER_SEQUENCE_NUMBER (fatal to it).
+            log.warning("index rebuild: %s/%d offsets %d-%d: producer %d epoch %d sequence "
+                        "%d-%d does not follow %s; the producer's state follows the log",
+                        topic, partition, header.base_offset, header.last_offset,
+                        header.producer_id, header.producer_epoch, header.base_sequence,
+                        header.last_sequence, self.explain(topic, partition, header))
         self.record(topic, partition, header, header.base_offset, None)
         self.persist(write, topic, partition, header.producer_id, header.last_offset + 1)
 
