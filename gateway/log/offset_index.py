@@ -195,15 +195,8 @@ class OffsetIndex:
     def clean_checkpoints(self, topic: str) -> Iterator[tuple[int, bytes]]:
         """``(partition, checkpoint)`` of every partition of ``topic`` that has one, in
         partition order: one seek, however many partitions have none."""
-        prefix = b"c" + topic.encode() + b"\x00"
-        it = self._db.iter()
-        it.seek(prefix)
-        while it.valid():
-            key = bytes(it.key())
-            if not key.startswith(prefix):
-                return
-            yield int(_U32.unpack(key[len(prefix) :])[0]), bytes(it.value())
-            it.next()
+        for suffix, value in self._under(b"c" + topic.encode() + b"\x00"):
+            yield int(_U32.unpack(suffix)[0]), value
 
     def log_start(self, topic: str, partition: int) -> int | None:
         raw = self._db.get(_tp(b"s", topic, partition))
@@ -279,7 +272,10 @@ class OffsetIndex:
 
     def scan(self, kind: bytes, topic: str, partition: int) -> Iterator[tuple[bytes, bytes]]:
         """``(key suffix, value)`` of every ``kind`` key of a partition, in key order."""
-        prefix = _tp(kind, topic, partition)
+        return self._under(_tp(kind, topic, partition))
+
+    def _under(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """``(key suffix, value)`` of every key starting with ``prefix``, in key order."""
         it = self._db.iter()
         it.seek(prefix)
         while it.valid():
