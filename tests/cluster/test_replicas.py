@@ -99,17 +99,20 @@ def test_replicas_and_isr_are_the_plog_nodes(
         deadline = time.monotonic() + 30
         while True:  # the replicas are read from ZooKeeper at most once a second
             parts = _kcat(bootstrap)
-            if all(len(_ids(p["isrs"])) >= 2 for p in parts) or time.monotonic() > deadline:
+            # A container started while the cluster formed may write on two servers (the
+            # Tier-1's minimum) until its log is re-replicated or moves on to its next
+            # plog: what ZooKeeper records is what is reported, a second later at most.
+            plogs = _plog_nodes(zookeeper.hosts)
+            expected = {
+                p: plogs[container_of(qualified_segment_name("kafka", TOPIC, p), CONTAINERS)]
+                for p in range(PARTITIONS)
+            }
+            settled = all(set(_ids(p["replicas"])) == expected[p["partition"]] | {p["leader"]}
+                          for p in parts)
+            if (all(len(_ids(p["isrs"])) >= 2 for p in parts) and settled) or time.monotonic() > deadline:
                 break
             time.sleep(0.3)
         assert len(parts) == PARTITIONS
-        # A container started while the cluster formed may write on two servers (the
-        # Tier-1's minimum) until its next plog: what ZooKeeper records is what is reported.
-        plogs = _plog_nodes(zookeeper.hosts)
-        expected = {
-            p: plogs[container_of(qualified_segment_name("kafka", TOPIC, p), CONTAINERS)]
-            for p in range(PARTITIONS)
-        }
         assert all(len(v) >= 2 for v in expected.values()), expected
         for p in parts:
             replicas, isr = _ids(p["replicas"]), _ids(p["isrs"])
