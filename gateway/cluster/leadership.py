@@ -334,10 +334,9 @@ class PartitionLeaders:
             if failed:
                 log.warning("indexing other nodes' containers skipped %d topics (%s); trying "
                             "again in %.0f s", len(failed), "; ".join(failed[:3]), INDEX_OTHERS_S)
-            if not self.warm.is_set():
-                log.info("other nodes' containers indexed: %d appends", indexed)
-                self.warm.set()
-            log.debug("other nodes' containers indexed: %d appends", indexed)
+            log.log(logging.DEBUG if self.warm.is_set() else logging.INFO,
+                    "other nodes' containers indexed: %d appends", indexed)
+            self.warm.set()
             await asyncio.sleep(INDEX_OTHERS_S)
 
     def interrupted(self, cids: set[int]) -> None:
