@@ -86,8 +86,13 @@ class PartitionLeaders:
         #: nodes appended to their segments indexed (``on_owned``).
         self.ready: set[int] = set()
         #: Partitions whose cached log this node keeps: it has led them since it last
-        #: caught up with their segments (``_catch_up``).
-        self.leading: set[tuple[str, int]] = set()
+        #: caught up with their segments (``_catch_up``), with the segment it last knew
+        #: current and the ``_generation`` it knew it then.
+        self.leading: dict[tuple[str, int], tuple[str, int]] = {}
+        #: Counts ``on_owned`` calls; ``_ready_at``: the count when each container was
+        #: last made ready (a container given away and back gets a new one).
+        self._generation = 0
+        self._ready_at: dict[int, int] = {}
         self._catching_up = asyncio.Lock()
         self._catch_up_logged: dict[tuple[str, int], tuple[str, float]] = {}
         #: The container of the groups' table (``gateway/cluster/groups.py``).
@@ -195,14 +200,14 @@ class PartitionLeaders:
             return ErrorCode.LEADER_NOT_AVAILABLE
         cid = container_of(name, self.owners.container_count)
         if cid in self.ready and cid in self.node.running and cid not in self.node.interrupted:
-            if (topic, partition) not in self.leading:
+            if not await self._still_led(topic, partition, name):
                 try:
                     await self._catch_up(topic, partition)
                 except UNAVAILABLE as exc:  # served once the topic's segments are readable
                     self._not_caught_up(topic, partition, exc)
                     return ErrorCode.LEADER_NOT_AVAILABLE
             return ErrorCode.NONE
-        self.leading.discard((topic, partition))
+        self.leading.pop((topic, partition), None)
         leader = await self.leader(topic, partition)
         if leader is None:
             return ErrorCode.LEADER_NOT_AVAILABLE
@@ -218,6 +223,51 @@ class PartitionLeaders:
             log.warning("%s/%d led here but not caught up yet (%s); answering "
                         "LEADER_NOT_AVAILABLE", topic, partition, text)
 
+    async def _still_led(self, topic: str, partition: int, current: str) -> bool:
+        """Whether this node has led the partition since it last caught up, up to its
+        ``current`` segment. A scale may have moved the partition to another node's
+        container and a later one back: its cached log then misses what was appended
+        there (issue 36: the read stopped at the old high watermark, offsets were given
+        twice)."""
+        key = (topic, partition)
+        known = self.leading.get(key)
+        if known is None:
+            return False
+        if known[0] == current:
+            return True
+        if await self._led_throughout(topic, partition, known, current):
+            self.leading[key] = (current, known[1])
+            return True
+        self.leading.pop(key, None)
+        return False
+
+    async def still_leads_segment(self, topic: str, partition: int, segment: Any) -> bool:
+        """``PartitionLogs.succession``: whether a log whose segment was sealed may re-send
+        its appends to ``segment``, the partition's current one now (this node led every
+        segment between)."""
+        return await self._still_led(topic, partition, self.topics.segment_name(topic, segment.id))
+
+    async def _led_throughout(
+        self, topic: str, partition: int, known: tuple[str, int], current: str
+    ) -> bool:
+        """Every segment of the partition's lineage after ``known``'s, up to ``current``,
+        sits in a container ready here since ``known``'s generation (none of them was
+        led by another node meanwhile)."""
+        lineage = await self._lineage(topic, partition)
+        if known[0] not in lineage or current not in lineage:
+            return False
+        since, now = lineage.index(known[0]), lineage.index(current)
+        count = self.owners.container_count
+        ready = {cid for cid in self.ready if self._ready_at.get(cid, known[1] + 1) <= known[1]}
+        return all(container_of(name, count) in ready for name in lineage[since + 1:now + 1])
+
+    async def _lineage(self, topic: str, partition: int) -> list[str]:
+        """The segments that ever held the partition's point, oldest first."""
+        point = partition_point(partition)
+        return [self.topics.segment_name(topic, seg.id)
+                for seg in await self.topics.all_segments(topic)
+                if seg.key_start <= point < seg.key_end]
+
     async def _catch_up(self, topic: str, partition: int) -> None:
         """Before this node first serves a partition it did not lead just before (a scale
         moved its current segment into a container of this node, or it was led elsewhere
@@ -226,17 +276,15 @@ class PartitionLeaders:
         async with self._catching_up:
             if (topic, partition) in self.leading:
                 return
+            generation = self._generation
             # Only the segments that ever held the partition's point: the rest of the
             # topic is no part of its log (and may sit in containers that are moving).
-            point = partition_point(partition)
-            lineage = {self.topics.segment_name(topic, seg.id)
-                       for seg in await self.topics.all_segments(topic)
-                       if seg.key_start <= point < seg.key_end}
+            lineage = await self._lineage(topic, partition)
             with patience(CATCH_UP_PATIENCE_MS):
                 indexed = await self.logs.rebuild_where(
-                    lineage.__contains__, strict=True, topics=[topic])
+                    set(lineage).__contains__, strict=True, topics=[topic])
             self.logs.retire_where(lambda t, p: t == topic and p == partition)
-            self.leading.add((topic, partition))
+            self.leading[(topic, partition)] = (lineage[-1] if lineage else "", generation)
             self._catch_up_logged.pop((topic, partition), None)
             if indexed:
                 log.info("%s/%d led here now: %d appends indexed", topic, partition, indexed)
@@ -295,7 +343,10 @@ class PartitionLeaders:
                 indexed = await self.logs.rebuild_where(
                     lambda name: container_of(name, count) in gained)
         dropped = self.logs.retire_where(lambda topic, p: self._moved(topic, p, kept))
-        self.leading = {k for k in self.leading if not self._moved(*k, kept)}
+        self.leading = {k: v for k, v in self.leading.items() if not self._moved(*k, kept)}
+        self._generation += 1  # after the awaits: a catch-up meanwhile counts as before
+        for cid in gained - self.node.interrupted - self.ready:
+            self._ready_at[cid] = self._generation
         self.ready |= gained - self.node.interrupted
         log.info(
             "containers gained %s, lost %s: %d appends indexed, %d partition logs reopened",
@@ -348,7 +399,7 @@ class PartitionLeaders:
         self.ready -= cids
         held = set(self.node.running) - cids
         dropped = self.logs.abandon_where(lambda topic, p: self._moved(topic, p, held))
-        self.leading = {k for k in self.leading if not self._moved(*k, held)}
+        self.leading = {k: v for k, v in self.leading.items() if not self._moved(*k, held)}
         log.info("containers %s given to another node: %d partition logs dropped",
                  sorted(cids), dropped)
 

@@ -197,6 +197,7 @@ class ClusterWiring:
                 root=c.tier1_plog_zookeeper_root, log_prefix=c.tier1_plog_log_prefix,
             )
         ctx.cluster = self.leaders
+        ctx.logs.succession = self.leaders.still_leads_segment
         internode = _internode(self.config)
         markers = ClusterMarkerWriter(ctx.txn_markers, self.leaders, ctx.topics,
                                       internode=internode)

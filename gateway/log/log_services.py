@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
+from tidegate.core.controller.api import SegmentRecord
 from tidegate.core.segmentstore.api import SegmentStore
 from tidegate.gateway.log.offset_index import IndexWrite, OffsetIndex
 from tidegate.gateway.log.producer_state import ProducerStates
@@ -64,6 +65,8 @@ class LogServices(Protocol):
     def traffic(self) -> TrafficSink | None: ...
     @property
     def index_hook(self) -> IndexHook | None: ...
+    @property
+    def succession(self) -> Callable[[str, int, SegmentRecord], Awaitable[bool]] | None: ...
 
     def leader_epoch(self, topic: str, partition: int) -> int:
         """The epoch stamped on the partition's appended batches (-1: leave them as sent)."""

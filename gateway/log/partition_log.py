@@ -304,6 +304,12 @@ class PartitionLog:
                 await asyncio.sleep(UNAVAILABLE_RETRY_S if self.unavailable else delay_s)
             if sealed or self.segment is None:
                 self.segment = await self._refresh(self.segment if sealed else None)
+            succession = self._logs.succession
+            if sealed and succession is not None and not await succession(
+                    self.topic, self.partition, self.segment):
+                # A segment between was led by another node: these offsets may be its.
+                self._leader_moved()
+                return
         except Exception as exc:  # the controller stayed unreachable: give up on these
             log.error("cannot resolve the segment of %s/%d: %r", self.topic, self.partition, exc)
             self.segment = None

@@ -12,10 +12,11 @@ import asyncio
 import bisect
 import itertools
 import logging
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidegate.core.controller.api import SegmentRecord
 from tidegate.core.segmentstore.api import (
     ContainerNotOwnedError,
     SegmentNotFoundError,
@@ -87,6 +88,9 @@ class PartitionLogs:
         #: Cluster mode: a segment's container, so that a rebuild leaves the segments of
         #: an unavailable one for later instead of failing.
         self.container_of: Callable[[str], int] | None = None
+        #: Cluster mode: whether this node led a partition throughout, up to the current
+        #: segment a log whose segment was sealed would re-send to (``leadership.py``).
+        self.succession: Callable[[str, int, SegmentRecord], Awaitable[bool]] | None = None
 
     def leader_epoch(self, topic: str, partition: int) -> int:
         return -1 if self.epoch_source is None else self.epoch_source(topic, partition)
