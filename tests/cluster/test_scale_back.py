@@ -4,16 +4,21 @@ must read what the other node appended meanwhile before it serves the partition 
 Before, it took up its cached log where it had left it: the read-back stopped at the
 old high watermark and the next produce reused the other node's offsets.
 
-Two nodes: a scale of a one-segment stream into one segment puts the successor on the
-other node (``core/controller/placement.py: spreading``), so two scales bring it back."""
+Two nodes; the partition's segment is scaled (into one of the same range) until it lies
+in the other node's container, then until it is back."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
+from tidegate.core.controller.api import SegmentRecord, qualified_segment_name
 from tidegate.core.segmentstore.service import container_of
+from tidegate.gateway.cluster.leadership import PartitionLeaders
 from tidegate.protocol.controller_grpc import pb2
 
 from tests.cluster.clients import QUIET, read_back
@@ -43,6 +48,15 @@ def _scale_whole(node: Node, sealed: int) -> int:
     return seg
 
 
+def _scale_until(node: Node, sealed: int, where: Callable[[int], bool]) -> int:
+    """Scale until the current segment is one ``where`` picks (its id)."""
+    for _ in range(10):
+        sealed = _scale_whole(node, sealed)
+        if where(sealed):
+            return sealed
+    raise AssertionError("ten scales did not bring the segment where wanted")
+
+
 def test_a_partition_scaled_away_and_back_serves_what_was_appended_meanwhile(
     tmp_path: Path, zookeeper: ZooKeeperServer
 ) -> None:
@@ -53,18 +67,16 @@ def test_a_partition_scaled_away_and_back_serves_what_was_appended_meanwhile(
         leader = next(n for n in nodes if n.node_id == leader_id)
 
         def holder(seg: int) -> int:
-            return owners[container_of(f"kafka/{TOPIC}/{seg}", CONTAINERS)]
+            return owners[container_of(qualified_segment_name("kafka", TOPIC, seg), CONTAINERS)]
 
         admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
         admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
         acked = _produce(bootstrap, TOPIC, range(0, 20))
         home = holder(0)
 
-        away = _scale_whole(leader, 0)
-        assert holder(away) != home, (away, owners)
+        away = _scale_until(leader, 0, lambda seg: holder(seg) != home)
         acked += _produce(bootstrap, TOPIC, range(20, 40))
-        back = _scale_whole(leader, away)
-        assert holder(back) == home, (back, owners)
+        _scale_until(leader, away, lambda seg: holder(seg) == home)
         acked += _produce(bootstrap, TOPIC, range(40, 60))
 
         assert sorted(o for _, o, _ in acked) == list(range(60)), "offsets given twice"
@@ -73,3 +85,57 @@ def test_a_partition_scaled_away_and_back_serves_what_was_appended_meanwhile(
     finally:
         for node in nodes:
             node.close()
+
+
+def _in_container(cid: int, epoch: int) -> SegmentRecord:
+    """A whole-range segment of ``epoch`` whose name hashes into container ``cid``."""
+    seg_id = next(epoch << 32 | n for n in range(1000)
+                  if container_of(qualified_segment_name("kafka", TOPIC, epoch << 32 | n), 4) == cid)
+    return SegmentRecord(seg_id, 0, 0.0, 1.0)
+
+
+async def test_the_rule_a_segment_led_elsewhere_between_means_catching_up() -> None:
+    """This node (1) runs containers 0 and 1; node 2 runs 2. The partition's segments:
+    epoch 0 in container 0, epoch 1 in container 2 (node 2's), epoch 2 in container 1."""
+    lineage = [_in_container(0, 0), _in_container(2, 1), _in_container(1, 2)]
+    names = [qualified_segment_name("kafka", TOPIC, s.id) for s in lineage]
+    history: list[SegmentRecord] = lineage[:1]
+
+    async def all_segments(topic: str) -> list[SegmentRecord]:
+        return list(history)
+
+    topics = SimpleNamespace(all_segments=all_segments, segment_name=lambda t, i: qualified_segment_name("kafka", t, i))
+    owners = {0: 1, 1: 1, 2: 2, 3: 2}
+    node = SimpleNamespace(node_id=1, members={1: {}, 2: {}}, running={0, 1}, interrupted=set(),
+                           containers=SimpleNamespace(owners=owners, version=1), session=None)
+    leaders = PartitionLeaders(SimpleNamespace(topics=topics, controller=None, logs=None), node,
+                               SimpleNamespace(container_count=4, owner=lambda n: None))
+    leaders.ready, leaders._ready_at = {0, 1}, {0: 1, 1: 1}
+    leaders._generation = 1
+    key = (TOPIC, 0)
+    leaders.leading[key] = (names[0], 1)
+    assert await leaders._still_led(TOPIC, 0, names[0])
+
+    # Scaled straight into container 1, ready here since before: led throughout.
+    history[:] = [lineage[0], lineage[2]]
+    assert await leaders._still_led(TOPIC, 0, names[2])
+    assert leaders.leading[key] == (names[2], 1)
+
+    # Through container 2 (node 2 appended there) and back: caught up first.
+    leaders.leading[key] = (names[0], 1)
+    history[:] = lineage
+    assert not await leaders._still_led(TOPIC, 0, names[2])
+    assert key not in leaders.leading
+
+    # Through container 2 while it ran here from before: still led throughout.
+    leaders.ready, leaders._ready_at = {0, 1, 2}, {0: 1, 1: 1, 2: 1}
+    leaders.leading[key] = (names[0], 1)
+    assert await leaders._still_led(TOPIC, 0, names[2])
+
+    # Container 2 came here only after the last catch-up: its appends may be another node's.
+    leaders._ready_at[2] = 2
+    leaders.leading[key] = (names[0], 1)
+    assert not await leaders._still_led(TOPIC, 0, names[2])
+    seg: Any = lineage[2]
+    leaders.leading[key] = (names[0], 1)
+    assert not await leaders.still_leads_segment(TOPIC, 0, seg)
