@@ -31,7 +31,8 @@ JOIN_TIMEOUT_S = 150.0
 @dataclass
 class Ack:
     partition: int
-    offset: int
+    #: None: acknowledged with the offset unknown (confluent-kafka's ``offset()``).
+    offset: int | None
     value: bytes
     sent_at: float
     acked_at: float
