@@ -230,13 +230,7 @@ class PartitionLogs:
 
     async def rebuild(self) -> int:
         """Index everything past the markers; return the number of envelopes indexed."""
-        count = 0
-        ends: dict[tuple[str, int], int] = {}
-        down: set[int] = set()
-        for topic in self.topics.names():
-            for seg in await self.topics.all_segments(topic):
-                count += await self._rebuild_or_skip(topic, seg.id, down, ends)
-        return count
+        return await self.rebuild_where(lambda name: True)
 
     async def rebuild_where(self, pick: Callable[[str], bool], *, strict: bool = False,
                             topics: Iterable[str] | None = None,
@@ -255,12 +249,16 @@ class PartitionLogs:
             wanted = set(topics)
             names = [t for t in names if t in wanted]
         for topic in names:
-            for seg in await self.topics.all_segments(topic):
-                name = self.topics.segment_name(topic, seg.id)
-                if pick(name):
-                    self.forget_marker(name)  # what this node knew of it may be behind
-                    count += await self._rebuild_or_skip(
-                        topic, seg.id, None if strict else down, ends)
+            segments = await self.topics.all_segments(topic)
+            names_of = [self.topics.segment_name(topic, seg.id) for seg in segments]
+            unread = _KeyRanges()  # older segments left for later: what follows them waits
+            for seg, name in _with_predecessors(segments, names_of, pick):
+                if unread.overlaps(seg.key_start, seg.key_end):
+                    continue
+                self.forget_marker(name)  # what this node knew of it may be behind
+                count += await self._rebuild_or_skip(topic, seg.id, None if strict else down, ends)
+                if down and self.container_of is not None and self.container_of(name) in down:
+                    unread.add(seg.key_start, seg.key_end)
         return count
 
     async def _rebuild_or_skip(self, topic: str, segment_id: int, down: set[int] | None,
@@ -459,3 +457,42 @@ class _ForwardReader:
 
 def _base_offset(entry: IndexEntry) -> int:
     return entry.base_offset
+
+
+def _with_predecessors(
+    segments: list[SegmentRecord], names: list[str], pick: Callable[[str], bool]
+) -> list[tuple[SegmentRecord, str]]:
+    """The picked segments (``segments`` oldest epoch first) and every older segment whose
+    key range meets one of theirs, in that order. A partition's segments are indexed in
+    the order they were written: a batch below a partition's indexed end that the index
+    lacks is taken for an append reported failed and left out (``_indexable``), so an
+    older segment read after a newer one (a node with an empty index that gained only the
+    newer one's container) lost its batches from this node's index."""
+    needed = _KeyRanges()
+    chosen = []
+    for seg, name in zip(reversed(segments), reversed(names), strict=True):
+        if pick(name) or needed.overlaps(seg.key_start, seg.key_end):
+            needed.add(seg.key_start, seg.key_end)
+            chosen.append((seg, name))
+    chosen.reverse()
+    return chosen
+
+
+class _KeyRanges:
+    """A union of half-open key ranges, kept as sorted disjoint intervals."""
+
+    def __init__(self) -> None:
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+
+    def overlaps(self, lo: float, hi: float) -> bool:
+        i = bisect.bisect_right(self.ends, lo)  # the first interval ending past lo
+        return i < len(self.starts) and self.starts[i] < hi
+
+    def add(self, lo: float, hi: float) -> None:
+        i = bisect.bisect_left(self.ends, lo)  # intervals i..j-1 meet or touch [lo, hi)
+        j = bisect.bisect_right(self.starts, hi)
+        if i < j:
+            lo, hi = min(lo, self.starts[i]), max(hi, self.ends[j - 1])
+        self.starts[i:j] = [lo]
+        self.ends[i:j] = [hi]
