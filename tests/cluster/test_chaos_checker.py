@@ -60,7 +60,7 @@ def test_aborted_visible_committed_missing_and_half_transactions_are_reported() 
 
 def test_group_offsets_backwards_and_aborted_consumed_are_reported() -> None:
     report = Report()
-    watch = OffsetsWatch(backwards=[(1.0, "t", 0, 10, 4)])
+    watch = OffsetsWatch(backwards=[("01:02:03.456", "t", 0, 10, 1, 4, 2)])
     check_group(report, [Seen("tx", 0, 2, b"tx-1-0")], {"t": {b"p1-0"}}, {b"tx-1-0"}, watch)
     found = "\n".join(report.violations)
     for kind in ("aborted records consumed", "never consumed", "going backwards"):

@@ -187,8 +187,9 @@ def check_group(report: Report, seen: list[Seen], expected: dict[str, set[bytes]
     for topic, values in expected.items():
         missed = values - got[topic]
         report.violation(f"group: {topic} records never consumed", len(missed), sorted(missed)[:EXAMPLES])
-    report.violation("group: committed offsets going backwards (when, topic, partition, "
-                     "before, after)", len(watch.backwards), watch.backwards[:EXAMPLES])
+    report.violation("group: committed offsets going backwards (read at UTC, topic, partition, "
+                     "before, node that answered, after, node that answered)",
+                     len(watch.backwards), watch.backwards[:EXAMPLES])
     report.notes.append(f"group: {len(seen)} records consumed ({len(seen) - len({(s.topic, s.value) for s in seen})} "
                         f"again after a rebalance), offsets read {len(watch.last)} partitions, "
                         f"{watch.errors} offset reads failed")
