@@ -67,6 +67,18 @@ def test_group_offsets_backwards_and_aborted_consumed_are_reported() -> None:
         assert kind in found, found
 
 
+def test_a_backwards_read_a_member_committed_itself_is_a_note_not_a_violation() -> None:
+    report = Report()
+    back = ("01:02:03.456", "t", 0, 10, 1, 4, 2)
+    # The member's commit of 4 was answered after its commit of 10: its own doing.
+    check_group(report, [], {}, set(), OffsetsWatch(backwards=[back]), [("t", 0, 10), ("t", 0, 4)])
+    assert not report.violations, report.violations
+    assert any("re-sent an older commit" in n for n in report.notes), report.notes
+    report = Report()
+    check_group(report, [], {}, set(), OffsetsWatch(backwards=[back]), [("t", 0, 4), ("t", 0, 10)])
+    assert any("going backwards" in v for v in report.violations), report.violations
+
+
 def test_unavailability_is_measured_from_the_fault_to_a_new_acknowledgement() -> None:
     fault = Fault("kill9", 1.0, 0, node_id=2, started_at=100.0)
     acks = [Ack(0, 0, b"a", 99.0, 101.0), Ack(0, 1, b"b", 100.5, 112.0), Ack(1, 0, b"c", 100.2, 100.4)]

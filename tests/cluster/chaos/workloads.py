@@ -277,7 +277,8 @@ class Seen:
 
 
 class GroupMember(threading.Thread):
-    """A read_committed member of ``group`` on ``topics``, committing automatically."""
+    """A read_committed member of ``group`` on ``topics``, committing automatically; keeps
+    what it saw and every commit the coordinator acknowledged, in the order answered."""
 
     def __init__(self, bootstrap: str, topics: list[str], group: str, name: str) -> None:
         super().__init__(daemon=True, name=f"chaos-{name}")
@@ -285,11 +286,18 @@ class GroupMember(threading.Thread):
             "bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
             "isolation.level": "read_committed", "session.timeout.ms": 10_000,
             "auto.commit.interval.ms": 1000, "topic.metadata.refresh.interval.ms": 2000,
-            **QUIET,
+            "on_commit": self._committed, **QUIET,
         })
         self.consumer.subscribe(topics)
         self.seen: list[Seen] = []
+        #: (topic, partition, offset) of each acknowledged commit.
+        self.commits: list[tuple[str, int, int]] = []
         self.stopping = threading.Event()
+
+    def _committed(self, err: KafkaError | None, partitions: list[Any]) -> None:
+        if err is None:
+            self.commits += [(tp.topic, tp.partition, tp.offset) for tp in partitions
+                             if tp.error is None and tp.offset >= 0]
 
     def run(self) -> None:
         try:
