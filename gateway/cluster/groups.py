@@ -6,7 +6,9 @@ table segment (``GroupConfig.table``). FindCoordinator answers that node, for gr
 for transactional ids alike. The transaction coordinator runs on the same node: a
 committed transaction's offsets go straight into the group coordinator (there is no
 ``__consumer_offsets`` partition to send them to), so the two are never apart. Its table
-is reached through the routing store wherever it lives. The share group coordinator
+is reached through the routing store wherever it lives; the group coordinator's only
+through this node's containers (a write after the container left fails, never lands in
+the next coordinator's table). The share group coordinator
 (``gateway/share``) runs there too: share consumers heartbeat to the node FindCoordinator
 names for their group, and its table is reached the same way.
 
