@@ -12,7 +12,8 @@ not yet truncated, no answer sent), ``alter_configs.configs_stored`` (the new co
 are stored, the stream's policies not yet updated). Stall points:
 ``cluster.on_owned`` (a change of this node's containers, before the gateway catches up
 with it: a slow index catch-up, as a node's loss can cause;
-``tests/cluster/test_idempotence_failover.py``).
+``tests/cluster/test_idempotence_failover.py``), ``groups.write`` (a group coordinator's
+write, offsets or a group, before it reaches the table: ``tests/cluster/test_coordinator_moves.py``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ table segment (``GroupConfig.table``). FindCoordinator answers that node, for gr
 for transactional ids alike. The transaction coordinator runs on the same node: a
 committed transaction's offsets go straight into the group coordinator (there is no
 ``__consumer_offsets`` partition to send them to), so the two are never apart. Its table
-is reached through the routing store wherever it lives. The share group coordinator
+is reached through the routing store wherever it lives; the group coordinator's only
+through this node's containers (a write after the container left fails, never lands in
+the next coordinator's table). The share group coordinator
 (``gateway/share``) runs there too: share consumers heartbeat to the node FindCoordinator
 names for their group, and its table is reached the same way.
 
@@ -38,9 +40,15 @@ log = logging.getLogger(__name__)
 
 
 class GroupPlacement:
-    def __init__(self, ctx: Any, store: Any, container_count: int, markers: MarkerWriter) -> None:
+    def __init__(self, ctx: Any, store: Any, container_count: int, markers: MarkerWriter,
+                 local: Any = None) -> None:
+        """``store`` reaches any container; ``local`` only this node's: the group
+        coordinator writes through it, so a write still on its way when the container
+        moved fails (as Kafka's coordinator no longer leading its offsets partition
+        answers NOT_COORDINATOR) instead of landing in the new coordinator's table."""
         self.ctx = ctx
         self.store = store
+        self.local = store if local is None else local
         self.markers = markers
         self.config = GroupConfig.from_table(ctx.config.groups)
         self.share_config = ShareConfig.from_table(ctx.config.share)
@@ -98,7 +106,7 @@ class GroupPlacement:
         current = self.ctx.group_coordinator
         if self.container in running:
             if current is None:
-                coordinator = GroupCoordinator(self.store, self.config)
+                coordinator = GroupCoordinator(self.local, self.config)
                 await coordinator.start()
                 self.ctx.group_coordinator = coordinator
                 log.info("group coordinator moved here (container %d)", self.container)

@@ -203,7 +203,8 @@ class ClusterWiring:
                                       internode=internode)
         ctx.txn_verifier = RemoteTxnVerifier(self.leaders, internode=internode)
         self.leaders.peer_watermarks = PeerWatermarks(self.leaders, internode)
-        groups = GroupPlacement(ctx, self.routing, self.local.config.container_count, markers)
+        groups = GroupPlacement(ctx, self.routing, self.local.config.container_count, markers,
+                                local=self.local)
         # This node's share-partitions as leader, stored in the share coordinator's table.
         ctx.share_leader = ShareCoordinator(
             self.routing, groups.share_config, clock_ms=None,

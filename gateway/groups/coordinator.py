@@ -19,7 +19,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from tidegate.core.segmentstore.api import SegmentStore, TooLargeError
+from tidegate.core.segmentstore.api import (
+    ContainerNotOwnedError,
+    SegmentStore,
+    StoreShutdownError,
+    TooLargeError,
+)
 from tidegate.gateway.groups import migration
 from tidegate.gateway.groups.config import GroupConfig
 from tidegate.gateway.groups.errors import (
@@ -261,6 +266,11 @@ class GroupCoordinator(GroupKinds):
             except TooLargeError as exc:  # a group id longer than a table key may be
                 log.warning("offsets of group %.64r not committed: %s", group_id, exc)
                 return {**errors, **dict.fromkeys(accepted, E.INVALID_GROUP_ID)}
+            except (ContainerNotOwnedError, StoreShutdownError) as exc:
+                # The groups' container left this node meanwhile: Kafka's answer when the
+                # offsets partition's leadership is lost during the append.
+                log.warning("offsets of group %.64r not committed here: %s", group_id, exc)
+                return {**errors, **dict.fromkeys(accepted, E.NOT_COORDINATOR)}
             except Exception:  # noqa: BLE001 - reported to the client, which retries
                 log.exception("committing offsets of group %r failed", group_id)
                 return {**errors, **dict.fromkeys(accepted, E.COORDINATOR_NOT_AVAILABLE)}

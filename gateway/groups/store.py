@@ -26,12 +26,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidegate.core.segmentstore.api import (
+    ContainerNotOwnedError,
     SegmentExistsError,
     SegmentStore,
+    StoreShutdownError,
     TableEntry,
     TableRemoval,
     TableUpdate,
 )
+from tidegate.gateway import failpoints
 from tidegate.gateway.groups.model import CommittedOffset, Group, GroupState, Member
 
 _GROUP = b"g"
@@ -195,6 +198,7 @@ class GroupStore:
             if w is None:
                 return
             try:
+                await failpoints.stall("groups.write")
                 if w.puts:
                     await self._store.table_put(self.table, w.puts)
                 if w.removals:
@@ -202,6 +206,10 @@ class GroupStore:
             except Exception as e:  # noqa: BLE001 - handed to the waiting caller
                 if not w.done.done():
                     w.done.set_exception(e)
+                    if isinstance(e, (ContainerNotOwnedError, StoreShutdownError)):
+                        # The container left this node (the coordinator stops): expected,
+                        # not logged as an exception nobody retrieved.
+                        w.done.exception()
                 continue
             if not w.done.done():
                 w.done.set_result(None)

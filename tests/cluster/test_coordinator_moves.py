@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import struct
+import threading
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.consumer import (
@@ -23,6 +27,7 @@ from kafka.protocol.consumer import (
 )
 from tidegate.protocol.errors import ErrorCode
 
+from tests.clients.requests import frame
 from tests.cluster.clients import QUIET, ask, coordinator, wait_for
 from tests.cluster.nodes import Node, start_together
 from tests.cluster.zk import ZooKeeperServer
@@ -86,6 +91,89 @@ def test_a_thawed_coordinator_that_lost_the_groups_stops_answering_for_them(
         # Before, it answered (NONE, 10) here until the failpoint let it go on.
         assert _fetch(old.port)[0] == ErrorCode.NOT_COORDINATOR
         assert _fetch(new.port) == (ErrorCode.NONE, 20)
+    finally:
+        if frozen is not None and frozen.proc is not None:
+            os.kill(frozen.proc.pid, signal.SIGCONT)
+        for node in nodes:
+            node.close()
+
+
+def _ask_slow(port: int, request: Any, version: int, response: Any, timeout_s: float) -> Any:
+    """``ask``, waiting up to ``timeout_s`` for the answer (a stalled write)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+        s.sendall(frame(request, version))
+        data = b""
+        while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
+            chunk = s.recv(1 << 16)
+            assert chunk, "connection closed"
+            data += chunk
+    return response.decode(data, version=version, header=True, framed=True)
+
+
+def test_a_commit_held_on_a_coordinator_that_lost_the_groups_is_not_stored_by_the_next(
+    tmp_path: Path, zookeeper: ZooKeeperServer
+) -> None:
+    """A commit whose write was on its way when the coordinator's node froze must not
+    land, after the thaw, in the table of the node that coordinates since: the new
+    coordinator never sees it in memory (its answer would not show it) and the next one
+    to load the table would go back to it. Kafka's coordinator, no longer leading its
+    offsets partition, answers NOT_COORDINATOR; before, the write went on through the
+    routing store to the new owner and the commit was answered NONE."""
+    nodes = [Node(tmp_path, i + 1, zookeeper.hosts, 6) for i in range(3)]
+    for node in nodes:
+        node.env["TIDEGATE_FAILPOINTS"] = f"groups.write={STALL_MS}"
+    start_together(nodes)
+    frozen = None
+    try:
+        bootstrap = ",".join(n.bootstrap for n in nodes)
+        admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+        admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
+        by_id = {n.node_id: n for n in nodes}
+        old = by_id[wait_for("a group coordinator", lambda: max(coordinator(nodes[0].port, GROUP, 0), 0))]
+        wait_for("a commit on the coordinator", lambda: _commit(old.port, 10) == ErrorCode.NONE)
+
+        assert old.proc is not None
+        old.proc.send_signal(signal.SIGUSR2)  # its next group write is held
+        held: list[int] = []
+
+        def commit_held() -> None:
+            part = OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                partition_index=0, committed_offset=20, committed_leader_epoch=-1, committed_metadata="")
+            req = OffsetCommitRequest(
+                group_id=GROUP, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+                retention_time_ms=-1,
+                topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=TOPIC, partitions=[part])])
+            found = _ask_slow(old.port, req, 2, OffsetCommitResponse, STALL_MS / 1000)
+            held.append(int(found.topics[0].partitions[0].error_code))
+
+        committing = threading.Thread(target=commit_held, daemon=True)
+        committing.start()
+        wait_for("the commit's write held",
+                 lambda: b"failpoint groups.write: waiting up to" in old.log_path.read_bytes())
+        os.kill(old.proc.pid, signal.SIGSTOP)
+        frozen = old
+        others = [n for n in nodes if n is not old]
+        new = by_id[wait_for("another coordinator", lambda: next(
+            (c for c in [coordinator(others[0].port, GROUP, 0)] if c > 0 and c != old.node_id), 0))]
+        wait_for("a commit on the new coordinator", lambda: _commit(new.port, 30) == ErrorCode.NONE)
+        os.kill(old.proc.pid, signal.SIGCONT)
+        frozen = None
+        wait_for("the thawed node to see its session lost",
+                 lambda: b"the ZooKeeper session was lost" in old.log_path.read_bytes())
+        old.proc.send_signal(signal.SIGUSR2)  # the held write goes on
+        committing.join(60)
+        assert held and held[0] != ErrorCode.NONE, held  # before: NONE
+        assert _fetch(new.port) == (ErrorCode.NONE, 30)
+
+        # The next coordinator loads the table: it holds the last acknowledged commit.
+        new.kill9()
+        rest = [n for n in nodes if n is not new]
+        wait_for("a third coordinator", lambda: next(
+            (c for c in [coordinator(rest[0].port, GROUP, 0)] if c > 0 and c != new.node_id), 0), 90)
+        third = by_id[coordinator(rest[0].port, GROUP, 0)]
+        answer = wait_for("the third coordinator's answer", lambda: next(
+            (f for f in [_fetch(third.port)] if f[0] == ErrorCode.NONE), None), 90)
+        assert answer == (ErrorCode.NONE, 30)  # before: 20, the held commit
     finally:
         if frozen is not None and frozen.proc is not None:
             os.kill(frozen.proc.pid, signal.SIGCONT)

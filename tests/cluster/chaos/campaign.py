@@ -217,7 +217,7 @@ class Campaign:
             self._check_hot(report)
         aborted = {v for t in self.txn.transactions if t.outcome == "aborted" for _, v in t.values}
         checker.check_group(report, [s for m in self.members for s in m.seen], self._expected(),
-                            aborted, self.watcher.watch)
+                            aborted, self.watcher.watch, [c for m in self.members for c in m.commits])
         for p in self.producers:
             report.violation(f"producer {p.tag}: fatal errors", len(p.fatal_errors), p.fatal_errors[:3])
             report.violation(f"producer {p.tag}: deliveries failed", len(p.delivery_errors),

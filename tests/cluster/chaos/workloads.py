@@ -23,6 +23,7 @@ from confluent_kafka import (
     Producer,
 )
 from kafka.admin import KafkaAdminClient
+from kafka.protocol.metadata import CoordinatorType
 
 QUIET = {"log_level": 3}
 JOIN_TIMEOUT_S = 150.0
@@ -277,7 +278,8 @@ class Seen:
 
 
 class GroupMember(threading.Thread):
-    """A read_committed member of ``group`` on ``topics``, committing automatically."""
+    """A read_committed member of ``group`` on ``topics``, committing automatically; keeps
+    what it saw and every commit the coordinator acknowledged, in the order answered."""
 
     def __init__(self, bootstrap: str, topics: list[str], group: str, name: str) -> None:
         super().__init__(daemon=True, name=f"chaos-{name}")
@@ -285,11 +287,18 @@ class GroupMember(threading.Thread):
             "bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
             "isolation.level": "read_committed", "session.timeout.ms": 10_000,
             "auto.commit.interval.ms": 1000, "topic.metadata.refresh.interval.ms": 2000,
-            **QUIET,
+            "on_commit": self._committed, **QUIET,
         })
         self.consumer.subscribe(topics)
         self.seen: list[Seen] = []
+        #: (topic, partition, offset) of each acknowledged commit.
+        self.commits: list[tuple[str, int, int]] = []
         self.stopping = threading.Event()
+
+    def _committed(self, err: KafkaError | None, partitions: list[Any]) -> None:
+        if err is None:
+            self.commits += [(tp.topic, tp.partition, tp.offset) for tp in partitions
+                             if tp.error is None and tp.offset >= 0]
 
     def run(self) -> None:
         try:
@@ -305,15 +314,25 @@ class GroupMember(threading.Thread):
 class OffsetsWatch:
     #: (topic, partition) -> the last committed offset read.
     last: dict[tuple[str, int], int] = field(default_factory=dict)
-    #: Every time a committed offset went backwards: (when, topic, partition, before, after).
-    backwards: list[tuple[float, str, int, int, int]] = field(default_factory=list)
+    #: (topic, partition) -> the node that answered it.
+    last_node: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: Every time a committed offset went backwards: (wall clock time of the read, topic,
+    #: partition, before, the node that answered it, after, the node that answered it).
+    backwards: list[tuple[str, str, int, int, int, int, int]] = field(default_factory=list)
     errors: int = 0
 
 
+def wall_clock() -> str:
+    """The time of day as the nodes' logs print it (UTC), to find a read in them."""
+    now = time.time()
+    return time.strftime("%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}"
+
+
 class GroupOffsetsWatcher(threading.Thread):
-    """Reads the group's committed offsets every ``interval_s``; records any going back.
-    kafka-python's admin client: librdkafka's aborted the campaign's process on an
-    assertion in its admin request code after a kill -9."""
+    """Reads the group's committed offsets every ``interval_s``; records any going back,
+    with the node that answered each read. kafka-python's admin client: librdkafka's
+    aborted the campaign's process on an assertion in its admin request code after a
+    kill -9."""
 
     def __init__(self, bootstrap: str, group: str, interval_s: float = 2.0) -> None:
         super().__init__(daemon=True, name="chaos-offsets")
@@ -323,27 +342,35 @@ class GroupOffsetsWatcher(threading.Thread):
         self.watch = OffsetsWatch()
         self.stopping = threading.Event()
 
+    def _read(self) -> tuple[int, dict[Any, Any]]:
+        """(the node that answered, the group's offsets)."""
+        if self.admin is None:
+            self.admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=10_000)
+        found = self.admin.list_group_offsets(self.group)[self.group]
+        # The coordinator kafka-python sent the OffsetFetch to, as it cached it.
+        node = self.admin._manager.cluster.get_coordinator(self.group, CoordinatorType.GROUP)
+        return (-1 if node is None else int(node)), found
+
     def read_once(self) -> None:
         try:
-            if self.admin is None:
-                self.admin = KafkaAdminClient(bootstrap_servers=self.bootstrap,
-                                              request_timeout_ms=10_000)
-            found = self.admin.list_group_offsets(self.group)[self.group]
+            node, found = self._read()
         except Exception:  # a coordinator away during a fault: read again later
             self.watch.errors += 1
-            if self.admin is not None:
-                self.admin.close()
-                self.admin = None
+            self.close()
             return
+        when = wall_clock()
         for tp, committed in found.items():
             if committed.offset < 0:
                 continue
             key = (tp.topic, tp.partition)
             before = self.watch.last.get(key)
             if before is not None and committed.offset < before:
-                self.watch.backwards.append(
-                    (time.monotonic(), tp.topic, tp.partition, before, committed.offset))
+                self.watch.backwards.append((
+                    when, tp.topic, tp.partition, before, self.watch.last_node.get(key, -1),
+                    committed.offset, node,
+                ))
             self.watch.last[key] = committed.offset
+            self.watch.last_node[key] = node
 
     def run(self) -> None:
         while not self.stopping.wait(self.interval_s):
