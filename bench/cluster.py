@@ -7,7 +7,7 @@ Issue 37's goal: the three nodes produce at least half of what one node does (on
 disk the replicated Tier-1 writes every byte three times). Beside throughput it reports,
 for the produce phase, the delivery latency the producer saw (p50, p99), each server
 process's CPU seconds and bytes written to storage per GB produced (and the producer's
-own CPU: it shares the cores), the model's inputs
+own CPU: it shares the cores), how many partitions each node leads, the model's inputs
 (docs/cluster.md, "Throughput at N hosts"). ``--plog-processes`` runs the three plog
 servers as processes of their own (``tidegate plog-server``), so their CPU is told apart
 from the nodes'.
@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,7 @@ def _measure(bootstrap: str, records: int, record_bytes: int, partitions: int,
     admin.create_topics([NewTopic("bench", partitions, 1)])["bench"].result(60)
     time.sleep(1)  # every node learns the topic
     _wait_replicas(admin, partitions, replicas)
+    led = Counter(p.leader for p in admin.list_topics("bench", timeout=10).topics["bench"].partitions.values())
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                          "linger.ms": 5, "batch.size": 1_000_000, **QUIET})
     latencies: list[float] = []
@@ -192,6 +194,7 @@ def _measure(bootstrap: str, records: int, record_bytes: int, partitions: int,
     return {
         "produce_mb_s": round(mb / produce_s, 1), "consume_mb_s": round(mb / consume_s, 1),
         "consumed": got,
+        "partitions_led": {str(node): led[node] for node in sorted(led)},  # by node id
         "p50_ms": round(statistics.median(latencies) * 1000, 1),
         "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 1),
         "cpu_s_per_gb": cpu, "cpu_s_per_gb_total": round(sum(cpu.values()), 2),
