@@ -209,7 +209,7 @@ def three_nodes(root: Path, hosts: str, procs: list[subprocess.Popen[bytes]],
     """Three cluster nodes on ZooKeeper ``hosts`` with the replicated Tier-1 (appended to
     ``procs`` as they start, for the caller to stop), each started once the one before
     joined (a lone node's containers wait for a second plog server), returned once all
-    are ready: their addresses."""
+    are ready and run containers: their addresses."""
     addresses = []
     for n in (1, 2, 3):
         proc, address = _node(root, f"node-{n}", [
@@ -221,6 +221,10 @@ def three_nodes(root: Path, hosts: str, procs: list[subprocess.Popen[bytes]],
         _wait_log(proc, root / f"node-{n}.log", b"cluster: node %d joined" % n)
     for n, proc in enumerate(procs[-3:], 1):
         _wait_log(proc, root / f"node-{n}.log", b"tidegate ready")
+    # A node takes its share of containers only once it has read the others' segments:
+    # a topic created before that is spread over the nodes owning containers then.
+    for n, proc in enumerate(procs[-3:], 1):
+        _wait_log(proc, root / f"node-{n}.log", b" started here")  # "container N started here"
     return addresses
 
 
