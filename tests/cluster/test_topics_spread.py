@@ -3,7 +3,7 @@ stream's first segments so that their containers' owners spread over the nodes
 (``core/controller/placement.py``), as it does a scale's successors.
 
 Three nodes of two containers each; topics of 3, 6 and 12 partitions created with
-confluent-kafka's AdminClient; Metadata (``list_topics``) must name every node leader of
+confluent-kafka's AdminClient and one auto-created (``num.partitions`` 6); Metadata (``list_topics``) must name every node leader of
 at least ``partitions // 3`` partitions of each: with three nodes owning two containers
 each the placement can always give each node exactly a third, and a bound any weaker
 would let two nodes lead a 3-partition topic. The names are picked so that the hash
@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 import grpc
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from tidegate.core.controller.api import qualified_segment_name
 from tidegate.core.segmentstore.service import container_of
@@ -65,7 +66,8 @@ def _wait_even(bootstrap: str, topic: str, count: int) -> None:
 def test_a_new_topics_partitions_are_led_by_every_node(
     tmp_path: Path, zookeeper: ZooKeeperServer
 ) -> None:
-    nodes = start_nodes(tmp_path, zookeeper.hosts, 3, container_count=CONTAINERS)
+    nodes = start_nodes(tmp_path, zookeeper.hosts, 3, container_count=CONTAINERS,
+                        extra_args=("--set", "num.partitions=6"))
     try:
         bootstrap = ",".join(n.bootstrap for n in nodes)
         owners, leader_id = _zk_state(zookeeper.hosts)
@@ -77,6 +79,15 @@ def test_a_new_topics_partitions_are_led_by_every_node(
             future.result(30)
         for topic, count in topics.items():
             _wait_even(bootstrap, topic, count)
+
+        # Auto-created by a producer's Metadata request.
+        auto = _pick(owners, "kafka", "auto", 6)
+        producer = Producer({"bootstrap.servers": bootstrap, **QUIET})
+        deadline = time.monotonic() + 30
+        while len(producer.list_topics(auto, timeout=10).topics[auto].partitions) < 6:
+            assert time.monotonic() < deadline, f"{auto} not auto-created"
+            time.sleep(0.3)
+        _wait_even(bootstrap, auto, 6)
 
         # Through a follower's gRPC (forwarded to the leader's controller).
         follower = next(n for n in nodes if n.node_id != leader_id)
