@@ -7,7 +7,7 @@ Issue 37's goal: the three nodes produce at least half of what one node does (on
 disk the replicated Tier-1 writes every byte three times). Beside throughput it reports,
 for the produce phase, the delivery latency the producer saw (p50, p99), each server
 process's CPU seconds and bytes written to storage per GB produced (and the producer's
-own CPU: it shares the cores), the model's inputs
+own CPU: it shares the cores), how many partitions each node leads, the model's inputs
 (docs/cluster.md, "Throughput at N hosts"). ``--plog-processes`` runs the three plog
 servers as processes of their own (``tidegate plog-server``), so their CPU is told apart
 from the nodes'.
@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -141,9 +142,12 @@ def _measure(bootstrap: str, records: int, record_bytes: int, partitions: int,
     admin.create_topics([NewTopic("bench", partitions, 1)])["bench"].result(60)
     time.sleep(1)  # every node learns the topic
     _wait_replicas(admin, partitions, replicas)
+    leader_of = {p.id: p.leader for p in admin.list_topics("bench", timeout=10).topics["bench"].partitions.values()}
+    led = Counter(leader_of.values())
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                          "linger.ms": 5, "batch.size": 1_000_000, **QUIET})
     latencies: list[float] = []
+    by_node: dict[int, list[float]] = {node: [] for node in led}
     failed: list[str] = []
 
     def delivered(err: Any, msg: Message) -> None:
@@ -151,6 +155,7 @@ def _measure(bootstrap: str, records: int, record_bytes: int, partitions: int,
             failed.append(str(err))
         else:
             latencies.append(msg.latency() or 0.0)
+            by_node[leader_of[msg.partition()]].append(latencies[-1])
 
     # Warm-up: leaders known, connections and producer id made, before the clock starts.
     for p in range(partitions):
@@ -192,6 +197,10 @@ def _measure(bootstrap: str, records: int, record_bytes: int, partitions: int,
     return {
         "produce_mb_s": round(mb / produce_s, 1), "consume_mb_s": round(mb / consume_s, 1),
         "consumed": got,
+        "partitions_led": {str(node): led[node] for node in sorted(led)},  # by node id
+        # The slowest leader sets the pace: one producer fills its queue with that node's records.
+        "p50_ms_by_leader": {str(node): round(statistics.median(by_node[node]) * 1000, 1)
+                             for node in sorted(by_node) if by_node[node]},
         "p50_ms": round(statistics.median(latencies) * 1000, 1),
         "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 1),
         "cpu_s_per_gb": cpu, "cpu_s_per_gb_total": round(sum(cpu.values()), 2),
@@ -206,7 +215,7 @@ def three_nodes(root: Path, hosts: str, procs: list[subprocess.Popen[bytes]],
     """Three cluster nodes on ZooKeeper ``hosts`` with the replicated Tier-1 (appended to
     ``procs`` as they start, for the caller to stop), each started once the one before
     joined (a lone node's containers wait for a second plog server), returned once all
-    are ready: their addresses."""
+    are ready and run containers: their addresses."""
     addresses = []
     for n in (1, 2, 3):
         proc, address = _node(root, f"node-{n}", [
@@ -218,6 +227,10 @@ def three_nodes(root: Path, hosts: str, procs: list[subprocess.Popen[bytes]],
         _wait_log(proc, root / f"node-{n}.log", b"cluster: node %d joined" % n)
     for n, proc in enumerate(procs[-3:], 1):
         _wait_log(proc, root / f"node-{n}.log", b"tidegate ready")
+    # A node takes its share of containers only once it has read the others' segments:
+    # a topic created before that is spread over the nodes owning containers then.
+    for n, proc in enumerate(procs[-3:], 1):
+        _wait_log(proc, root / f"node-{n}.log", b" started here")  # "container N started here"
     return addresses
 
 

@@ -168,7 +168,7 @@ async def serve(config: GatewayConfig, grpc_tls: tuple[bytes, bytes] | None = No
         # between partition points by the segments' own rates (read from their owners).
         controller = StreamController(
             store, ControllerConfig(**config.controller), key_points=traffic.key_points,
-            placement=cluster.routing,  # a scale's successors go to different nodes
+            placement=cluster.routing,  # new segments go to different nodes
         )
         cluster.follow_leadership(controller)
         from tidegate.gateway.cluster.forwarding import LeaderForwarding

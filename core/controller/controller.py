@@ -91,8 +91,8 @@ class StreamController:
         routing keys a stream uses, so the auto-scaler splits between them, and
         ``key_traffic`` those keys with their rates, so it splits where the traffic
         divides (see ``policies/autoscale.py``); ``rng`` draws transaction and
-        reader-group ids; ``placement`` (cluster mode) is the container map a scale
-        spreads its successors over (``placement.py``)."""
+        reader-group ids; ``placement`` (cluster mode) is the container map a new stream's
+        segments and a scale's successors are spread over (``placement.py``)."""
         self.store = store
         self.config = config
         self.clock = clock
@@ -281,7 +281,12 @@ class StreamController:
             equal_cover(config.scaling.min_segments) if key_ranges is None else list(key_ranges)
         )
         check_initial_ranges(ranges, self.config)
-        req = create.request(config, ranges, self.now_ms())
+        numbers: list[int] | None = None
+        if self.ctx.placement is not None:  # off the loop: a hash or more per segment
+            numbers = await asyncio.to_thread(
+                create.first_numbers, self.ctx, scope, stream, len(ranges)
+            )
+        req = create.request(config, ranges, self.now_ms(), numbers)
         async with self.workflow_lock(scope, stream):
             async with self.scope_lock:  # not racing a delete_scope
                 await self.check_scope(scope)

@@ -1,17 +1,20 @@
-"""Where a scale's successor segments land: on containers of different nodes.
+"""Where new segments land, a stream's first ones and a scale's successors: on
+containers of different nodes.
 
 A segment's container stays a hash of its name (``scope/stream/number``), which every
 node computes alone, as in Pravega. In cluster mode the controller steers the hash
-instead: it gives the successors of a scale segment *numbers*, skipping some, whose
-containers belong to distinct nodes, the nodes holding fewest of the stream's other
-current segments first (then nodes that did not hold the sealed ones, then by id). A
-hot segment's successors, and the Kafka partitions they hold, so land on different
-nodes; clients see only leader changes.
+instead: it gives new segments *numbers*, skipping some, whose containers belong to
+distinct nodes, the nodes holding fewest of the stream's other current segments first
+(then nodes that did not hold the sealed ones). Among nodes wanted equally the hash
+decides (the first number landing on any of them), so a one-segment stream keeps number
+0 and small streams do not all start on the node of lowest id. A new topic's partitions,
+and a hot segment's successors, so land on different nodes; clients see only leaders.
 
 Numbers stay unique and increasing per stream (each is above every number used before),
-and the scale workflow records the chosen segments before acting, so a controller that
-finishes a half-done scale uses the same ones. Without a placement (one node), or when
-no number within ``SEARCH_MAX`` lands on the node wanted, numbers follow one another.
+and the create and scale workflows record the chosen segments before acting, so a
+controller that finishes a half-done one uses the same ones. Without a placement (one
+node), or when no number within ``SEARCH_MAX`` lands on a node wanted, numbers follow
+one another.
 """
 
 from __future__ import annotations
@@ -49,7 +52,8 @@ def sequential(epoch: int, first: int, kept: Sequence[int], sealed: Sequence[int
 
 
 def spreading(placement: SegmentPlacement, scope: str, stream: str) -> NumberChooser:
-    """A ``NumberChooser`` that puts the successors of one scale on distinct nodes."""
+    """A ``NumberChooser`` that puts the new segments of one create or scale on distinct
+    nodes (a create passes epoch 0, first number 0, nothing kept or sealed)."""
 
     def choose(epoch: int, first: int, kept: Sequence[int], sealed: Sequence[int],
                count: int) -> list[int]:
@@ -68,9 +72,10 @@ def spreading(placement: SegmentPlacement, scope: str, stream: str) -> NumberCho
         numbers: list[int] = []
         number = first
         for _ in range(count):
-            want = min(live, key=lambda n: (load[n], n in hot, n))
+            best = min((load[n], n in hot) for n in live)
+            wanted = {n for n in live if (load[n], n in hot) == best}
             for candidate in range(number, min(number + SEARCH_MAX, 1 << 32)):
-                if node(candidate) == want:
+                if node(candidate) in wanted:
                     break
             else:
                 candidate = number  # no number lands there: take the next one

@@ -13,11 +13,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import grpc
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 from tidegate.core.controller.api import qualified_segment_name
 from tidegate.core.segmentstore.service import container_of
+from tidegate.gateway.log.topics import partition_point
+from tidegate.protocol.controller_grpc import pb2, pb2_grpc
 
 from tests.clients.autoscale_load import metrics
 from tests.cluster.clients import QUIET
@@ -64,6 +67,19 @@ def _plog_nodes(hosts: str) -> dict[int, set[int]]:
         zk.close()
 
 
+def _segments(node: Node) -> dict[int, int]:
+    """Each partition's current segment (numbered by the controller's placement, not by
+    the partition), from the topic's key ranges."""
+    with grpc.insecure_channel(node.grpc) as channel:
+        current = pb2_grpc.ControllerServiceStub(channel).GetCurrentSegments(
+            pb2.StreamRequest(scope="kafka", stream=TOPIC), timeout=30
+        ).segments
+    return {
+        p: next(s.id for s in current if s.key_start <= partition_point(p) < s.key_end)
+        for p in range(PARTITIONS)
+    }
+
+
 def _java_replicas(java: Java, bootstrap: str) -> dict[int, tuple[int, list[int], list[int]]]:
     out = java.run("AdminScenarios", bootstrap, "replicas", TOPIC)
     found = {}
@@ -96,6 +112,7 @@ def test_replicas_and_isr_are_the_plog_nodes(
         assert producer.flush(60) == 0
         del producer
 
+        segments = _segments(nodes[0])
         deadline = time.monotonic() + 30
         while True:  # the replicas are read from ZooKeeper at most once a second
             parts = _kcat(bootstrap)
@@ -104,7 +121,7 @@ def test_replicas_and_isr_are_the_plog_nodes(
             # plog: what ZooKeeper records is what is reported, a second later at most.
             plogs = _plog_nodes(zookeeper.hosts)
             expected = {
-                p: plogs[container_of(qualified_segment_name("kafka", TOPIC, p), CONTAINERS)]
+                p: plogs[container_of(qualified_segment_name("kafka", TOPIC, segments[p]), CONTAINERS)]
                 for p in range(PARTITIONS)
             }
             settled = all(set(_ids(p["replicas"])) == expected[p["partition"]] | {p["leader"]}

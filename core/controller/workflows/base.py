@@ -27,7 +27,7 @@ class Context:
     md: MetadataStore
     config: ControllerConfig
     now_ms: Callable[[], int]
-    #: Cluster mode's container map: a scale's successors go to different nodes.
+    #: Cluster mode's container map: new segments go to different nodes.
     placement: SegmentPlacement | None = None
 
 
