@@ -313,8 +313,6 @@ class PartitionLeaders:
         if self.groups_container is None:
             return None
         owner = self.container_owner(self.groups_container)
-        if owner == self.node_id and self.groups_container not in self.node.running:
-            owner = None  # a map this node has not acted on (its session just lost): not yet
         address = None if owner is None else self.kafka_address(owner, listener)
         return None if owner is None or address is None else (owner, address)
 

@@ -55,10 +55,10 @@ def coordinator(port: int, key: str, key_type: int) -> int:
     return int(found.node_id) if found.error_code == 0 else -1
 
 
-def ask(port: int, request: Any, version: int, response: Any) -> Any:
+def ask(port: int, request: Any, version: int, response: Any, timeout_s: float = 10) -> Any:
     """One request to exactly this node (a client library may send Metadata to any
-    broker it has learnt of)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+    broker it has learnt of), its answer awaited up to ``timeout_s``."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
         s.sendall(frame(request, version))
         data = b""
         while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:

@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import struct
 import threading
 from pathlib import Path
-from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.consumer import (
@@ -27,7 +24,6 @@ from kafka.protocol.consumer import (
 )
 from tidegate.protocol.errors import ErrorCode
 
-from tests.clients.requests import frame
 from tests.cluster.clients import QUIET, ask, coordinator, wait_for
 from tests.cluster.nodes import Node, start_together
 from tests.cluster.zk import ZooKeeperServer
@@ -57,6 +53,17 @@ def _fetch(port: int) -> tuple[int, int]:
     return int(part.error_code), int(part.committed_offset)
 
 
+def _committed_once(nodes: list[Node]) -> tuple[dict[int, Node], Node]:
+    """The topic made, offset 10 committed: the nodes by id, and the group's coordinator."""
+    bootstrap = ",".join(n.bootstrap for n in nodes)
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
+    by_id = {n.node_id: n for n in nodes}
+    old = by_id[wait_for("a group coordinator", lambda: max(coordinator(nodes[0].port, GROUP, 0), 0))]
+    wait_for("a commit on the coordinator", lambda: _commit(old.port, 10) == ErrorCode.NONE)
+    return by_id, old
+
+
 def test_a_thawed_coordinator_that_lost_the_groups_stops_answering_for_them(
     tmp_path: Path, zookeeper: ZooKeeperServer
 ) -> None:
@@ -66,12 +73,7 @@ def test_a_thawed_coordinator_that_lost_the_groups_stops_answering_for_them(
     start_together(nodes)
     frozen = None
     try:
-        bootstrap = ",".join(n.bootstrap for n in nodes)
-        admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
-        admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
-        by_id = {n.node_id: n for n in nodes}
-        old = by_id[wait_for("a group coordinator", lambda: max(coordinator(nodes[0].port, GROUP, 0), 0))]
-        wait_for("a commit on the coordinator", lambda: _commit(old.port, 10) == ErrorCode.NONE)
+        by_id, old = _committed_once(nodes)
         assert _fetch(old.port) == (ErrorCode.NONE, 10)
 
         assert old.proc is not None
@@ -98,18 +100,6 @@ def test_a_thawed_coordinator_that_lost_the_groups_stops_answering_for_them(
             node.close()
 
 
-def _ask_slow(port: int, request: Any, version: int, response: Any, timeout_s: float) -> Any:
-    """``ask``, waiting up to ``timeout_s`` for the answer (a stalled write)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
-        s.sendall(frame(request, version))
-        data = b""
-        while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
-            chunk = s.recv(1 << 16)
-            assert chunk, "connection closed"
-            data += chunk
-    return response.decode(data, version=version, header=True, framed=True)
-
-
 def test_a_commit_held_on_a_coordinator_that_lost_the_groups_is_not_stored_by_the_next(
     tmp_path: Path, zookeeper: ZooKeeperServer
 ) -> None:
@@ -125,12 +115,7 @@ def test_a_commit_held_on_a_coordinator_that_lost_the_groups_is_not_stored_by_th
     start_together(nodes)
     frozen = None
     try:
-        bootstrap = ",".join(n.bootstrap for n in nodes)
-        admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
-        admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
-        by_id = {n.node_id: n for n in nodes}
-        old = by_id[wait_for("a group coordinator", lambda: max(coordinator(nodes[0].port, GROUP, 0), 0))]
-        wait_for("a commit on the coordinator", lambda: _commit(old.port, 10) == ErrorCode.NONE)
+        by_id, old = _committed_once(nodes)
 
         assert old.proc is not None
         old.proc.send_signal(signal.SIGUSR2)  # its next group write is held
@@ -143,7 +128,7 @@ def test_a_commit_held_on_a_coordinator_that_lost_the_groups_is_not_stored_by_th
                 group_id=GROUP, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
                 retention_time_ms=-1,
                 topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=TOPIC, partitions=[part])])
-            found = _ask_slow(old.port, req, 2, OffsetCommitResponse, STALL_MS / 1000)
+            found = ask(old.port, req, 2, OffsetCommitResponse, STALL_MS / 1000)
             held.append(int(found.topics[0].partitions[0].error_code))
 
         committing = threading.Thread(target=commit_held, daemon=True)

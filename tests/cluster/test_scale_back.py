@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from tidegate.core.controller.api import SegmentRecord, qualified_segment_name
 from tidegate.core.segmentstore.service import container_of
@@ -58,73 +60,68 @@ def _scale_until(node: Node, sealed: int, where: Callable[[int], bool]) -> int:
     raise AssertionError("ten scales did not bring the segment where wanted")
 
 
-def test_a_partition_scaled_away_and_back_serves_what_was_appended_meanwhile(
-    tmp_path: Path, zookeeper: ZooKeeperServer
-) -> None:
+@dataclass
+class _Pair:
+    """Two nodes on the shared file Tier-1 and the one-partition topic, 20 records in."""
+
+    nodes: list[Node]
+    bootstrap: str
+    leader: Node
+    owners: dict[int, int]
+    acked: list[tuple[int, int, bytes]]
+
+    def holder(self, seg: int) -> int:
+        return self.owners[container_of(qualified_segment_name("kafka", TOPIC, seg), CONTAINERS)]
+
+
+@pytest.fixture
+def pair(tmp_path: Path, zookeeper: ZooKeeperServer) -> Iterator[_Pair]:
     nodes = start_nodes(tmp_path, zookeeper.hosts, 2, container_count=CONTAINERS, tier1="file")
     try:
         bootstrap = ",".join(n.bootstrap for n in nodes)
         owners, leader_id = _zk_state(zookeeper.hosts, nodes=2)
-        leader = next(n for n in nodes if n.node_id == leader_id)
-
-        def holder(seg: int) -> int:
-            return owners[container_of(qualified_segment_name("kafka", TOPIC, seg), CONTAINERS)]
-
         admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
         admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
         acked = _produce(bootstrap, TOPIC, range(0, 20))
-        home = holder(0)
-
-        away = _scale_until(leader, 0, lambda seg: holder(seg) != home)
-        acked += _produce(bootstrap, TOPIC, range(20, 40))
-        _scale_until(leader, away, lambda seg: holder(seg) == home)
-        acked += _produce(bootstrap, TOPIC, range(40, 60))
-
-        assert sorted(o for _, o, _ in acked) == list(range(60)), "offsets given twice"
-        stored = read_back(bootstrap, TOPIC, 1)
-        assert sorted(stored) == sorted(acked)
+        leader = next(n for n in nodes if n.node_id == leader_id)
+        yield _Pair(nodes, bootstrap, leader, owners, acked)
     finally:
         for node in nodes:
             node.close()
 
 
-def test_a_node_back_with_an_empty_disk_reads_a_partition_s_segments_in_order(
-    tmp_path: Path, zookeeper: ZooKeeperServer
-) -> None:
+def test_a_partition_scaled_away_and_back_serves_what_was_appended_meanwhile(pair: _Pair) -> None:
+    home = pair.holder(0)
+    away = _scale_until(pair.leader, 0, lambda seg: pair.holder(seg) != home)
+    acked = pair.acked + _produce(pair.bootstrap, TOPIC, range(20, 40))
+    _scale_until(pair.leader, away, lambda seg: pair.holder(seg) == home)
+    acked += _produce(pair.bootstrap, TOPIC, range(40, 60))
+
+    assert sorted(o for _, o, _ in acked) == list(range(60)), "offsets given twice"
+    stored = read_back(pair.bootstrap, TOPIC, 1)
+    assert sorted(stored) == sorted(acked)
+
+
+def test_a_node_back_with_an_empty_disk_reads_a_partition_s_segments_in_order(pair: _Pair) -> None:
     """The partition's first segment lies in one node's container, its current one in the
     other's; that node is killed, its disk emptied, and it is back before its session
     ended, so it keeps its containers and indexes them first. Before, the first segment,
     read afterwards in the background, was taken for appends reported failed and left out
     of its index: reads from offset 0 began at the second segment (a 50-fault campaign's
     kill9-wipe left 4,850 batches out so)."""
-    nodes = start_nodes(tmp_path, zookeeper.hosts, 2, container_count=CONTAINERS, tier1="file")
-    try:
-        bootstrap = ",".join(n.bootstrap for n in nodes)
-        owners, leader_id = _zk_state(zookeeper.hosts, nodes=2)
-        leader = next(n for n in nodes if n.node_id == leader_id)
+    away = _scale_until(pair.leader, 0, lambda seg: pair.holder(seg) != pair.holder(0))
+    acked = pair.acked + _produce(pair.bootstrap, TOPIC, range(20, 40))
 
-        def holder(seg: int) -> int:
-            return owners[container_of(qualified_segment_name("kafka", TOPIC, seg), CONTAINERS)]
+    wiped = next(n for n in pair.nodes if n.node_id == pair.holder(away))
+    wiped.kill9()
+    shutil.rmtree(wiped.data_dir)
+    wiped.start()
+    wiped.wait_ready(b"other nodes' containers indexed")
+    acked += _produce(pair.bootstrap, TOPIC, range(40, 60))
 
-        admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
-        admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
-        acked = _produce(bootstrap, TOPIC, range(0, 20))
-        away = _scale_until(leader, 0, lambda seg: holder(seg) != holder(0))
-        acked += _produce(bootstrap, TOPIC, range(20, 40))
-
-        wiped = next(n for n in nodes if n.node_id == holder(away))
-        wiped.kill9()
-        shutil.rmtree(wiped.data_dir)
-        wiped.start()
-        wiped.wait_ready(b"other nodes' containers indexed")
-        acked += _produce(bootstrap, TOPIC, range(40, 60))
-
-        stored = read_back(bootstrap, TOPIC, 1)
-        assert sorted(stored) == sorted(acked)
-        assert b"left out" not in wiped.log_path.read_bytes()
-    finally:
-        for node in nodes:
-            node.close()
+    stored = read_back(pair.bootstrap, TOPIC, 1)
+    assert sorted(stored) == sorted(acked)
+    assert b"left out" not in wiped.log_path.read_bytes()
 
 
 def _in_container(cid: int, epoch: int) -> SegmentRecord:
