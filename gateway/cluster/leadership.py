@@ -257,9 +257,8 @@ class PartitionLeaders:
         if known[0] not in lineage or current not in lineage:
             return False
         since, now = lineage.index(known[0]), lineage.index(current)
-        count = self.owners.container_count
-        ready = {cid for cid in self.ready if self._ready_at.get(cid, known[1] + 1) <= known[1]}
-        return all(container_of(name, count) in ready for name in lineage[since + 1:now + 1])
+        cids = {container_of(name, self.owners.container_count) for name in lineage[since + 1:now + 1]}
+        return all(cid in self.ready and self._ready_at.get(cid, known[1] + 1) <= known[1] for cid in cids)
 
     async def _lineage(self, topic: str, partition: int) -> list[str]:
         """The segments that ever held the partition's point, oldest first."""
