@@ -14,6 +14,8 @@ are stored, the stream's policies not yet updated). Stall points:
 with it: a slow index catch-up, as a node's loss can cause;
 ``tests/cluster/test_idempotence_failover.py``), ``groups.write`` (a group coordinator's
 write, offsets or a group, before it reaches the table: ``tests/cluster/test_coordinator_moves.py``).
+``loop.hold=MS``: the first SIGUSR2 holds the event loop's thread busy for ``MS``
+milliseconds, as one long CPU-bound step would (``tests/cluster/test_busy_node.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import asyncio
 import logging
 import os
 import signal
+import time
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +39,13 @@ _signals = 0
 def _arm(signum: int, frame: object) -> None:
     global _signals
     _signals += 1
+    hold_ms = _STALLS.pop("loop.hold", None)
+    if hold_ms is not None:  # signal handlers run on the main thread: the loop's
+        log.warning("failpoint loop.hold: the event loop held for %d ms", hold_ms)
+        end = time.monotonic() + hold_ms / 1000
+        while time.monotonic() < end:
+            pass
+        log.warning("failpoint loop.hold: released")
 
 
 if _STALLS:

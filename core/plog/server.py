@@ -19,9 +19,11 @@ import asyncio
 import contextlib
 import json
 import logging
+import threading
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 from tidegate.core.cluster.zookeeper import ZooKeeper
 from tidegate.core.plog.store import PlogStore
@@ -43,6 +45,8 @@ from tidegate.core.plog.wire import (
 )
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 DEFAULT_ROOT = "/tidegate/plog"
 
@@ -121,6 +125,72 @@ class PlogServer:
         if self.zk is not None:
             await self.zk.stop()
         await self.store.close()
+
+
+class PlogServerThread:
+    """A node's embedded ``PlogServer`` on a thread and event loop of its own: a long
+    step of the node's loop (an index rebuild, a large request) then never leaves other
+    nodes' Tier-1 writes unanswered until they give this server up (``timeout_ms``)."""
+
+    def __init__(self, server: PlogServer) -> None:
+        self.server = server
+        self.server_id = server.server_id
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def start(self) -> None:
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name=f"plog-server-{self.server_id}",
+                                  daemon=True)
+        thread.start()
+        self._loop, self._thread = loop, thread
+        try:
+            await self._call(self.server.start())
+        except BaseException:
+            # ZooKeeper not there yet: nothing is left open, and a later start tries again.
+            with contextlib.suppress(Exception):
+                await self._call(self.server.close())
+            await self._stop_loop()
+            raise
+
+    async def close(self) -> None:
+        if self._loop is None:
+            return
+        try:
+            await self._call(self.server.close())
+        finally:
+            await self._stop_loop()
+
+    async def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        assert self._loop is not None
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+    async def _stop_loop(self) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        with contextlib.suppress(Exception):
+            await self._call(_finish_loop())
+        self._loop = self._thread = None
+        loop.call_soon_threadsafe(loop.stop)
+        await asyncio.to_thread(thread.join)
+        loop.close()
+
+
+async def _finish_loop() -> None:
+    """Cancel what is left on this loop and stop its worker threads, before it stops."""
+    current = asyncio.current_task()
+    rest = [t for t in asyncio.all_tasks() if t is not current]
+    for t in rest:
+        t.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)
+    loop = asyncio.get_running_loop()
+    await loop.shutdown_asyncgens()
+    await loop.shutdown_default_executor()
 
 
 class _Connection:

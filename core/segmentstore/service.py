@@ -15,14 +15,13 @@ a call rejected at validation (typed error) affects nothing queued before or aft
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from tidegate.core.cluster.zookeeper import ZooKeeper
-from tidegate.core.plog.server import PlogServer
+from tidegate.core.plog.server import PlogServer, PlogServerThread
 from tidegate.core.segmentstore.api import (
     AttributeUpdate,
     ContainerNotOwnedError,
@@ -70,7 +69,7 @@ class StreamSegmentStore:
         self._clock = clock
         self._wall_clock = wall_clock
         self._zookeeper: ZooKeeper | None = None
-        self.plog_server: PlogServer | None = None
+        self.plog_server: PlogServerThread | None = None
         #: Plog servers given up on, shared by this node's replicated logs.
         self.plog_suspicions = Suspicions()
         if tier1_factory is None and config.tier1_plog_zookeeper:
@@ -187,14 +186,9 @@ class StreamSegmentStore:
             root=self.config.tier1_plog_zookeeper_root,
             disk_bytes_max=self.config.tier1_plog_server_disk_bytes_max,
         )
-        try:
-            await server.start()
-        except BaseException:
-            # ZooKeeper not there yet: nothing is left open, and a later start tries again.
-            with contextlib.suppress(Exception):
-                await server.close()
-            raise
-        self.plog_server = server
+        threaded = PlogServerThread(server)
+        await threaded.start()  # on failure nothing is left open: a later start tries again
+        self.plog_server = threaded
 
     async def start_container(self, cid: int) -> None:
         """Start (recover) one container; a stopped or failed one is replaced. Once

@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 #: Partitions one event-loop step handles in operations over a whole topic (DeleteRecords,
 #: truncation): each takes index reads and writes, so 10,000 in one step stall the loop.
 PARTITIONS_PER_STEP = 128
+#: Envelopes the index rebuild handles in one event-loop step: a 4 MiB read block of small
+#: appends is thousands of index writes, which in one step stall everything else here.
+ENVELOPES_PER_STEP = 64
 #: A segment's container is elsewhere and not there now (its node down or starting).
 UNAVAILABLE = (ContainerNotOwnedError, StoreShutdownError, OSError, TimeoutError)
 
@@ -359,6 +362,8 @@ class PartitionLogs:
             write.marker(name, position)
             write.commit()
             count += 1
+            if count % ENVELOPES_PER_STEP == 0:
+                await asyncio.sleep(0)
         return count
 
     def _indexable(self, write: IndexWrite, topic: str, partition: int, indexed_end: int,
