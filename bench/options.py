@@ -52,12 +52,12 @@ def parse_args(argv: list[str] | None, description: str | None) -> argparse.Name
     )
     p.add_argument("--partitions", default="1,16", help="partition counts to test")
     p.add_argument(
-        "--c-small-records", type=int, default=300_000,
+        "--c-small-records", type=int, default=1_000_000,
         help="issue 37's C producer phase (bench/cproducer.c): 100 B records per case "
         "(0: none)",
     )
     p.add_argument(
-        "--c-large-records", type=int, default=50_000,
+        "--c-large-records", type=int, default=200_000,
         help="the C producer phase: 1 KB records per case (0: none)",
     )
     p.add_argument(
