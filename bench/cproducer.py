@@ -15,6 +15,7 @@ import os
 import selectors
 import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,7 @@ def _properties(tuning: ClientTuning, bootstrap: str) -> list[str]:
     return [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in conf.items()]
 
 
-def _read_line(proc: subprocess.Popen[str], deadline: float, what: str) -> str:
+def _read_line(proc: subprocess.Popen[str], deadline: float, what: str, log: Any) -> str:
     """The next line the producer prints, or an error if it exits or time runs out first."""
     assert proc.stdout is not None
     with selectors.DefaultSelector() as sel:
@@ -83,8 +84,10 @@ def _read_line(proc: subprocess.Popen[str], deadline: float, what: str) -> str:
                 if line:
                     return line
                 break
-    stderr = proc.stderr.read() if proc.stderr is not None else ""
-    raise WorkloadError(f"the C producer exited {proc.wait(10)} {what}: {stderr.strip()}")
+    code = proc.wait(10)
+    log.seek(0)
+    stderr = log.read().decode(errors="replace")[-2000:]
+    raise WorkloadError(f"the C producer exited {code} {what}: {stderr.strip()}")
 
 
 def run(
@@ -101,16 +104,19 @@ def run(
     server's CPU is read when the producer starts and when it reports."""
     cmd = [str(exe), bootstrap, topic, str(records), str(record_bytes),
            *_properties(tuning, bootstrap)]  # fmt: skip
+    # librdkafka logs to stderr from its own threads: a file, never a pipe left unread.
+    log = tempfile.TemporaryFile()
     proc = subprocess.Popen(
-        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True
     )
     try:
-        _read_line(proc, time.monotonic() + min(timeout_s, READY_TIMEOUT_S), "before it was ready")
+        ready_by = time.monotonic() + min(timeout_s, READY_TIMEOUT_S)
+        _read_line(proc, ready_by, "before it was ready", log)
         cpu0, ticks0, disk0 = cpu_seconds(server_pid), machine_cpu_ticks(), machine_disk_bytes()
         assert proc.stdin is not None
         proc.stdin.write("go\n")
         proc.stdin.flush()
-        line = _read_line(proc, time.monotonic() + timeout_s, "during the phase")
+        line = _read_line(proc, time.monotonic() + timeout_s, "during the phase", log)
         cpu1, ticks1, disk1 = cpu_seconds(server_pid), machine_cpu_ticks(), machine_disk_bytes()
         figures: dict[str, Any] = json.loads(line)
         code = proc.wait(timeout=30)
@@ -118,7 +124,7 @@ def run(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
+        for stream in (proc.stdin, proc.stdout, log):
             if stream is not None:
                 stream.close()
     if figures["failures"] or figures["undelivered"] or code != 0:
