@@ -51,6 +51,23 @@ def parse_args(argv: list[str] | None, description: str | None) -> argparse.Name
         "(bench/security.py; 0: skipped)",
     )
     p.add_argument("--partitions", default="1,16", help="partition counts to test")
+    p.add_argument(
+        "--c-small-records", type=int, default=1_000_000,
+        help="issue 37's C producer phase (bench/cproducer.c): 100 B records per case "
+        "(0: none)",
+    )
+    p.add_argument(
+        "--c-large-records", type=int, default=200_000,
+        help="the C producer phase: 1 KB records per case (0: none)",
+    )
+    p.add_argument(
+        "--c-partitions", default="1,4", help="the C producer phase's partition counts"
+    )
+    p.add_argument(
+        "--c-issue-sizes", action="store_true",
+        help="the C producer phase at issue 37's sizes: 3,000,000 records of 100 B and "
+        "500,000 of 1 KB",
+    )
     p.add_argument("--producers", type=int, default=2, help="producer processes per case")
     p.add_argument(
         "--consumers", type=int, default=2, help="consumer processes (at most one per partition)"
@@ -156,4 +173,7 @@ def parse_args(argv: list[str] | None, description: str | None) -> argparse.Name
             p.error(f"--compare {ref}: not a commit of this repository")
     args.system_list += [f"{report.TIDEGATE}@{ref}" for ref in args.compare]
     args.partition_list = [int(x) for x in args.partitions.split(",")]
+    args.c_partition_list = [int(x) for x in args.c_partitions.split(",") if x.strip()]
+    if args.c_issue_sizes:
+        args.c_small_records, args.c_large_records = 3_000_000, 500_000
     return args

@@ -34,7 +34,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from bench import options, report, server_metrics, systems, workloads
+from bench import cproducer, options, report, server_metrics, systems, workloads
 from bench.procstat import peak_rss_bytes
 from bench.profile import PySpy, summarize
 from bench.workloads import ClientTuning
@@ -63,6 +63,14 @@ class Bench:
         sizes = [size for size, amount in ((args.large_bytes, args.large_mb),
                                             (args.small_bytes, args.small_records)) if amount > 0]  # fmt: skip
         self.cases = [(size, parts) for size in sizes for parts in args.partition_list]
+        # Issue 37's C producer phase: (record size, records, partitions).
+        self.c_cases = [
+            (size, records, parts)
+            for size, records in ((args.small_bytes, args.c_small_records),
+                                  (args.large_bytes, args.c_large_records))
+            if records > 0
+            for parts in args.c_partition_list
+        ]  # fmt: skip
         self.latency_workload = f"latency-{args.large_bytes}B-p1"
         # Set during the extra `--profile` pass: figures then go to `profiled`, not into
         # the medians, and each phase is sampled by py-spy into this directory.
@@ -78,7 +86,7 @@ class Bench:
     def steps_per_system(self) -> int:
         # start, produce + consume (+ transactional produce, by time and by records) per
         # case, latency
-        return 1 + 4 * len(self.cases) + 1
+        return 1 + len(self.c_cases) + 4 * len(self.cases) + 1
 
     def compacting(self) -> bool:
         return self.args.compaction_records > 0 and report.TIDEGATE in self.args.system_list
@@ -202,6 +210,11 @@ class Bench:
         step("ready")
         produced_bytes = 0
         try:
+            for size, records, parts in self.c_cases:
+                c_produce = functools.partial(self.c_produce_case, server, size, parts, records)
+                if self.phase(run, server, cproducer.workload(size, parts), c_produce):
+                    produced_bytes += records * size
+                step(f"C produce {size}B p{parts}")
             for size, parts in self.cases:
                 topic = f"bench-{size}b-p{parts}-{uuid.uuid4().hex[:8]}"
                 records = self.records_for(size)
@@ -280,6 +293,18 @@ class Bench:
             txn_commit_ms,
             txn_commit_records,
         )
+
+    def c_produce_case(
+        self, server: systems.Server, size: int, partitions: int, records: int
+    ) -> workloads.PhaseResult:
+        exe = cproducer.build(self.args.cache_dir)
+        topic = f"bench-c-{size}b-p{partitions}-{uuid.uuid4().hex[:8]}"
+        workloads.create_topic(server.bootstrap, topic, partitions, self.args.ready_timeout_s)
+        result, _ = cproducer.run(
+            exe, server.bootstrap, self.tuning, topic, size, records, server.pid,
+            self.args.phase_timeout_s,
+        )
+        return result
 
     def compaction(self, run: int) -> None:
         """Cleaning MB/s and produce latency while the cleaner runs, on its own `tidegate
@@ -461,10 +486,18 @@ def main(argv: list[str] | None = None) -> int:
         rss_limit_mb=rss_limit_mb,
         cpus=MACHINE_CPUS,
     )
+    c_ratios, c_targets = cproducer.goal_ratios(
+        med, args.small_bytes, args.large_bytes, args.c_partition_list
+    )
+    _add_goals(doc["ratios"], c_ratios, c_targets)
     if security_doc is not None:
         doc["security"] = security_doc
     paths = report.write_outputs(doc, out_dir)
+    c_text = cproducer.markdown(doc)
+    with open(paths["markdown"], "a") as md:
+        md.write("\n" + c_text)
     print(report.markdown(doc))
+    print(c_text)
     security_failed = security_doc is not None and "error" in security_doc
     if security_doc is not None:
         from bench import security
@@ -491,6 +524,18 @@ def main(argv: list[str] | None = None) -> int:
         result["cluster"] = cluster_result
     print("RESULT " + json.dumps(result, sort_keys=True), flush=True)
     return 1 if bench.failures or security_failed else 0
+
+
+def _add_goals(
+    ratios: dict[str, Any], figures: dict[str, float | None], targets: dict[str, tuple[str, float]]
+) -> None:
+    """Adds a phase's figures to ``ratios`` and judges those that have a target."""
+    ratios.update(figures)
+    for key, (op, threshold) in targets.items():
+        v = figures.get(key)
+        met = None if v is None else (v >= threshold if op == ">=" else v <= threshold)
+        ratios["goals_met"][key] = met
+        ratios["targets"][key] = f"{op} {threshold:g}"
 
 
 def _security(args: argparse.Namespace, work_dir: Path) -> dict[str, Any] | None:

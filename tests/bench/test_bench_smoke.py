@@ -39,6 +39,8 @@ TINY = [
     "--compaction-keys", "300",
     "--compaction-settle-s", "2",
     "--security-mb", "2",
+    "--c-small-records", "20000",
+    "--c-large-records", "2000",
 ]  # fmt: skip
 
 
@@ -63,7 +65,10 @@ def test_bench_runs_both_systems(tmp_path: Path) -> None:
     result = _run_bench(TINY, tmp_path)
     assert result["failures"] == 0
     assert set(result["versions"]) == {report.PEER, report.TIDEGATE}
-    assert set(result["ratios"]["goals_met"]) == set(report.GOALS) | {report.RSS_GOAL}
+    c_goals = {f"cproduce_{size}_p{parts}_cpu_per_gb_tansu_over_tidegate"
+               for size in ("100b", "1k") for parts in (1, 4)}
+    c_goals |= {f"cproduce_100b_p{parts}_vs_tansu_memory" for parts in (1, 4)}
+    assert set(result["ratios"]["goals_met"]) == set(report.GOALS) | {report.RSS_GOAL} | c_goals
 
     (out_dir,) = results.iterdir()
     doc = json.loads((out_dir / "results.json").read_text())
@@ -92,6 +97,9 @@ def test_bench_runs_both_systems(tmp_path: Path) -> None:
                 consumed = med[system][f"consume-{size}B-p{parts}"]
                 assert produced["records"] == consumed["records"] == records
                 assert consumed["payload_bytes"] == records * size
+        for size, records in ((1024, 2000), (100, 20_000)):  # the C producer's phase
+            for parts in (1, 4):
+                assert med[system][f"cproduce-{size}B-p{parts}"]["records"] == records
         assert med[system]["latency-1024B-p1"]["produce_p99_ms"] > 0
         if system == report.TIDEGATE:  # transactional produce beside plain produce
             for parts in (1, 4):
@@ -109,6 +117,7 @@ def test_bench_runs_both_systems(tmp_path: Path) -> None:
     assert med["baseline"]["loopback-tcp"]["mb_per_s"] > 0
     assert any("tansu-postgres" in note for note in doc["skipped"])
     # Produce through TLS and SASL_SSL listeners beside PLAINTEXT (bench/security.py).
+    assert "## C producer (issue 37 goal 1" in markdown
     assert "### Produce by listener" in markdown
     assert set(doc["security"]["median_mb_per_s"]) == {"PLAINTEXT", "SSL", "SASL_SSL"}
     assert result["security_ratio_to_plaintext"]["SASL_SSL"] > 0
