@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,6 +12,11 @@ import pytest
 from bench.ports import free_port
 
 __all__ = ["free_port"]
+
+# The servers tests start (and ``python -m tests.cluster.chaos``) run from compiled bytecode,
+# as an installed tidegate does: without it every start compiled each module again, seconds
+# of a node's restart on a loaded machine.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 if TYPE_CHECKING:
     from tests.clients.server import Tidegate
