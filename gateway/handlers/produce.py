@@ -431,6 +431,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                     await work.plog.ensure_segment()
                 except Exception as exc:  # controller unreachable or stream gone
                     work.error, work.message = ErrorCode.NOT_LEADER_OR_FOLLOWER, repr(exc)
+                    _refused_here(req, work)
         implicit = req.api_version >= TV2_VERSION
         if implicit:
             await _add_local(ctx, works, request.transactional_id)
