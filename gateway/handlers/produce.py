@@ -18,9 +18,9 @@ bumps its epoch and restarts every partition's sequences, so that a batch of ano
 partition whose outcome it does not know (a connection lost with its leader) is sent again
 as new records and stored twice (issue 36). The same holds after a batch refused here
 with KAFKA_STORAGE_ERROR (the partition's storage unavailable: a Tier-1 failover, a full
-disk) and after one accepted here whose append then failed (its producer state dropped):
-the next batch is answered NOT_LEADER_OR_FOLLOWER, once, and the producer sends the
-refused one first.
+disk), once, and after one accepted here whose append then failed (its producer state
+dropped), until the producer sends that one again: the next batch is answered
+NOT_LEADER_OR_FOLLOWER and the producer sends the refused or failed one first.
 """
 
 from __future__ import annotations
