@@ -16,7 +16,11 @@ batch never written. That gap is the node's, not the producer's: it is answered
 NOT_LEADER_OR_FOLLOWER too, once, not OUT_OF_ORDER_SEQUENCE_NUMBER, on which librdkafka
 bumps its epoch and restarts every partition's sequences, so that a batch of another
 partition whose outcome it does not know (a connection lost with its leader) is sent again
-as new records and stored twice (issue 36).
+as new records and stored twice (issue 36). The same holds after a batch refused here
+with KAFKA_STORAGE_ERROR (the partition's storage unavailable: a Tier-1 failover, a full
+disk), once, and after one accepted here whose append then failed (its producer state
+dropped), until the producer sends that one again: the next batch is answered
+NOT_LEADER_OR_FOLLOWER and the producer sends the refused or failed one first.
 """
 
 from __future__ import annotations
@@ -180,9 +184,10 @@ def _assign(ctx: HandlerContext, work: _Work, refused: set[tuple[str, int]]) -> 
         if isinstance(verdict, Duplicate):
             work.duplicate = verdict.batch
             return
-        if verdict == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and after_refusal:
+        if verdict == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and (
+                after_refusal or ctx.producers.failed_here(work.topic, work.partition, batch)):
             work.error = ErrorCode.NOT_LEADER_OR_FOLLOWER
-            work.message = "the batch before this one was refused here as not led: send it first"
+            work.message = "the batch before this one was refused or failed here: send it first"
             return
         if verdict is not None:
             work.error = verdict
@@ -205,9 +210,11 @@ def _assign(ctx: HandlerContext, work: _Work, refused: set[tuple[str, int]]) -> 
 
 
 def _refused_here(req: RequestContext, work: _Work) -> None:
-    """Note a partition refused on this connection as not led here (``_assign``)."""
+    """Note a partition refused on this connection as not led here or with its storage
+    unavailable (``_assign``)."""
     if req.session is not None and work.error in (
-            ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE):
+            ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
+            ErrorCode.KAFKA_STORAGE_ERROR):
         req.session.refused_here(work.topic, work.partition)
 
 
@@ -404,6 +411,8 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                 work.error, work.message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, why
                 continue
             _validate(ctx, work)
+            if work.error == ErrorCode.KAFKA_STORAGE_ERROR:  # storage unavailable here
+                _refused_here(req, work)
         cluster = ctx.cluster
         not_led = req.session.refused_leader if req.session is not None else set()
         for n, work in enumerate(works):
@@ -422,6 +431,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                     await work.plog.ensure_segment()
                 except Exception as exc:  # controller unreachable or stream gone
                     work.error, work.message = ErrorCode.NOT_LEADER_OR_FOLLOWER, repr(exc)
+                    _refused_here(req, work)
         implicit = req.api_version >= TV2_VERSION
         if implicit:
             await _add_local(ctx, works, request.transactional_id)
@@ -439,6 +449,7 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                 _refused_here(req, work)
             if work.error == ErrorCode.NONE and work.batch is not None:
                 _assign(ctx, work, not_led)
+                _refused_here(req, work)  # if ``_assign`` refused it (storage, or a gap of ours)
     req.release()
     if request.acks == 0:
         return None

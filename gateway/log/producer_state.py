@@ -48,6 +48,9 @@ class BatchRecord:
 class ProducerEntry:
     epoch: int
     batches: deque[BatchRecord] = field(default_factory=lambda: deque(maxlen=BATCHES_KEPT))
+    #: First sequence of the batches whose appends failed here and were dropped (-1:
+    #: none since the last batch accepted): the next batch's gap is this node's.
+    failed_seq: int = -1
 
     def encode(self) -> bytes:
         rows = [[b.first_seq, b.last_seq, b.base_offset, b.last_offset] for b in self.batches]
@@ -114,7 +117,11 @@ class ProducerStates:
             if batch.first_seq == header.base_sequence and batch.last_seq == header.last_sequence:
                 return Duplicate(batch)
         if not entry.batches:
-            return None
+            # Every batch kept failed here: the producer must send the first of them again.
+            failed = entry.failed_seq
+            if failed < 0 or header.base_sequence == failed:
+                return None
+            return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
         expected = (entry.batches[-1].last_seq + 1) % _SEQ_MOD
         if header.base_sequence != expected:
             return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
@@ -127,7 +134,18 @@ class ProducerStates:
             return "no state"
         held = ", ".join(f"{b.first_seq}-{b.last_seq}@{b.base_offset}"
                          f"{'' if _stored(b) else ' (not stored yet)'}" for b in entry.batches)
-        return f"epoch {entry.epoch}, batches {held or 'none'}"
+        failed = f", failed here from sequence {entry.failed_seq}" if entry.failed_seq >= 0 else ""
+        return f"epoch {entry.epoch}, batches {held or 'none'}{failed}"
+
+    def failed_here(self, topic: str, partition: int, header: BatchHeader) -> bool:
+        """Whether the batch the producer must send before ``header`` (its sequence does
+        not follow) is one accepted here whose append failed: the gap is this node's, and
+        the producer re-sends that batch once told to retry (issue 36)."""
+        entry = self._get(topic, partition, header.producer_id)
+        if entry is None or entry.failed_seq < 0 or header.producer_epoch != entry.epoch:
+            return False
+        expected = (entry.batches[-1].last_seq + 1) % _SEQ_MOD if entry.batches else entry.failed_seq
+        return expected == entry.failed_seq
 
     def is_copy(self, topic: str, partition: int, header: BatchHeader) -> bool:
         """Whether a batch found past the indexed end of a segment is a copy of one this
@@ -165,6 +183,7 @@ class ProducerStates:
                 base_offset + header.last_offset_delta, durable,
             )
         )
+        entry.failed_seq = -1
 
     def producers(self, topic: str, partition: int) -> list[tuple[int, int, int]]:
         """``(producer id, epoch, last sequence)`` of every producer known in a partition
@@ -238,14 +257,16 @@ def _stored(b: BatchRecord) -> bool:
                                  and b.durable.exception() is None)
 
 
+def _failed(b: BatchRecord) -> bool:
+    return (b.durable is not None and b.durable.done() and not b.durable.cancelled()
+            and b.durable.exception() is not None)
+
+
 def _forget_failed(entry: ProducerEntry) -> None:
     """Drop batches whose append failed: their retry must be accepted, not answered as
     a duplicate (appends fail as a suffix, so the rest stays a sequence)."""
-    kept = [
-        b for b in entry.batches
-        if b.durable is None or not b.durable.done() or b.durable.cancelled()
-        or b.durable.exception() is None
-    ]
+    kept = [b for b in entry.batches if not _failed(b)]
     if len(kept) != len(entry.batches):
+        entry.failed_seq = next(b.first_seq for b in entry.batches if _failed(b))
         entry.batches.clear()
         entry.batches.extend(kept)

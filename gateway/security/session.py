@@ -47,13 +47,14 @@ class Session:
     closing: bool = False
     #: After SaslHandshake v0: the next frames are bare SASL tokens, not requests.
     raw_tokens: bool = False
-    #: Partitions whose last produce on this connection was refused as not led here
-    #: (``gateway/handlers/produce.py``: the next batch's sequence gap is ours, not the
-    #: producer's). At most one entry per partition.
+    #: Partitions whose last produce on this connection was refused as not led here or
+    #: with KAFKA_STORAGE_ERROR (``gateway/handlers/produce.py``: the next batch's sequence
+    #: gap is ours, not the producer's). At most one entry per partition.
     refused_leader: set[tuple[str, int]] = field(default_factory=set)
 
     def refused_here(self, topic: str, partition: int) -> None:
-        """Note a produce to ``topic``/``partition`` refused as not led here."""
+        """Note a produce to ``topic``/``partition`` refused as not led here (or with its
+        storage unavailable)."""
         if len(self.refused_leader) >= REFUSED_KEPT_MAX:
             self.refused_leader.clear()  # bounded; forgetting one gives back Kafka's answer
         self.refused_leader.add((topic, partition))
