@@ -26,6 +26,7 @@ from tidegate.protocol.errors import ErrorCode
 from tests.clients import requests as kreq
 from tests.clients.server import Tidegate
 from tests.clients.test_disk_full import _fill, small_fs  # noqa: F401 - the fixture
+from tests.cluster.clients import wait_for
 
 TOPIC = "full"
 KAFKA_STORAGE_ERROR = ErrorCode.KAFKA_STORAGE_ERROR
@@ -61,16 +62,6 @@ def _batch(seq: int) -> bytes:
                              base_sequence=seq)
 
 
-def _until(what: str, check, timeout_s: float = 90):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_the_batch_after_one_refused_for_storage_is_refused_not_out_of_order(
     small_fs: Path, tmp_path: Path,  # noqa: F811 - the fixture
 ) -> None:
@@ -86,14 +77,14 @@ def test_the_batch_after_one_refused_for_storage_is_refused_not_out_of_order(
         _fill(small_fs / "filler", 4 * 1024 * 1024)
         big = kreq.record_batch([b"x" * 200_000])
         # Appends fail until the partition is unavailable: new ones are refused.
-        _until("the partition's storage to be unavailable",
-               lambda: filler.produce(big)[0] == KAFKA_STORAGE_ERROR)
+        wait_for("the partition's storage to be unavailable",
+                 lambda: filler.produce(big)[0] == KAFKA_STORAGE_ERROR, timeout_s=90)
         code, _, message = producer.produce(_batch(1))
         assert code == KAFKA_STORAGE_ERROR and message, message
 
         (small_fs / "filler").unlink()
-        _until("the partition to take appends again", lambda: filler.produce(
-            kreq.record_batch([b"probe"]))[0] == 0)
+        wait_for("the partition to take appends again", lambda: filler.produce(
+            kreq.record_batch([b"probe"]))[0] == 0, timeout_s=90)
         # The producer's next pipelined batch: its gap is the node's refusal.
         code, _, message = producer.produce(_batch(2))
         assert code == NOT_LEADER_OR_FOLLOWER, (code, message)
