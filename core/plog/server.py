@@ -138,10 +138,6 @@ class PlogServerThread:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
-    @property
-    def port(self) -> int:
-        return self.server.port
-
     async def start(self) -> None:
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, name=f"plog-server-{self.server_id}",

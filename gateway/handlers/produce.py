@@ -411,8 +411,6 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                 work.error, work.message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, why
                 continue
             _validate(ctx, work)
-            if work.error == ErrorCode.KAFKA_STORAGE_ERROR:  # storage unavailable here
-                _refused_here(req, work)
         cluster = ctx.cluster
         not_led = req.session.refused_leader if req.session is not None else set()
         for n, work in enumerate(works):
@@ -421,7 +419,6 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             if work.plog is not None and cluster is not None:
                 work.error = await cluster.partition_error(work.topic, work.partition)
                 if work.error != ErrorCode.NONE:
-                    _refused_here(req, work)
                     work.batch = work.plog = None
                     continue
                 # The log opened before the check may predate this node's takeover.
@@ -431,7 +428,6 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
                     await work.plog.ensure_segment()
                 except Exception as exc:  # controller unreachable or stream gone
                     work.error, work.message = ErrorCode.NOT_LEADER_OR_FOLLOWER, repr(exc)
-                    _refused_here(req, work)
         implicit = req.api_version >= TV2_VERSION
         if implicit:
             await _add_local(ctx, works, request.transactional_id)
@@ -446,10 +442,9 @@ async def handle(ctx: HandlerContext, req: RequestContext, request: Any) -> Any:
             if cluster is not None and work.plog is not None and work.plog.retired:
                 # Leadership moved meanwhile (gateway/cluster/leadership.py).
                 work.error, work.batch, work.plog = ErrorCode.NOT_LEADER_OR_FOLLOWER, None, None
-                _refused_here(req, work)
             if work.error == ErrorCode.NONE and work.batch is not None:
                 _assign(ctx, work, not_led)
-                _refused_here(req, work)  # if ``_assign`` refused it (storage, or a gap of ours)
+            _refused_here(req, work)  # whichever step refused it, ``_assign`` included
     req.release()
     if request.acks == 0:
         return None
